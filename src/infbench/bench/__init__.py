@@ -1,0 +1,1 @@
+"""Benchmarks that print tables (run by `make bench`), never timed unit tests."""

@@ -1,0 +1,62 @@
+"""``infbench``: the pipeline's stages from a shell, without Snakemake."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from infbench.errors import InfbenchError
+
+
+def _bench(args) -> None:
+    from infbench.bench import likelihood as bench
+
+    print(bench.run(args.checkpoint, contexts=args.contexts, context_tokens=args.context_tokens,
+                    continuation_tokens=args.continuation_tokens, batch_size=args.batch_size,
+                    dtype=args.dtype, repeats=args.repeats, threads=args.threads, out_md=args.out))
+
+
+def _source(args) -> None:
+    from infbench import sources
+
+    origin = json.loads(args.origin)
+    record = sources.materialize(args.name, origin, args.out_dir, args.record, dtype=args.dtype)
+    print(f"{record.name}: {record.n_params:,} parameters -> {args.out_dir}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="infbench")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("source", help="materialize a source model as a BF16 checkpoint")
+    p.add_argument("name")
+    p.add_argument("--origin", required=True, help='JSON, e.g. {"type": "local", "path": "model.gguf"}')
+    p.add_argument("--out-dir", required=True)
+    p.add_argument("--record", required=True)
+    p.add_argument("--dtype", default="bfloat16")
+    p.set_defaults(func=_source)
+
+    p = sub.add_parser("bench-likelihood", help="scorer vs bare forward throughput, and sampling throughput")
+    p.add_argument("checkpoint")
+    p.add_argument("--contexts", type=int, default=16)
+    p.add_argument("--context-tokens", type=int, default=128)
+    p.add_argument("--continuation-tokens", type=int, default=256)
+    p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--dtype", default="bfloat16")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--out", default=None, help="also write the table (Markdown) here")
+    p.set_defaults(func=_bench)
+
+    args = parser.parse_args(argv)
+    try:
+        args.func(args)
+    except InfbenchError as exc:
+        print(f"infbench: error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

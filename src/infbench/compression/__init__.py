@@ -1,0 +1,1 @@
+"""CompressionBench: likelihood sets, scoring, baselines and verification."""

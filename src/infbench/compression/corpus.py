@@ -1,0 +1,103 @@
+"""Text corpora that the likelihood context sets are drawn from.
+
+``embedded``: documents that ship with every CPython 3.11 install, so the
+embedded default runs offline on any machine. Two source families:
+
+- ``reference_prose``: the Python language reference and library topics that
+  ``pydoc`` serves (``pydoc_data.topics``), one document per topic;
+- ``code``: the standard library's own Python modules (``Lib/**/*.py``,
+  tests, ``site-packages`` and ``idlelib`` excluded), one document per file.
+
+``datasets``: any corpus the ``datasets`` library loads (the paper profile:
+Dolma 3 Dolmino from the hub), streamed, with a field naming each document's
+source family.
+
+The corpus hash (sha256 over family, id and text of every document read)
+goes into the context-set manifest, so a different Python build shows up.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sysconfig
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from infbench.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Document:
+    family: str
+    doc_id: str
+    text: str
+
+
+class CorpusSpec(BaseModel):
+    """Config ``likelihood.corpus``."""
+
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["embedded", "datasets"]
+    families: dict[str, float] | Literal["natural"] = "natural"
+    # datasets only
+    path: str | None = None
+    name: str | None = None
+    split: str = "train"
+    data_files: list[str] | None = None
+    text_field: str = "text"
+    family_field: str = "source"
+    id_field: str | None = "id"
+    max_documents: int = 100_000
+    shuffle_buffer: int = 10_000
+
+
+_EXCLUDED_CODE_DIRS = {"test", "tests", "site-packages", "idlelib", "lib2to3", "__pycache__"}
+
+
+def _embedded_documents() -> Iterable[Document]:
+    import pydoc_data.topics
+
+    for topic in sorted(pydoc_data.topics.topics):
+        yield Document("reference_prose", f"pydoc:{topic}", pydoc_data.topics.topics[topic])
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    for path in sorted(stdlib.rglob("*.py")):
+        rel = path.relative_to(stdlib)
+        if _EXCLUDED_CODE_DIRS.intersection(rel.parts[:-1]):
+            continue
+        yield Document("code", f"stdlib:{rel.as_posix()}", path.read_text(encoding="utf-8", errors="replace"))
+
+
+def _datasets_documents(spec: CorpusSpec, seed: int) -> Iterable[Document]:
+    try:
+        import datasets
+    except ImportError:
+        raise ConfigError("likelihood.corpus.type",
+                          "'datasets' corpora need the datasets package (pip install datasets)") from None
+    if not spec.path:
+        raise ConfigError("likelihood.corpus.path", "a datasets corpus needs 'path'")
+    stream = datasets.load_dataset(spec.path, spec.name, split=spec.split, data_files=spec.data_files,
+                                   streaming=True)
+    stream = stream.shuffle(seed=seed, buffer_size=spec.shuffle_buffer)
+    for i, row in enumerate(stream):
+        if i >= spec.max_documents:
+            break
+        for field in (spec.text_field, spec.family_field):
+            if field not in row:
+                raise ConfigError("likelihood.corpus." + ("text_field" if field == spec.text_field else "family_field"),
+                                  f"field '{field}' is not in the corpus rows (fields: {sorted(row)})")
+        doc_id = str(row[spec.id_field]) if spec.id_field and spec.id_field in row else f"row:{i}"
+        yield Document(str(row[spec.family_field]), doc_id, row[spec.text_field])
+
+
+def load_documents(spec: CorpusSpec, seed: int) -> tuple[list[Document], str]:
+    """All documents read from the corpus, and the corpus hash."""
+    docs = list(_embedded_documents() if spec.type == "embedded" else _datasets_documents(spec, seed))
+    h = hashlib.sha256()
+    for d in docs:
+        for part in (d.family, d.doc_id, d.text):
+            h.update(part.encode())
+            h.update(b"\0")
+    return docs, h.hexdigest()

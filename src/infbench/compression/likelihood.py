@@ -1,0 +1,162 @@
+"""The BF16 reference likelihood stage: sample continuations, then score them.
+
+Files (per source and set):
+
+- ``continuations.parquet``: ``set, index, family, doc_id, context_ids,
+  continuation_ids, logprobs`` (the sampler's own log-probs);
+- ``sampling.json``: :class:`SamplingSummary`, PPL from the sampler's log-probs;
+- ``reference_scores.parquet``: ``index, logprobs`` teacher-forced by the scorer;
+- ``reference.json``: :class:`ReferenceSummary`, the reference ``PPL_D(p)``
+  that candidates are compared with, and the self-check ``F`` of the scorer's
+  log-probs against the sampler's (1 up to floating point).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import torch
+from pydantic import BaseModel
+
+from infbench import atomic, provenance
+from infbench.compression import contexts as ctx
+from infbench.compression import sampling, scoring
+from infbench.compression.hf_runtime import load_causal_lm
+from infbench.hashing import sha256_file
+
+CONTINUATIONS_SCHEMA = pa.schema([
+    ("set", pa.string()),
+    ("index", pa.int32()),
+    ("family", pa.string()),
+    ("doc_id", pa.string()),
+    ("context_ids", pa.list_(pa.int32())),
+    ("continuation_ids", pa.list_(pa.int32())),
+    ("logprobs", pa.list_(pa.float32())),
+])
+SCORES_SCHEMA = pa.schema([("index", pa.int32()), ("logprobs", pa.list_(pa.float32()))])
+
+
+class SamplingSummary(BaseModel):
+    source: str
+    set: str
+    backend: str
+    dtype: str
+    device: str
+    n_contexts: int
+    context_tokens: int
+    continuation_tokens: int
+    temperature: float
+    seed: int
+    batch_size: int
+    cross_entropy: float
+    ppl: float
+    provenance: provenance.Provenance
+
+
+class ReferenceSummary(BaseModel):
+    source: str
+    set: str
+    backend: str
+    dtype: str
+    n_contexts: int
+    tokens_scored: int
+    cross_entropy: float
+    ppl: float
+    sampler_ppl: float
+    f_self: float
+    f_self_ci95: tuple[float, float]
+    max_abs_logprob_diff: float
+    provenance: provenance.Provenance
+
+
+def _write_parquet(path, frame: pd.DataFrame, schema: pa.Schema) -> None:
+    with atomic.atomic_path(path) as tmp:
+        pq.write_table(pa.Table.from_pandas(frame, schema=schema, preserve_index=False), tmp)
+
+
+def read_continuations(path: str | Path) -> pd.DataFrame:
+    return pq.read_table(path).to_pandas().sort_values("index").reset_index(drop=True)
+
+
+def stack(column: pd.Series, dtype) -> np.ndarray:
+    return np.stack([np.asarray(v, dtype=dtype) for v in column])
+
+
+def sample_set(source: str, checkpoint: str, contexts_parquet: str, set_name: str, out_parquet: str,
+               out_summary: str, *, backend: str, n_tokens: int, temperature: float, seed: int,
+               batch_size: int, dtype: str, device: str, tensor_parallel: int = 1,
+               threads: int | None = None) -> SamplingSummary:
+    if threads:
+        torch.set_num_threads(threads)
+    table = ctx.read_contexts(contexts_parquet, set_name)
+    contexts = stack(table["token_ids"], np.int32)
+    indices = table["index"].tolist()
+    if backend == "vllm":
+        result = sampling.sample_vllm(checkpoint, contexts, indices, set_name=set_name, n_tokens=n_tokens,
+                                      temperature=temperature, seed=seed, dtype=dtype,
+                                      tensor_parallel=tensor_parallel)
+        used_device = "cuda"
+    else:
+        model = load_causal_lm(checkpoint, dtype, device)
+        used_device = str(next(model.parameters()).device)
+        result = sampling.sample_transformers(model, contexts, indices, set_name=set_name, n_tokens=n_tokens,
+                                              temperature=temperature, seed=seed, batch_size=batch_size)
+    frame = pd.DataFrame({
+        "set": set_name, "index": table["index"].astype("int32"), "family": table["family"],
+        "doc_id": table["doc_id"], "context_ids": list(contexts), "continuation_ids": list(result.tokens),
+        "logprobs": list(result.logprobs),
+    })
+    _write_parquet(out_parquet, frame, CONTINUATIONS_SCHEMA)
+    summary = SamplingSummary(
+        source=source, set=set_name, backend=backend, dtype=dtype, device=used_device,
+        n_contexts=len(frame), context_tokens=contexts.shape[1], continuation_tokens=n_tokens,
+        temperature=temperature, seed=seed, batch_size=batch_size,
+        cross_entropy=scoring.cross_entropy(result.logprobs), ppl=scoring.perplexity(result.logprobs),
+        provenance=provenance.collect(
+            {"backend": backend, "n_tokens": n_tokens, "temperature": temperature, "seed": seed,
+             "batch_size": batch_size, "dtype": dtype, "device": device},
+            {"contexts.parquet": sha256_file(contexts_parquet)}),
+    )
+    atomic.write_json(out_summary, summary.model_dump(mode="json"))
+    return summary
+
+
+def score_reference(source: str, checkpoint: str, continuations_parquet: str, out_parquet: str,
+                    out_summary: str, *, backend: str, batch_size: int, dtype: str, device: str,
+                    bootstrap_resamples: int, seed: int, tensor_parallel: int = 1,
+                    threads: int | None = None) -> ReferenceSummary:
+    if threads:
+        torch.set_num_threads(threads)
+    table = read_continuations(continuations_parquet)
+    contexts = stack(table["context_ids"], np.int32)
+    continuations = stack(table["continuation_ids"], np.int32)
+    sampler_logprobs = stack(table["logprobs"], np.float32)
+    if backend == "vllm":
+        scored = sampling.score_vllm(checkpoint, contexts, continuations, dtype=dtype,
+                                     tensor_parallel=tensor_parallel)
+    else:
+        model = load_causal_lm(checkpoint, dtype, device)
+        scored = scoring.score_continuations(scoring.hf_logits_fn(model), contexts, continuations,
+                                             batch_size=batch_size, device=next(model.parameters()).device)
+    set_name = str(table["set"].iloc[0])
+    _write_parquet(out_parquet, pd.DataFrame({"index": table["index"].astype("int32"), "logprobs": list(scored)}),
+                   SCORES_SCHEMA)
+    summary = ReferenceSummary(
+        source=source, set=set_name, backend=backend, dtype=dtype, n_contexts=len(table),
+        tokens_scored=int(scored.size), cross_entropy=scoring.cross_entropy(scored),
+        ppl=scoring.perplexity(scored), sampler_ppl=scoring.perplexity(sampler_logprobs),
+        f_self=scoring.ppl_ratio(sampler_logprobs, scored),
+        f_self_ci95=scoring.bootstrap_ppl_ratio(sampler_logprobs, scored, n_resamples=bootstrap_resamples,
+                                                seed=seed),
+        max_abs_logprob_diff=float(np.max(np.abs(scored - sampler_logprobs))),
+        provenance=provenance.collect(
+            {"backend": backend, "batch_size": batch_size, "dtype": dtype, "device": device,
+             "bootstrap_resamples": bootstrap_resamples, "seed": seed},
+            {"continuations.parquet": sha256_file(continuations_parquet)}),
+    )
+    atomic.write_json(out_summary, summary.model_dump(mode="json"))
+    return summary

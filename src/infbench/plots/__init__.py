@@ -1,0 +1,1 @@
+"""Plots for the Snakemake report."""

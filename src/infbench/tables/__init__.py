@@ -1,0 +1,1 @@
+"""Results tables for readers (CSV + Markdown, with a provenance sidecar)."""

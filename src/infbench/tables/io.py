@@ -1,0 +1,19 @@
+"""Writing a table of typed rows as CSV, Markdown and a provenance sidecar."""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import pandas as pd
+from pydantic import BaseModel
+
+from infbench import atomic, provenance
+
+
+def write_table(rows: Sequence[BaseModel], *, csv_path: str, md_path: str, provenance_path: str,
+                params: dict[str, Any], inputs: dict[str, str], float_format: str = "%.6g") -> pd.DataFrame:
+    frame = pd.DataFrame([r.model_dump() for r in rows])
+    atomic.write_text(csv_path, frame.to_csv(index=False, float_format=float_format, lineterminator="\n"))
+    atomic.write_text(md_path, frame.to_markdown(index=False, floatfmt=float_format.lstrip("%")) + "\n")
+    atomic.write_json(provenance_path, provenance.collect(params, inputs).model_dump(mode="json"))
+    return frame

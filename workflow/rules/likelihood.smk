@@ -1,0 +1,79 @@
+# The BF16 reference likelihood (PROTOCOL A3): context sets, sampled
+# continuations and teacher-forced reference scores.
+
+
+rule contexts:
+    input:
+        checkpoint=source_dir,
+        record="results/sources/{source}/source.json",
+    output:
+        contexts="results/likelihood/{source}/contexts.parquet",
+        manifest="results/likelihood/{source}/contexts.json",
+    params:
+        corpus=config["likelihood"]["corpus"],
+        contexts_per_set=config["likelihood"]["contexts_per_set"],
+        context_tokens=config["likelihood"]["context_tokens"],
+        continuation_tokens=config["likelihood"]["continuation_tokens"],
+        seed=config["likelihood"]["context_seed"],
+    log:
+        "logs/contexts/{source}.log",
+    threads: 1
+    resources:
+        mem_mb=4000,
+    conda:
+        "../../envs/compression-cpu.yaml"
+    script:
+        "../scripts/contexts.py"
+
+
+rule sample_continuations:
+    input:
+        checkpoint=source_dir,
+        contexts="results/likelihood/{source}/contexts.parquet",
+    output:
+        continuations="results/likelihood/{source}/{set}/continuations.parquet",
+        summary="results/likelihood/{source}/{set}/sampling.json",
+    params:
+        backend=config["likelihood"]["backend"],
+        n_tokens=config["likelihood"]["continuation_tokens"],
+        temperature=config["likelihood"]["temperature"],
+        seed=config["likelihood"]["seed"],
+        batch_size=config["likelihood"]["sample_batch_size"],
+        dtype=config["likelihood"]["dtype"],
+        device=config["likelihood"]["device"],
+        tensor_parallel=config["likelihood"]["tensor_parallel"],
+    log:
+        "logs/sample_continuations/{source}/{set}.log",
+    threads: 2
+    resources:
+        mem_mb=8000,
+    conda:
+        "../../envs/compression-cpu.yaml"
+    script:
+        "../scripts/sample_continuations.py"
+
+
+rule score_reference:
+    input:
+        checkpoint=source_dir,
+        continuations="results/likelihood/{source}/{set}/continuations.parquet",
+    output:
+        scores="results/likelihood/{source}/{set}/reference_scores.parquet",
+        summary="results/likelihood/{source}/{set}/reference.json",
+    params:
+        backend=config["likelihood"]["backend"],
+        batch_size=config["likelihood"]["score_batch_size"],
+        dtype=config["likelihood"]["dtype"],
+        device=config["likelihood"]["device"],
+        tensor_parallel=config["likelihood"]["tensor_parallel"],
+        bootstrap_resamples=config["likelihood"]["bootstrap_resamples"],
+        seed=config["likelihood"]["seed"],
+    log:
+        "logs/score_reference/{source}/{set}.log",
+    threads: 2
+    resources:
+        mem_mb=8000,
+    conda:
+        "../../envs/compression-cpu.yaml"
+    script:
+        "../scripts/score_reference.py"

@@ -1,0 +1,58 @@
+# Tables and plots for readers, with their provenance.
+
+
+rule tables:
+    input:
+        records=expand("results/sources/{source}/source.json", source=SOURCES),
+        sampling=expand(
+            "results/likelihood/{source}/{set}/sampling.json", source=SOURCES, set=SETS
+        ),
+        reference=expand(
+            "results/likelihood/{source}/{set}/reference.json", source=SOURCES, set=SETS
+        ),
+    output:
+        csv=report(
+            "results/tables/reference.csv",
+            caption="../report/reference_table.rst",
+            category="CompressionBench",
+            subcategory="BF16 reference",
+        ),
+        md="results/tables/reference.md",
+        provenance="results/tables/reference.provenance.json",
+    log:
+        "logs/tables/reference.log",
+    threads: 1
+    conda:
+        "../../envs/compression-cpu.yaml"
+    script:
+        "../scripts/reference_table.py"
+
+
+rule plot_reference:
+    input:
+        sampling=expand(
+            "results/likelihood/{source}/{set}/continuations.parquet",
+            source=SOURCES,
+            set=SETS,
+        ),
+        reference=expand(
+            "results/likelihood/{source}/{set}/reference_scores.parquet",
+            source=SOURCES,
+            set=SETS,
+        ),
+    output:
+        report(
+            "results/plots/reference_ppl.png",
+            caption="../report/reference_ppl.rst",
+            category="CompressionBench",
+            subcategory="BF16 reference",
+        ),
+    params:
+        labels=[(source, set_) for source in SOURCES for set_ in SETS],
+    log:
+        "logs/tables/reference_plot.log",
+    threads: 1
+    conda:
+        "../../envs/compression-cpu.yaml"
+    script:
+        "../scripts/plot_reference.py"
