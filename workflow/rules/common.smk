@@ -3,6 +3,8 @@ import re
 
 from snakemake.utils import validate
 
+from infbench import config_checks
+
 
 validate(config, schema="../schemas/config.schema.yaml")
 
@@ -10,16 +12,7 @@ SOURCES = sorted(config["sources"])
 SETS = ["search", "verification"]
 
 
-def _check_tasks():
-    for i, task in enumerate(config["tasks"]):
-        if task["source"] not in config["sources"]:
-            raise ValueError(
-                f"config key 'tasks[{i}].source': unknown source '{task['source']}' "
-                f"(sources: {', '.join(SOURCES)})"
-            )
-
-
-_check_tasks()
+config_checks.check(config)
 
 
 wildcard_constraints:

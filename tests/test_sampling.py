@@ -1,0 +1,57 @@
+import numpy as np
+import pytest
+import torch
+
+from infbench.compression import sampling
+from infbench.errors import ConfigError
+
+
+def _gens(n, seed=0):
+    return [torch.Generator().manual_seed(seed + i) for i in range(n)]
+
+
+def test_draw_follows_softmax():
+    probs = torch.tensor([0.5, 0.25, 0.15, 0.1, 0.0])
+    logp = torch.log(probs).expand(20000, -1)
+    tokens = sampling.draw(logp, _gens(20000))
+    freq = np.bincount(tokens.numpy(), minlength=5) / 20000
+    assert np.allclose(freq, probs.numpy(), atol=0.012)
+    assert freq[4] == 0.0
+
+
+def _sample(model, ctx, **kw):
+    args = dict(set_name="search", n_tokens=10, temperature=1.0, seed=0, batch_size=4, progress=False)
+    args.update(kw)
+    return sampling.sample_transformers(model, ctx, list(range(len(ctx))), **args)
+
+
+def test_seeded_deterministic_and_independent_of_batching(tiny_llama):
+    ctx = np.random.default_rng(0).integers(0, 97, size=(5, 6)).astype(np.int32)
+    a = _sample(tiny_llama, ctx)
+    b = _sample(tiny_llama, ctx, batch_size=1)
+    assert np.array_equal(a.tokens, b.tokens)
+    assert np.allclose(a.logprobs, b.logprobs, atol=1e-5)
+    assert not np.array_equal(a.tokens, _sample(tiny_llama, ctx, seed=1).tokens)
+    assert not np.array_equal(a.tokens, _sample(tiny_llama, ctx, set_name="verification").tokens)
+
+
+def test_stored_logprobs_are_the_raw_model_logprobs_at_any_temperature(tiny_llama):
+    ctx = np.random.default_rng(1).integers(0, 97, size=(2, 6)).astype(np.int32)
+    s = _sample(tiny_llama, ctx, temperature=0.5, n_tokens=3)
+    with torch.no_grad():
+        logits = tiny_llama(torch.as_tensor(ctx, dtype=torch.long)).logits[:, -1]
+    raw = torch.log_softmax(logits, -1)
+    for i in range(2):
+        assert s.logprobs[i, 0] == pytest.approx(raw[i, s.tokens[i, 0]].item(), abs=1e-5)
+
+
+def test_vllm_backend_without_the_extra_names_it():
+    pytest.importorskip("torch")
+    try:
+        import vllm  # noqa: F401
+        pytest.skip("vllm is installed")
+    except ImportError:
+        pass
+    with pytest.raises(ConfigError, match="likelihood.backend.*pip install -e '.\\[vllm\\]'"):
+        sampling.sample_vllm("x", np.zeros((1, 2), dtype=np.int32), [0], set_name="search", n_tokens=2,
+                             temperature=1.0, seed=0, dtype="bfloat16", tensor_parallel=1)
