@@ -1,0 +1,186 @@
+"""Search-time reward (PROTOCOL A3, A4) and final verification (A5) of a submission.
+
+Both run the submission in a fresh worker process; the pipeline computes every
+log-prob from the raw logits it returns. A failure anywhere becomes a record
+naming the failing check, never an exception that stops other jobs.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict
+
+from infbench.provenance import Provenance, collect as collect_provenance
+from infbench.compression import integrity, scoring
+from infbench.compression.decode import DecodeTiming, measure as measure_decode
+from infbench.compression.client import SubmissionProcess, WorkerFailure
+from infbench.compression.integrity import Check
+from infbench.compression.likelihood import read_continuations, stack
+from infbench.compression.submission import GIB, SubmissionError, check_tokenizer, content_hash, load_manifest, package_bytes
+
+
+class DecodeSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    prompt_tokens: int = 2048
+    output_tokens: int = 128
+    rounds: int = 3
+    requests_per_round: int = 3
+    warmup: int = 1
+
+
+class IntegritySettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    sequences: int = 2
+    tolerance: float = 0.05
+    tie_margin: float = 0.01
+    greedy_tokens: int = 16
+
+
+class EvaluationSettings(BaseModel):
+    """Config ``verification`` (defaults are the paper's)."""
+
+    model_config = ConfigDict(extra="forbid")
+    device: str = "cpu"
+    threads: int = 1
+    timeout_s: float = 3600.0
+    score_batch_size: int = 8
+    bootstrap_resamples: int = 1000
+    seed: int = 0
+    decode: DecodeSettings = DecodeSettings()
+    integrity: IntegritySettings = IntegritySettings()
+
+
+class Task(BaseModel):
+    name: str
+    source: str
+    limit_gib: float
+
+
+class EvaluationRecord(BaseModel):
+    kind: str  # "reward" (search set) or "verification" (verification set)
+    submission: str
+    task: str
+    source: str
+    limit_gib: float
+    content_hash: str | None = None
+    runtime: str | None = None
+    s_pkg_bytes: int | None = None
+    s_res_load_bytes: int | None = None
+    s_res_after_inference_bytes: int | None = None
+    s_res_bytes: int | None = None
+    s_pkg_gib: float | None = None
+    s_res_gib: float | None = None
+    package_bits_per_param: float | None = None
+    tokens_scored: int | None = None
+    ppl: float | None = None
+    ref_ppl: float | None = None
+    f: float | None = None
+    f_ci95: tuple[float, float] | None = None
+    accuracy: dict[str, float] | None = None
+    accuracy_mean: float | None = None
+    accuracy_ref: float | None = None
+    decode: DecodeTiming | None = None
+    checks: list[Check] = []
+    failed_check: str | None = None
+    failure: str | None = None
+    reward: float | None = None
+    score: float | None = None
+    wall_s: float = 0.0
+    provenance: Provenance | None = None
+
+
+def _fail(record: EvaluationRecord, name: str, evidence: dict[str, Any]) -> None:
+    record.checks.append(Check(name=name, passed=False, evidence=evidence))
+
+
+def _likelihood(proc: SubmissionProcess, continuations: str, ref_scores: np.ndarray | None, settings) -> dict:
+    table = read_continuations(continuations)
+    ctx, cont = stack(table["context_ids"], np.int32), stack(table["continuation_ids"], np.int32)
+    lp = scoring.score_continuations(proc.logits_fn(), ctx, cont, batch_size=settings.score_batch_size)
+    if not np.all(np.isfinite(lp)):
+        raise WorkerFailure("non-finite log-probs", f"{int(np.sum(~np.isfinite(lp)))} tokens")
+    return {"logprobs": lp, "contexts": ctx, "continuations": cont}
+
+
+def evaluate(kind: str, package: str | Path, task: Task, *, source_checkpoint: str, n_params: int,
+             vocab_size: int, continuations: str, reference_scores: str, settings: EvaluationSettings,
+             accuracy_gate: Callable | None = None, log_path: str | None = None) -> EvaluationRecord:
+    """Evaluate ``package`` for ``task`` on one likelihood set; ``kind`` is reward or verification."""
+    start = time.monotonic()
+    package = Path(package)
+    record = EvaluationRecord(kind=kind, submission=package.name, task=task.name, source=task.source,
+                              limit_gib=task.limit_gib)
+    limit = task.limit_gib * GIB
+    ref = stack(read_continuations(reference_scores)["logprobs"], np.float32)
+    try:
+        manifest = load_manifest(package)
+        record.runtime = manifest.runtime
+        if manifest.source != task.source:
+            raise SubmissionError(f"{package}/manifest.yaml: field 'source' is '{manifest.source}', "
+                                  f"task {task.name} compresses '{task.source}'")
+        check_tokenizer(package, manifest, source_checkpoint)
+        record.content_hash = content_hash(package)
+        record.s_pkg_bytes = package_bytes(package)
+        record.s_pkg_gib = record.s_pkg_bytes / GIB
+        record.package_bits_per_param = 8 * record.s_pkg_bytes / n_params
+        with SubmissionProcess(package, device=settings.device, threads=settings.threads,
+                               timeout_s=settings.timeout_s, log_path=log_path) as proc:
+            record.s_res_load_bytes = proc.load()["resident_bytes"]
+            result = _likelihood(proc, continuations, ref, settings)
+            lp = result["logprobs"]
+            record.tokens_scored = int(lp.size)
+            record.ppl, record.ref_ppl = scoring.perplexity(lp), scoring.perplexity(ref)
+            record.f = scoring.ppl_ratio(ref, lp)
+            record.f_ci95 = scoring.bootstrap_ppl_ratio(ref, lp, n_resamples=settings.bootstrap_resamples,
+                                                        seed=settings.seed)
+            if kind == "verification":
+                _verification_checks(proc, record, result, vocab_size, settings, accuracy_gate)
+            record.decode = measure_decode(proc.generate, vocab_size=vocab_size, seed=settings.seed,
+                                           **settings.decode.model_dump())
+            record.s_res_after_inference_bytes = proc.release()["resident_bytes"]
+            if kind == "verification":
+                record.checks.extend(integrity.access(proc.access()))
+        record.s_res_bytes = max(record.s_res_load_bytes, record.s_res_after_inference_bytes)
+        record.s_res_gib = record.s_res_bytes / GIB
+        record.checks.insert(0, Check(name="storage_package", passed=record.s_pkg_bytes <= limit,
+                                      evidence={"s_pkg_bytes": record.s_pkg_bytes, "limit_bytes": limit}))
+        record.checks.insert(1, Check(name="storage_resident", passed=record.s_res_bytes <= limit,
+                                      evidence={"after_load": record.s_res_load_bytes,
+                                                "after_inference": record.s_res_after_inference_bytes,
+                                                "limit_bytes": limit}))
+    except SubmissionError as exc:
+        record.failure = str(exc)
+        _fail(record, "package", {"error": str(exc)})
+    except WorkerFailure as exc:
+        record.failure = str(exc)[:4000]
+        _fail(record, "execution", {"cause": exc.cause, "error": str(exc)[:4000]})
+    record.failed_check = next((c.name for c in record.checks if not c.passed), None)
+    ok = record.failed_check is None
+    if kind == "reward":
+        record.reward = 10.0 * record.f if ok else 0.0
+    else:
+        record.score = record.f if ok else 0.0
+    record.wall_s = time.monotonic() - start
+    record.provenance = collect_provenance({"kind": kind, "task": task.model_dump(),
+                                            "settings": settings.model_dump()},
+                                           {"submission": record.content_hash or ""})
+    return record
+
+
+def _verification_checks(proc, record: EvaluationRecord, result: dict, vocab: int, settings, accuracy_gate) -> None:
+    s = settings.integrity
+    ids = np.concatenate([result["contexts"], result["continuations"]], axis=1)[:s.sequences]
+    ids = ids[:, :min(ids.shape[1], 96)].astype(np.int64)
+    record.checks.append(integrity.causality(proc.logits, ids, ids.shape[1] // 2, vocab, s.tolerance, settings.seed))
+    record.checks.append(integrity.greedy_matches_argmax(proc.logits, proc.generate, ids[0, :32].tolist(),
+                                                         s.greedy_tokens, s.tie_margin))
+    record.checks.extend(integrity.batch_invariance_and_determinism(proc.logits, ids, ids.shape[1] // 2,
+                                                                    s.tolerance))
+    if accuracy_gate is not None:
+        gate = accuracy_gate(proc)
+        record.accuracy, record.accuracy_mean, record.accuracy_ref = gate["per_benchmark"], gate["mean"], gate["reference"]
+        record.checks.append(Check(name="accuracy_gate", passed=gate["passed"], evidence=gate["evidence"]))

@@ -1,0 +1,49 @@
+"""Runtime ``hf``: a transformers checkpoint (including GPTQModel output)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+import torch
+
+
+def _load(checkpoint: Path, device: str):
+    import json
+
+    config = json.loads((checkpoint / "config.json").read_text())
+    method = (config.get("quantization_config") or {}).get("quant_method")
+    if method == "gptq":
+        from gptqmodel import BACKEND, GPTQModel
+
+        return GPTQModel.load(str(checkpoint), device=device, backend=BACKEND.TORCH).model
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(checkpoint, dtype="auto").to(device)
+
+
+class HFRunner:
+    def __init__(self, checkpoint: Path, device: str):
+        self.device = torch.device(device)
+        self.model = _load(checkpoint, str(self.device)).eval()
+
+    @torch.inference_mode()
+    def logits(self, input_ids: np.ndarray, n_last: int) -> np.ndarray:
+        ids = torch.as_tensor(input_ids, dtype=torch.long, device=self.device)
+        out = self.model(input_ids=ids, logits_to_keep=n_last, use_cache=False).logits
+        return out.float().cpu().numpy()
+
+    @torch.inference_mode()
+    def generate(self, input_ids: list[int], max_new_tokens: int) -> Iterator[int]:
+        ids = torch.as_tensor([input_ids], dtype=torch.long, device=self.device)
+        out = self.model(input_ids=ids, use_cache=True, logits_to_keep=1)
+        for step in range(max_new_tokens):
+            token = out.logits[:, -1].argmax(-1)
+            yield int(token)
+            if step + 1 < max_new_tokens:
+                out = self.model(input_ids=token.unsqueeze(-1), cache=out.cache, use_cache=True)
+
+    def release(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()

@@ -1,0 +1,58 @@
+"""Storage accounting (PROTOCOL A2).
+
+``S_pkg`` is every byte of the package (:func:`submission.package_bytes`).
+``S_res`` is the model storage still allocated after loading and after
+inference with caches released. On CUDA it is the device allocator's
+``memory_allocated``; on the CPU it is every live tensor and NumPy array
+reachable from Python objects in the submission's process, each underlying
+storage counted once (views and tied weights share storage), plus bytes a
+runtime holds natively (llama.cpp's tensors). Measured in the worker process.
+"""
+
+from __future__ import annotations
+
+import gc
+from typing import Any
+
+import numpy as np
+import torch
+
+
+def _storage_key(obj: Any) -> tuple[tuple, int] | None:
+    if isinstance(obj, torch.Tensor):
+        if obj.device.type == "meta":
+            return None
+        try:
+            storage = obj.untyped_storage()
+        except (RuntimeError, NotImplementedError):  # e.g. sparse or wrapper subclasses
+            return None
+        return (obj.device.type, storage.data_ptr()), storage.nbytes()
+    if isinstance(obj, np.ndarray):
+        base = obj
+        while isinstance(base.base, np.ndarray):
+            base = base.base
+        if base.nbytes == 0:
+            return None
+        return ("numpy", base.__array_interface__["data"][0]), base.nbytes
+    return None
+
+
+def live_cpu_bytes() -> int:
+    """Bytes of every distinct CPU storage behind live tensors and arrays."""
+    gc.collect()
+    seen: dict[tuple, int] = {}
+    for obj in gc.get_objects():
+        for candidate in (obj, *gc.get_referents(obj)):
+            found = _storage_key(candidate)
+            if found is None or found[0][0] == "cuda":
+                continue
+            key, nbytes = found
+            seen[key] = max(seen.get(key, 0), nbytes)
+    return sum(seen.values())
+
+
+def resident_bytes(device: str, native_bytes: int = 0) -> int:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+        return int(torch.cuda.memory_allocated()) + native_bytes
+    return live_cpu_bytes() + native_bytes

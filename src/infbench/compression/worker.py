@@ -1,0 +1,139 @@
+"""The process a submission runs in: ``python -m infbench.compression.worker PACKAGE``.
+
+The pipeline talks to it over a line protocol (one JSON request on stdin, one
+JSON reply on a private copy of stdout; the submission's own prints go to
+stderr). Before the submission is imported, an audit hook records every file
+it opens for reading outside its package and the runtime's libraries, and
+every network connection. Logits travel as ``.npy`` files in a directory the
+pipeline owns, so the pipeline itself computes log-probs from raw logits.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+
+_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT
+
+
+class AccessLog:
+    """Audit hook state: reads outside the allowed roots and network connections."""
+
+    def __init__(self, allowed: list[Path]):
+        self.allowed = [str(p.resolve()) for p in allowed]
+        self.reads: list[str] = []
+        self.connections: list[str] = []
+
+    def _allowed(self, path: str) -> bool:
+        real = os.path.realpath(path)
+        return any(real == root or real.startswith(root + os.sep) for root in self.allowed)
+
+    def __call__(self, event: str, args) -> None:
+        if event == "open":
+            path, mode, flags = args
+            if isinstance(path, bytes):
+                path = os.fsdecode(path)
+            if not isinstance(path, str):
+                return
+            writing = (mode is not None and any(c in mode for c in "wax+")) or (
+                mode is None and flags & _WRITE_FLAGS)
+            if not writing and not self._allowed(path) and len(self.reads) < 1000:
+                self.reads.append(os.path.realpath(path))
+        elif event in ("socket.connect", "socket.sendto") and len(self.connections) < 1000:
+            self.connections.append(repr(args[1]) if len(args) > 1 else repr(args))
+
+
+def allowed_roots(package: Path, ipc_dir: Path) -> list[Path]:
+    import infbench
+
+    roots = {Path(sys.prefix), Path(sys.base_prefix), Path(sys.exec_prefix), Path(infbench.__file__).parent,
+             package, ipc_dir, Path("/usr"), Path("/lib"), Path("/lib64"), Path("/etc"), Path("/proc"),
+             Path("/sys"), Path("/dev")}
+    return sorted(roots)
+
+
+class Worker:
+    def __init__(self, package: Path, ipc_dir: Path, device: str, threads: int, access: AccessLog):
+        self.package, self.ipc_dir, self.device, self.threads = package, ipc_dir, device, threads
+        self.access = access
+        self.runner = None
+
+    def _native(self) -> int:
+        native = getattr(self.runner, "native_resident_bytes", None)
+        return int(native()) if native else 0
+
+    def cmd_load(self, req):
+        import torch
+
+        from infbench.compression.runtimes import load_runner
+        from infbench.compression.storage import resident_bytes
+        from infbench.compression.submission import load_manifest
+
+        torch.set_num_threads(self.threads)
+        manifest = load_manifest(self.package)
+        start = time.perf_counter()
+        self.runner = load_runner(self.package, manifest, self.device, self.threads)
+        return {"load_s": time.perf_counter() - start,
+                "resident_bytes": resident_bytes(self.device, self._native())}
+
+    def cmd_logits(self, req):
+        import numpy as np
+
+        ids = np.asarray(req["ids"], dtype=np.int64)
+        logits = np.asarray(self.runner.logits(ids, int(req["n_last"])))
+        expected = (ids.shape[0], int(req["n_last"]))
+        if logits.ndim != 3 or logits.shape[:2] != expected:
+            raise ValueError(f"logits() returned shape {logits.shape}, expected {expected + ('V',)}")
+        out = self.ipc_dir / req["out"]
+        np.save(out, logits.astype(np.float32, copy=False))
+        return {"shape": list(logits.shape), "path": str(out)}
+
+    def cmd_generate(self, req):
+        tokens, stamps = [], []
+        for token in self.runner.generate([int(t) for t in req["ids"]], int(req["max_new_tokens"])):
+            stamps.append(time.perf_counter())
+            tokens.append(int(token))
+            if len(tokens) >= int(req["max_new_tokens"]):
+                break
+        return {"tokens": tokens, "times": stamps}
+
+    def cmd_release(self, req):
+        import gc
+
+        from infbench.compression.storage import resident_bytes
+
+        self.runner.release()
+        gc.collect()
+        return {"resident_bytes": resident_bytes(self.device, self._native())}
+
+    def cmd_access(self, req):
+        return {"reads": sorted(set(self.access.reads)), "connections": self.access.connections}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    package, ipc_dir, device, threads = Path(argv[0]).resolve(), Path(argv[1]).resolve(), argv[2], int(argv[3])
+    protocol = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)  # the submission's prints go to stderr
+    sys.stdout = sys.stderr
+    access = AccessLog(allowed_roots(package, ipc_dir))
+    sys.addaudithook(access)
+    worker = Worker(package, ipc_dir, device, threads, access)
+    for line in sys.stdin:
+        req = json.loads(line)
+        if req["cmd"] == "exit":
+            break
+        try:
+            reply = {"ok": True, **getattr(worker, f"cmd_{req['cmd']}")(req)}
+        except Exception as exc:  # reported to the pipeline as a failure record
+            reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
+        protocol.write(json.dumps(reply) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
