@@ -14,6 +14,7 @@ include: "workflow/rules/common.smk"
 include: "workflow/rules/source.smk"
 include: "workflow/rules/likelihood.smk"
 include: "workflow/rules/tables.smk"
+include: "workflow/rules/compression.smk"
 
 
 rule all:
@@ -22,4 +23,5 @@ rule all:
         "results/tables/reference.csv",
         "results/plots/reference_ppl.png",
         expand("results/sources/{source}/f16.gguf", source=SOURCES),
+        "results/tables/compression.md",
     default_target: True

@@ -25,6 +25,25 @@ def _source(args) -> None:
     print(f"{record.name}: {record.n_params:,} parameters -> {args.out_dir}")
 
 
+def _reward(args) -> None:
+    from pathlib import Path
+
+    from infbench.compression import tasks, verification
+    from infbench.config_io import load_config
+    from infbench.errors import ConfigError
+
+    config = load_config(args.config)
+    known = tasks.tasks(config)
+    if args.task not in known:
+        raise ConfigError("--task", f"unknown task '{args.task}' (tasks in {args.config}: {', '.join(known)})")
+    record = verification.reward(args.submission, known[args.task], results=Path(args.results),
+                                 settings=config["verification"], threads=args.threads, log_path=Path(args.log))
+    summary = {k: getattr(record, k) for k in ("task", "submission", "reward", "f", "ppl", "s_pkg_bytes",
+                                               "s_res_bytes", "failed_check", "failure", "wall_s")}
+    summary["tps"] = record.decode.tps if record.decode else None
+    print(json.dumps(summary, indent=2))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="infbench")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -48,6 +67,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--out", default=None, help="also write the table (Markdown) here")
     p.set_defaults(func=_bench)
+
+    p = sub.add_parser("reward", help="search-time reward of a submission (10 F_s, or 0), appended to a JSONL log")
+    p.add_argument("submission")
+    p.add_argument("--task", required=True, help="e.g. smollm2-135m-0.1gib (source-<limit>gib)")
+    p.add_argument("--config", default="config/config.yaml")
+    p.add_argument("--results", default="results", help="the pipeline's results directory")
+    p.add_argument("--log", default="results/reward_log.jsonl")
+    p.add_argument("--threads", type=int, default=2)
+    p.set_defaults(func=_reward)
 
     args = parser.parse_args(argv)
     try:

@@ -18,7 +18,54 @@ config_checks.check(config)
 wildcard_constraints:
     source="|".join(map(re.escape, SOURCES)),
     set="|".join(SETS),
+    candidate="[A-Za-z0-9._-]+",
+    qtype="[A-Za-z0-9_]+",
+    limit="[0-9.]+",
+    task="[A-Za-z0-9._-]+",
 
 
 def source_dir(wildcards):
     return f"results/sources/{wildcards.source}/hf"
+
+
+# CompressionBench tasks and candidates ------------------------------------
+from infbench.compression import tasks as compression_tasks
+
+TASKS = compression_tasks.tasks(config)
+COMPRESSION = config["compression"]
+SUBMISSIONS = compression_tasks.submission_dirs(COMPRESSION["submissions_dir"])
+
+
+def candidates(source):
+    """Candidate names verified for ``source``: baselines, then user submissions."""
+    names = ["starter"] if COMPRESSION["starter"] else []
+    names += [f"gguf-{t}" for t in COMPRESSION["gguf_types"]]
+    names += [
+        f"released-{n}"
+        for n, r in COMPRESSION["released_gguf"].items()
+        if r["source"] == source
+    ]
+    if COMPRESSION["gptq"]["enabled"]:
+        names += [
+            f"gptq-{t.limit_gib:g}gib" for t in TASKS.values() if t.source == source
+        ]
+    names += [
+        name
+        for name, path in SUBMISSIONS.items()
+        if compression_tasks.declared_source(path) in (source, None)
+    ]
+    return names
+
+
+def candidate_package(wildcards):
+    """A user submission's files (so editing any of them reruns it), or a built baseline."""
+    if wildcards.candidate in SUBMISSIONS:
+        root = SUBMISSIONS[wildcards.candidate]
+        return sorted(str(p) for p in root.rglob("*") if p.is_file())
+    return f"results/candidates/{wildcards.source}/{wildcards.candidate}"
+
+
+def candidate_dir(wildcards):
+    if wildcards.candidate in SUBMISSIONS:
+        return str(SUBMISSIONS[wildcards.candidate])
+    return f"results/candidates/{wildcards.source}/{wildcards.candidate}"

@@ -25,33 +25,33 @@ from infbench.compression.submission import GIB, SubmissionError, check_tokenize
 
 class DecodeSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    prompt_tokens: int = 2048
-    output_tokens: int = 128
-    rounds: int = 3
-    requests_per_round: int = 3
-    warmup: int = 1
+    prompt_tokens: int
+    output_tokens: int
+    rounds: int
+    requests_per_round: int
+    warmup: int
 
 
 class IntegritySettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    sequences: int = 2
-    tolerance: float = 0.05
-    tie_margin: float = 0.01
-    greedy_tokens: int = 16
+    sequences: int
+    tolerance: float
+    tie_margin: float
+    greedy_tokens: int
 
 
 class EvaluationSettings(BaseModel):
-    """Config ``verification`` (defaults are the paper's)."""
+    """Config ``verification`` after schema validation (defaults live in the schema only)."""
 
     model_config = ConfigDict(extra="forbid")
-    device: str = "cpu"
+    device: str
+    timeout_s: float
+    score_batch_size: int
+    bootstrap_resamples: int
+    seed: int
+    decode: DecodeSettings
+    integrity: IntegritySettings
     threads: int = 1
-    timeout_s: float = 3600.0
-    score_batch_size: int = 8
-    bootstrap_resamples: int = 1000
-    seed: int = 0
-    decode: DecodeSettings = DecodeSettings()
-    integrity: IntegritySettings = IntegritySettings()
 
 
 class Task(BaseModel):
@@ -106,22 +106,20 @@ def _likelihood(proc: SubmissionProcess, continuations: str, ref_scores: np.ndar
     return {"logprobs": lp, "contexts": ctx, "continuations": cont}
 
 
-def evaluate(kind: str, package: str | Path, task: Task, *, source_checkpoint: str, n_params: int,
-             vocab_size: int, continuations: str, reference_scores: str, settings: EvaluationSettings,
-             accuracy_gate: Callable | None = None, log_path: str | None = None) -> EvaluationRecord:
-    """Evaluate ``package`` for ``task`` on one likelihood set; ``kind`` is reward or verification."""
+def measure(kind: str, package: str | Path, source: str, *, source_checkpoint: str, n_params: int,
+            vocab_size: int, continuations: str, reference_scores: str, settings: EvaluationSettings,
+            accuracy_gate: Callable | None = None, log_path: str | None = None) -> EvaluationRecord:
+    """Everything about ``package`` that does not depend on a storage limit; ``kind``: reward or verification."""
     start = time.monotonic()
     package = Path(package)
-    record = EvaluationRecord(kind=kind, submission=package.name, task=task.name, source=task.source,
-                              limit_gib=task.limit_gib)
-    limit = task.limit_gib * GIB
+    record = EvaluationRecord(kind=kind, submission=package.name, task="", source=source, limit_gib=0.0)
     ref = stack(read_continuations(reference_scores)["logprobs"], np.float32)
     try:
         manifest = load_manifest(package)
         record.runtime = manifest.runtime
-        if manifest.source != task.source:
+        if manifest.source != source:
             raise SubmissionError(f"{package}/manifest.yaml: field 'source' is '{manifest.source}', "
-                                  f"task {task.name} compresses '{task.source}'")
+                                  f"the task compresses '{source}'")
         check_tokenizer(package, manifest, source_checkpoint)
         record.content_hash = content_hash(package)
         record.s_pkg_bytes = package_bytes(package)
@@ -146,28 +144,36 @@ def evaluate(kind: str, package: str | Path, task: Task, *, source_checkpoint: s
                 record.checks.extend(integrity.access(proc.access()))
         record.s_res_bytes = max(record.s_res_load_bytes, record.s_res_after_inference_bytes)
         record.s_res_gib = record.s_res_bytes / GIB
-        record.checks.insert(0, Check(name="storage_package", passed=record.s_pkg_bytes <= limit,
-                                      evidence={"s_pkg_bytes": record.s_pkg_bytes, "limit_bytes": limit}))
-        record.checks.insert(1, Check(name="storage_resident", passed=record.s_res_bytes <= limit,
-                                      evidence={"after_load": record.s_res_load_bytes,
-                                                "after_inference": record.s_res_after_inference_bytes,
-                                                "limit_bytes": limit}))
     except SubmissionError as exc:
         record.failure = str(exc)
         _fail(record, "package", {"error": str(exc)})
     except WorkerFailure as exc:
         record.failure = str(exc)[:4000]
         _fail(record, "execution", {"cause": exc.cause, "error": str(exc)[:4000]})
+    record.wall_s = time.monotonic() - start
+    record.provenance = collect_provenance({"kind": kind, "source": source, "settings": settings.model_dump()},
+                                           {"submission": record.content_hash or ""})
+    return record
+
+
+def verdict(measured: EvaluationRecord, task: Task) -> EvaluationRecord:
+    """The measurement judged under ``task``'s storage limit: checks, failing check, reward or score."""
+    record = measured.model_copy(deep=True, update={"task": task.name, "limit_gib": task.limit_gib})
+    limit = task.limit_gib * GIB
+    if record.s_pkg_bytes is not None and record.s_res_bytes is not None:
+        record.checks[:0] = [
+            Check(name="storage_package", passed=record.s_pkg_bytes <= limit,
+                  evidence={"s_pkg_bytes": record.s_pkg_bytes, "limit_bytes": limit}),
+            Check(name="storage_resident", passed=record.s_res_bytes <= limit,
+                  evidence={"after_load": record.s_res_load_bytes,
+                            "after_inference": record.s_res_after_inference_bytes, "limit_bytes": limit}),
+        ]
     record.failed_check = next((c.name for c in record.checks if not c.passed), None)
-    ok = record.failed_check is None
-    if kind == "reward":
+    ok = record.failed_check is None and record.f is not None
+    if record.kind == "reward":
         record.reward = 10.0 * record.f if ok else 0.0
     else:
         record.score = record.f if ok else 0.0
-    record.wall_s = time.monotonic() - start
-    record.provenance = collect_provenance({"kind": kind, "task": task.model_dump(),
-                                            "settings": settings.model_dump()},
-                                           {"submission": record.content_hash or ""})
     return record
 
 

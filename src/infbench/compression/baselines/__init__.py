@@ -1,0 +1,1 @@
+"""Baseline packages: the starter (BF16), GGUF quantizations, uniform GPTQ."""

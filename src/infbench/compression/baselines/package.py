@@ -1,0 +1,41 @@
+"""Assembling a submission package directory atomically."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import yaml
+
+from infbench import atomic
+from infbench.compression.submission import MANIFEST, Manifest
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja")
+
+
+def copy_tokenizer(checkpoint: Path, dest: Path) -> None:
+    dest.mkdir(parents=True, exist_ok=True)
+    for name in TOKENIZER_FILES:
+        if (checkpoint / name).exists():
+            shutil.copy2(checkpoint / name, dest / name)
+
+
+def write_package(out_dir: str | Path, manifest: Manifest, fill) -> None:
+    """``fill(tmp_dir)`` writes the weights and code; the manifest is written last."""
+    with atomic.atomic_path(out_dir, directory=True) as tmp:
+        fill(tmp)
+        (tmp / MANIFEST).write_text(yaml.safe_dump(manifest.model_dump(exclude_defaults=True), sort_keys=False))
+
+
+def starter(example_dir: str | Path, checkpoint: str | Path, source: str, out_dir: str | Path) -> None:
+    """The starter package: the example code plus the source's BF16 checkpoint as ``model/``."""
+    example = yaml.safe_load((Path(example_dir) / MANIFEST).read_text())
+    manifest = Manifest.model_validate({**example, "source": source})
+
+    def fill(tmp: Path) -> None:
+        for item in Path(example_dir).iterdir():
+            if item.name != MANIFEST and item.is_file():
+                shutil.copy2(item, tmp / item.name)
+        shutil.copytree(checkpoint, tmp / manifest.weights)
+
+    write_package(out_dir, manifest, fill)

@@ -1,0 +1,59 @@
+"""Pipeline glue for final verification and the search-time reward.
+
+``measure_for_pipeline``: one measurement per (source, candidate) on the
+verification set; ``verdict_for_pipeline``: the task's storage limit applied
+(cheap, per task x candidate); ``reward``: the search-time evaluator that
+``infbench reward`` runs on the search set and appends to a JSONL log.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from infbench import atomic
+from infbench.compression.device import resolve
+from infbench.compression.evaluation import EvaluationRecord, EvaluationSettings, Task, measure, verdict
+from infbench.sources import read_record
+
+
+def _settings(settings: dict, threads: int) -> EvaluationSettings:
+    return EvaluationSettings.model_validate({**settings, "device": resolve(settings["device"]),
+                                              "threads": threads})
+
+
+def measure_for_pipeline(package: str, source: str, *, source_checkpoint: str, source_record: str,
+                         continuations: str, reference_scores: str, settings: dict, threads: int, out: str,
+                         worker_log: str | None = None, accuracy_gate=None) -> EvaluationRecord:
+    record = read_record(source_record)
+    measured = measure("verification", package, source, source_checkpoint=source_checkpoint,
+                       n_params=record.n_params, vocab_size=record.vocab_size, continuations=continuations,
+                       reference_scores=reference_scores, settings=_settings(settings, threads),
+                       accuracy_gate=accuracy_gate, log_path=worker_log)
+    atomic.write_json(out, measured.model_dump(mode="json"))
+    return measured
+
+
+def verdict_for_pipeline(measured_json: str, task: dict, out: str) -> EvaluationRecord:
+    measured = EvaluationRecord.model_validate_json(Path(measured_json).read_text())
+    record = verdict(measured, Task.model_validate(task))
+    atomic.write_json(out, record.model_dump(mode="json"))
+    return record
+
+
+def reward(package: str, task: Task, *, results: Path, settings: dict, threads: int, log_path: Path,
+           worker_log: str | None = None) -> EvaluationRecord:
+    """Search-time reward ``10 F_s`` (0 unless it runs and both storage limits hold), logged as JSONL."""
+    src = results / "sources" / task.source
+    lk = results / "likelihood" / task.source / "search"
+    record = read_record(src / "source.json")
+    measured = measure("reward", package, task.source, source_checkpoint=str(src / "hf"),
+                       n_params=record.n_params, vocab_size=record.vocab_size,
+                       continuations=str(lk / "continuations.parquet"),
+                       reference_scores=str(lk / "reference_scores.parquet"),
+                       settings=_settings(settings, threads), log_path=worker_log)
+    judged = verdict(measured, task)
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "a") as log:
+        log.write(json.dumps(judged.model_dump(mode="json"), sort_keys=True) + "\n")
+    return judged

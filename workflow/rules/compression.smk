@@ -1,0 +1,142 @@
+# CompressionBench candidates (PROTOCOL A6), final verification (A5) and tables.
+
+
+rule starter_submission:
+    input:
+        checkpoint=source_dir,
+        code=expand("examples/starter_submission/{f}", f=["manifest.yaml", "inference.py"]),
+    output:
+        directory("results/candidates/{source}/starter"),
+    log:
+        "logs/starter_submission/{source}.log",
+    threads: 1
+    resources:
+        mem_mb=2000,
+    conda:
+        "../../envs/compression-cpu.yaml"
+    script:
+        "../scripts/starter_submission.py"
+
+
+rule gguf_baseline:
+    input:
+        gguf="results/sources/{source}/f16.gguf",
+        checkpoint=source_dir,
+    output:
+        directory("results/candidates/{source}/gguf-{qtype}"),
+    log:
+        "logs/gguf_baseline/{source}/{qtype}.log",
+    threads: 2
+    resources:
+        mem_mb=8000,
+    conda:
+        "../../envs/llama-cpp.yaml"
+    script:
+        "../scripts/gguf_baseline.py"
+
+
+rule released_gguf:
+    input:
+        gguf=lambda wc: COMPRESSION["released_gguf"][wc.name]["path"],
+        checkpoint=source_dir,
+    output:
+        directory("results/candidates/{source}/released-{name}"),
+    log:
+        "logs/released_gguf/{source}/{name}.log",
+    threads: 1
+    conda:
+        "../../envs/llama-cpp.yaml"
+    script:
+        "../scripts/released_gguf.py"
+
+
+rule gptq_baseline:
+    input:
+        checkpoint=source_dir,
+        contexts="results/likelihood/{source}/contexts.parquet",
+    output:
+        package=directory("results/candidates/{source}/gptq-{limit}gib"),
+        record="results/compression/{source}/gptq-{limit}gib.json",
+    params:
+        corpus=config["likelihood"]["corpus"],
+        gptq=COMPRESSION["gptq"],
+    log:
+        "logs/gptq_baseline/{source}/{limit}.log",
+    threads: 2
+    resources:
+        mem_mb=16000,
+    conda:
+        "../../envs/gptq.yaml"
+    script:
+        "../scripts/gptq_baseline.py"
+
+
+rule measure_candidate:
+    input:
+        package=candidate_package,
+        checkpoint=source_dir,
+        record="results/sources/{source}/source.json",
+        continuations="results/likelihood/{source}/verification/continuations.parquet",
+        reference="results/likelihood/{source}/verification/reference_scores.parquet",
+    output:
+        "results/compression/{source}/measured/{candidate}.json",
+    params:
+        package=candidate_dir,
+        settings=config["verification"],
+    log:
+        "logs/measure_candidate/{source}/{candidate}.log",
+    threads: 2
+    resources:
+        mem_mb=16000,
+    conda:
+        "../../envs/compression-cpu.yaml"
+    script:
+        "../scripts/measure_candidate.py"
+
+
+rule verify:
+    input:
+        lambda wc: f"results/compression/{TASKS[wc.task].source}/measured/{wc.candidate}.json",
+    output:
+        "results/compression/verification/{task}/{candidate}.json",
+    params:
+        task=lambda wc: TASKS[wc.task].model_dump(),
+    log:
+        "logs/verify/{task}/{candidate}.log",
+    threads: 1
+    conda:
+        "../../envs/compression-cpu.yaml"
+    script:
+        "../scripts/verify.py"
+
+
+rule compression_table:
+    input:
+        records=[
+            f"results/compression/verification/{name}/{candidate}.json"
+            for name, task in TASKS.items()
+            for candidate in candidates(task.source)
+        ],
+        sources=expand("results/sources/{source}/source.json", source=SOURCES),
+    output:
+        csv=report(
+            "results/tables/compression.csv",
+            caption="../report/compression_table.rst",
+            category="CompressionBench",
+            subcategory="Final verification",
+        ),
+        md="results/tables/compression.md",
+        provenance="results/tables/compression.provenance.json",
+        plot=report(
+            "results/plots/accuracy_vs_bits.png",
+            caption="../report/accuracy_vs_bits.rst",
+            category="CompressionBench",
+            subcategory="Final verification",
+        ),
+    log:
+        "logs/tables/compression.log",
+    threads: 1
+    conda:
+        "../../envs/compression-cpu.yaml"
+    script:
+        "../scripts/compression_table.py"

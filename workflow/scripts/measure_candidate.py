@@ -1,0 +1,18 @@
+import sys
+
+sys.stderr = open(snakemake.log[0], "w")
+
+from infbench.compression import verification
+
+verification.measure_for_pipeline(
+    snakemake.params.package,
+    snakemake.wildcards.source,
+    source_checkpoint=snakemake.input.checkpoint,
+    source_record=snakemake.input.record,
+    continuations=snakemake.input.continuations,
+    reference_scores=snakemake.input.reference,
+    settings=dict(snakemake.params.settings),
+    threads=snakemake.threads,
+    out=snakemake.output[0],
+    worker_log=snakemake.log[0],
+)

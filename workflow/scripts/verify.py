@@ -1,0 +1,7 @@
+import sys
+
+sys.stderr = open(snakemake.log[0], "w")
+
+from infbench.compression import verification
+
+verification.verdict_for_pipeline(snakemake.input[0], snakemake.params.task, snakemake.output[0])
