@@ -16,7 +16,7 @@ class StarterModel:
     @torch.inference_mode()
     def logits(self, input_ids: np.ndarray, n_last: int) -> np.ndarray:
         ids = torch.as_tensor(input_ids, dtype=torch.long, device=self.device)
-        return self.model(input_ids=ids, logits_to_keep=n_last).logits.float().cpu().numpy()
+        return self.model(input_ids=ids, logits_to_keep=n_last, use_cache=False).logits.float().cpu().numpy()
 
     @torch.inference_mode()
     def generate(self, input_ids: list[int], max_new_tokens: int):
