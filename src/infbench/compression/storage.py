@@ -24,9 +24,9 @@ def _storage_key(obj: Any) -> tuple[tuple, int] | None:
             return None
         try:
             storage = obj.untyped_storage()
-        except (RuntimeError, NotImplementedError):  # e.g. sparse or wrapper subclasses
+            return (obj.device.type, storage.data_ptr()), storage.nbytes()
+        except (RuntimeError, NotImplementedError):  # sparse, fake or functional tensors own no storage
             return None
-        return (obj.device.type, storage.data_ptr()), storage.nbytes()
     if isinstance(obj, np.ndarray):
         base = obj
         while isinstance(base.base, np.ndarray):
@@ -37,9 +37,10 @@ def _storage_key(obj: Any) -> tuple[tuple, int] | None:
     return None
 
 
-def live_cpu_bytes() -> int:
-    """Bytes of every distinct CPU storage behind live tensors and arrays."""
+def live_cpu_bytes(exclude: list[Any] = ()) -> int:
+    """Bytes of every distinct CPU storage behind live tensors and arrays, except ``exclude``'s."""
     gc.collect()
+    skip = {found[0] for found in map(_storage_key, exclude) if found}
     seen: dict[tuple, int] = {}
     for obj in gc.get_objects():
         for candidate in (obj, *gc.get_referents(obj)):
@@ -47,12 +48,15 @@ def live_cpu_bytes() -> int:
             if found is None or found[0][0] == "cuda":
                 continue
             key, nbytes = found
+            if key in skip:
+                continue
             seen[key] = max(seen.get(key, 0), nbytes)
     return sum(seen.values())
 
 
-def resident_bytes(device: str, native_bytes: int = 0) -> int:
+def resident_bytes(device: str, native_bytes: int = 0, workspace: list[Any] = ()) -> int:
+    """``workspace``: buffers of the pipeline's own runtimes (llama.cpp's logits array), not model storage."""
     if device.startswith("cuda"):
         torch.cuda.synchronize()
         return int(torch.cuda.memory_allocated()) + native_bytes
-    return live_cpu_bytes() + native_bytes
+    return live_cpu_bytes(workspace) + native_bytes

@@ -61,24 +61,29 @@ class Worker:
         self.package, self.ipc_dir, self.device, self.threads = package, ipc_dir, device, threads
         self.access = access
         self.runner = None
+        self.runtime = None
 
-    def _native(self) -> int:
+    def _resident(self) -> int:
+        from infbench.compression.storage import resident_bytes
+
         native = getattr(self.runner, "native_resident_bytes", None)
-        return int(native()) if native else 0
+        # Only the pipeline's own runtimes may declare workspace; a python-runtime
+        # submission's every live array counts.
+        workspace = getattr(self.runner, "workspace", None) if self.runtime != "python" else None
+        return resident_bytes(self.device, int(native()) if native else 0, workspace() if workspace else [])
 
     def cmd_load(self, req):
         import torch
 
         from infbench.compression.runtimes import load_runner
-        from infbench.compression.storage import resident_bytes
         from infbench.compression.submission import load_manifest
 
         torch.set_num_threads(self.threads)
         manifest = load_manifest(self.package)
+        self.runtime = manifest.runtime
         start = time.perf_counter()
         self.runner = load_runner(self.package, manifest, self.device, self.threads)
-        return {"load_s": time.perf_counter() - start,
-                "resident_bytes": resident_bytes(self.device, self._native())}
+        return {"load_s": time.perf_counter() - start, "resident_bytes": self._resident()}
 
     def cmd_logits(self, req):
         import numpy as np
@@ -102,13 +107,8 @@ class Worker:
         return {"tokens": tokens, "times": stamps}
 
     def cmd_release(self, req):
-        import gc
-
-        from infbench.compression.storage import resident_bytes
-
         self.runner.release()
-        gc.collect()
-        return {"resident_bytes": resident_bytes(self.device, self._native())}
+        return {"resident_bytes": self._resident()}
 
     def cmd_access(self, req):
         return {"reads": sorted(set(self.access.reads)), "connections": self.access.connections}

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shutil
 from pathlib import Path
 
@@ -88,6 +89,9 @@ def choose_bits(checkpoint: Path, limit_gib: float, bit_widths: list[int], group
 
 def quantize(checkpoint: Path, out: Path, bits: int, *, group_size: int, damp_percent: float, act_order: bool,
              calibration: list[list[int]]) -> None:
+    # GPTQModel sizes its CPU pool as ceil(cores / 2) but its model loader asks
+    # for two workers, which fails on a 2-core machine.
+    os.environ.setdefault("GPTQMODEL_CPU_WORKERS", str(max(2, os.cpu_count() or 1)))
     from gptqmodel import BACKEND, GPTQModel, QuantizeConfig
 
     cfg = QuantizeConfig(bits=bits, group_size=group_size, desc_act=act_order, sym=True,

@@ -8,7 +8,9 @@ Every runtime returns a *runner* with the interface of docs/submission.md:
   decoding, one token at a time, EOS not stopping it;
 - ``release() -> None``: drop KV caches and other per-request state;
 - optionally ``native_resident_bytes() -> int``: model bytes held outside Python
-  objects (llama.cpp's tensors), added to the live-tensor count.
+  objects (llama.cpp's tensors), added to the live-tensor count;
+- optionally (built-in runtimes only) ``workspace() -> list``: scratch buffers that
+  are not model storage (llama.cpp's logits array), left out of the count.
 """
 
 from __future__ import annotations

@@ -35,6 +35,10 @@ class LlamaCppRunner:
     def release(self) -> None:
         self.llm.reset()
 
+    def workspace(self) -> list:
+        """The logits buffer (n_ctx x vocab float32), scratch space like a KV cache."""
+        return [self.llm.scores, self.llm.input_ids]
+
     def native_resident_bytes(self) -> int:
         import llama_cpp
 
