@@ -67,6 +67,17 @@ def test_selection_is_seeded_and_identical_for_every_caller(answer_settings, que
     assert any(questions[b].questions != other[b].questions for b in BENCHMARKS)
 
 
+def test_bad_settings_name_the_key(answer_settings):
+    from infbench.compression.answers.settings import from_config
+
+    section = answer_settings.model_dump(mode="json")
+    section["humaneval"]["timeout_s"] = 0
+    with pytest.raises(ConfigError, match=r"'answers\.humaneval\.timeout_s'"):
+        from_config({"answers": section})
+    with pytest.raises(ConfigError, match=r"'answers'"):
+        from_config({})
+
+
 def test_too_many_questions_or_shots_name_the_key(answer_settings):
     with pytest.raises(ConfigError, match=r"answers\.gsm8k\.n_questions.*only 26"):
         load_questions(with_bench(answer_settings, "gsm8k", n_questions=27))

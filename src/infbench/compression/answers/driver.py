@@ -15,12 +15,13 @@ import json
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Callable
 
 from infbench.compression.answers import judge, prompts, sandbox
-from infbench.compression.answers.questions import Question, QuestionSet
+from infbench.compression.answers.questions import Question, QuestionSet, load_questions
 from infbench.compression.answers.results import (
-    AnswerResults, BenchmarkAccuracy, GateResult, ItemRecord,
+    AnswerResults, BenchmarkAccuracy, GateResult, ItemRecord, read_json,
 )
 from infbench.compression.answers.settings import BENCHMARKS, AnswerSettings, Benchmark
 from infbench.errors import InfbenchError
@@ -124,3 +125,11 @@ def gate(candidate: AnswerResults, reference: AnswerResults, rho: float) -> Gate
         threshold=threshold, passed=candidate.mean_accuracy >= threshold - 1e-12,
         per_benchmark={b: (candidate.accuracy(b), reference.accuracy(b)) for b in BENCHMARKS},
     )
+
+
+def gate_candidate(generate_fn: GenerateFn, settings: AnswerSettings, reference_json: str | Path,
+                   label: str) -> tuple[AnswerResults, GateResult]:
+    """Evaluate a candidate on the source's questions and gate it against the frozen ``A(p)`` file."""
+    reference = read_json(reference_json)
+    candidate = evaluate(generate_fn, load_questions(settings), settings, label=label)
+    return candidate, gate(candidate, reference, settings.rho)

@@ -3,8 +3,8 @@
 ``results/answers/<source>/reference.json`` is the :class:`AnswerResults` of
 the BF16 source checkpoint through transformers; ``reference_items.parquet``
 holds its per-item records. Candidates read it (``results.read_json``) and
-are compared with it by ``driver.gate``, which refuses a candidate evaluated on
-other questions or settings.
+are compared with it by ``driver.gate`` (``driver.gate_candidate`` does both),
+which refuses a candidate evaluated on other questions or settings.
 """
 
 from __future__ import annotations
@@ -35,3 +35,4 @@ def compute_reference(source: str, checkpoint: str | Path, settings: AnswerSetti
     results.write_items_parquet(out_items, reference)
     results.write_json(out_json, reference)
     return reference
+
