@@ -13,6 +13,7 @@ report: "workflow/report/workflow.rst"
 include: "workflow/rules/common.smk"
 include: "workflow/rules/source.smk"
 include: "workflow/rules/likelihood.smk"
+include: "workflow/rules/answers.smk"
 include: "workflow/rules/tables.smk"
 include: "workflow/rules/compression.smk"
 
@@ -24,4 +25,5 @@ rule all:
         "results/plots/reference_ppl.png",
         expand("results/sources/{source}/f16.gguf", source=SOURCES),
         "results/tables/compression.md",
+        expand("results/answers/{source}/reference.json", source=SOURCES),
     default_target: True

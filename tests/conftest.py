@@ -67,3 +67,21 @@ def planned_jobs(proc: subprocess.CompletedProcess) -> dict[str, int]:
 def workdir(tmp_path):
     shutil.copytree(REPO / "config", tmp_path / "config")
     return tmp_path
+
+
+def embedded_config() -> dict:
+    """config/config.yaml validated against the schema, defaults filled (as Snakemake does)."""
+    import yaml
+    from snakemake.utils import validate
+
+    config = yaml.safe_load((REPO / "config/config.yaml").read_text())
+    validate(config, str(REPO / "workflow/schemas/config.schema.yaml"))
+    return config
+
+
+@pytest.fixture
+def answer_settings():
+    """The embedded default's ``answers`` settings."""
+    from infbench.compression.answers.settings import from_config
+
+    return from_config(embedded_config())

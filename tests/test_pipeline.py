@@ -1,5 +1,6 @@
 """The embedded pipeline for real, at a small size: outputs, reruns, lint, failures."""
 
+import json
 import shutil
 
 import pandas as pd
@@ -12,11 +13,16 @@ pytestmark = pytest.mark.slow
 
 SMALL = {"contexts_per_set": 4, "context_tokens": 32, "continuation_tokens": 16,
          "sample_batch_size": 4, "score_batch_size": 4, "bootstrap_resamples": 200}
+# 2 questions per answer benchmark, token budgets capped (tests/test_answers_model.py covers the real sizes)
+SMALL_ANSWERS = {"gsm8k": {"n_questions": 2, "max_new_tokens": 64},
+                 "humaneval": {"n_questions": 2, "max_new_tokens": 32},
+                 "triviaqa": {"n_questions": 2, "max_new_tokens": 16}}
 
 
 def _config(tmp_path, **likelihood):
     cfg = yaml.safe_load((REPO / "config/config.yaml").read_text())
     cfg["likelihood"].update(SMALL, **likelihood)
+    cfg["answers"].update(SMALL_ANSWERS)
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(cfg))
     return path
@@ -42,6 +48,8 @@ def test_tables_and_outputs(finished):
     assert (workdir / "results/tables/reference.provenance.json").exists()
     assert (workdir / "results/plots/reference_ppl.png").stat().st_size > 10_000
     assert (workdir / "results/sources/smollm2-135m/f16.gguf").exists()
+    reference = json.loads((workdir / "results/answers/smollm2-135m/reference.json").read_text())
+    assert [b["n"] for b in reference["benchmarks"]] == [2, 2, 2]
     for log in ["source_model/smollm2-135m.log", "sample_continuations/smollm2-135m/search.log"]:
         assert (workdir / "logs" / log).exists()
 

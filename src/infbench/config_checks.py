@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from infbench.compression.answers.questions import check_config as check_answers
 from infbench.errors import ConfigError
 from infbench.sources import SourceOrigin, resolve_gguf
 
@@ -21,3 +22,4 @@ def check(config: dict[str, Any]) -> None:
         origin = SourceOrigin.model_validate(spec["origin"])
         if origin.type != "hub":
             resolve_gguf(name, origin)
+    check_answers(config)

@@ -78,11 +78,13 @@ rule measure_candidate:
         record="results/sources/{source}/source.json",
         continuations="results/likelihood/{source}/verification/continuations.parquet",
         reference="results/likelihood/{source}/verification/reference_scores.parquet",
+        answers_reference="results/answers/{source}/reference.json",
     output:
         "results/compression/{source}/measured/{candidate}.json",
     params:
         package=candidate_dir,
         settings=config["verification"],
+        answers=config["answers"],
     log:
         "logs/measure_candidate/{source}/{candidate}.log",
     threads: 2

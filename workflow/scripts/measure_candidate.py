@@ -3,6 +3,7 @@ import sys
 sys.stderr = open(snakemake.log[0], "w")
 
 from infbench.compression import verification
+from infbench.compression.accuracy import make_gate
 
 verification.measure_for_pipeline(
     snakemake.params.package,
@@ -15,4 +16,10 @@ verification.measure_for_pipeline(
     threads=snakemake.threads,
     out=snakemake.output[0],
     worker_log=snakemake.log[0],
+    accuracy_gate=make_gate(
+        dict(snakemake.params.answers),
+        snakemake.input.answers_reference,
+        snakemake.input.checkpoint,
+        label=snakemake.wildcards.candidate,
+    ),
 )

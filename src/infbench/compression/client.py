@@ -115,8 +115,11 @@ class SubmissionProcess:
 
         return fn
 
-    def generate(self, input_ids: list[int], max_new_tokens: int) -> tuple[list[int], list[float]]:
-        reply = self.request("generate", ids=[int(t) for t in input_ids], max_new_tokens=int(max_new_tokens))
+    def generate(self, input_ids: list[int], max_new_tokens: int, *, stop_ids: list[int] = (),
+                 stop_texts: list[str] = ()) -> tuple[list[int], list[float]]:
+        """Greedy tokens and their arrival times; EOS and stop texts end it only when given."""
+        reply = self.request("generate", ids=[int(t) for t in input_ids], max_new_tokens=int(max_new_tokens),
+                             stop_ids=list(stop_ids), stop_texts=list(stop_texts))
         return reply["tokens"], reply["times"]
 
     def release(self) -> dict:

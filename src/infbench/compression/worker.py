@@ -62,6 +62,7 @@ class Worker:
         self.access = access
         self.runner = None
         self.runtime = None
+        self.tokenizer = None
 
     def _resident(self) -> int:
         from infbench.compression.storage import resident_bytes
@@ -97,12 +98,28 @@ class Worker:
         np.save(out, logits.astype(np.float32, copy=False))
         return {"shape": list(logits.shape), "path": str(out)}
 
+    def _stopped(self, tokens: list[int], stop_ids: set[int], stop_texts: list[str]) -> bool:
+        """Answer generation stops at EOS or once the generated text holds a stop sequence."""
+        if tokens[-1] in stop_ids:
+            return True
+        if not stop_texts:
+            return False
+        if self.tokenizer is None:
+            from transformers import AutoTokenizer
+
+            from infbench.compression.submission import load_manifest
+
+            self.tokenizer = AutoTokenizer.from_pretrained(self.package / load_manifest(self.package).tokenizer)
+        text = self.tokenizer.decode(tokens, skip_special_tokens=True)
+        return any(s in text for s in stop_texts)
+
     def cmd_generate(self, req):
         tokens, stamps = [], []
+        stop_ids, stop_texts = set(req.get("stop_ids", [])), [s for s in req.get("stop_texts", []) if s]
         for token in self.runner.generate([int(t) for t in req["ids"]], int(req["max_new_tokens"])):
             stamps.append(time.perf_counter())
             tokens.append(int(token))
-            if len(tokens) >= int(req["max_new_tokens"]):
+            if len(tokens) >= int(req["max_new_tokens"]) or self._stopped(tokens, stop_ids, stop_texts):
                 break
         return {"tokens": tokens, "times": stamps}
 

