@@ -19,10 +19,20 @@ SMALL_ANSWERS = {"gsm8k": {"n_questions": 2, "max_new_tokens": 64},
                  "triviaqa": {"n_questions": 2, "max_new_tokens": 16}}
 
 
+SMALL_COMPRESSION = {"gguf_types": ["Q4_0"],
+                     "gptq": {"enabled": True, "bit_widths": [8, 4, 3, 2], "group_size": 128, "damp_percent": 0.01,
+                              "act_order": True, "calibration_samples": 4, "calibration_tokens": 64}}
+SMALL_VERIFICATION = {"device": "cpu", "timeout_s": 600, "score_batch_size": 4,
+                      "decode": {"prompt_tokens": 16, "output_tokens": 4, "rounds": 1, "requests_per_round": 2,
+                                 "warmup": 0}}
+
+
 def _config(tmp_path, **likelihood):
     cfg = yaml.safe_load((REPO / "config/config.yaml").read_text())
     cfg["likelihood"].update(SMALL, **likelihood)
     cfg["answers"].update(SMALL_ANSWERS)
+    cfg["compression"].update(SMALL_COMPRESSION)
+    cfg["verification"].update(SMALL_VERIFICATION)
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(cfg))
     return path
@@ -54,6 +64,39 @@ def test_tables_and_outputs(finished):
         assert (workdir / "logs" / log).exists()
 
 
+def test_compression_table(finished):
+    workdir, _ = finished
+    table = pd.read_csv(workdir / "results/tables/compression.csv")
+    candidates = {"starter", "gguf-Q4_0", "gptq-0.1gib", "gptq-0.12gib"}
+    for task in ["smollm2-135m-0.1gib", "smollm2-135m-0.12gib"]:
+        assert set(table[table["task"] == task]["method"]) == candidates
+    rows = table.set_index(["task", "method"])
+    starter = rows.loc[("smollm2-135m-0.12gib", "starter")]
+    assert abs(starter["f_v"] - 1) < 1e-3  # BF16 against itself
+    assert starter["verdict"] == "failed: storage_package" and starter["score"] == 0
+    gguf = rows.loc[("smollm2-135m-0.12gib", "gguf-Q4_0")]
+    assert 0.08 < gguf["package_gib"] < 0.1 and gguf["f_v"] < 1
+    assert 3.5 < rows.loc[("smollm2-135m-0.1gib", "gptq-0.1gib")]["bits_per_param"] < 8 * 0.1 * 2**30 / 134_515_008
+    for r in table.itertuples():
+        assert r.verdict == "verified" or r.verdict.startswith("failed: ")
+        assert (r.score == r.f_v) if r.verdict == "verified" else r.score == 0
+    record = json.loads((workdir / "results/compression/verification/smollm2-135m-0.12gib/gguf-Q4_0.json").read_text())
+    names = {c["name"] for c in record["checks"]}
+    assert {"storage_package", "storage_resident", "causality", "greedy_matches_argmax", "batch_invariance",
+            "determinism", "accuracy_gate", "file_access", "network"} <= names
+    assert (workdir / "results/plots/accuracy_vs_bits.png").exists()
+
+
+def test_new_submission_reruns_only_its_jobs(finished):
+    workdir, config = finished
+    shutil.copytree(workdir / "results/candidates/smollm2-135m/gguf-Q4_0", workdir / "submissions/my-q4")
+    try:
+        proc = run_snakemake(workdir, "-n", "--configfile", str(config))
+        assert planned_jobs(proc) == {"measure_candidate": 1, "verify": 2, "compression_table": 1, "all": 1}
+    finally:
+        shutil.rmtree(workdir / "submissions")
+
+
 def test_second_run_does_nothing(finished):
     workdir, config = finished
     proc = run_snakemake(workdir, "-n", "--configfile", str(config))
@@ -64,7 +107,8 @@ def test_seed_change_reruns_sampling_and_downstream_only(finished):
     workdir, _ = finished
     proc = run_snakemake(workdir, "-n", "--configfile", str(_config(workdir, seed=1)))
     assert planned_jobs(proc) == {"sample_continuations": 2, "score_reference": 2, "tables": 1,
-                                  "plot_reference": 1, "all": 1}
+                                  "plot_reference": 1, "measure_candidate": 4, "verify": 8,
+                                  "compression_table": 1, "all": 1}
 
 
 def test_lint_is_clean(workdir):
