@@ -3,7 +3,7 @@ import re
 
 from snakemake.utils import validate
 
-from infbench import config_checks
+from infbench import config_checks, resources
 
 
 validate(config, schema="../schemas/config.schema.yaml")
@@ -13,6 +13,14 @@ SETS = ["search", "verification"]
 
 
 config_checks.check(config)
+
+# Scale-out (README "Scale-out"): every rule declares threads and resources
+# (mem_mb and runtime in minutes sized for the embedded default, gpu from the
+# config); profiles/paper raises memory and runtime for the paper sources.
+LIKELIHOOD_GPUS = resources.likelihood_gpus(config["likelihood"])
+LIKELIHOOD_ENV = "../../envs/{}.yaml".format(
+    "vllm" if config["likelihood"]["backend"] == "vllm" else "compression-cpu"
+)
 
 
 wildcard_constraints:

@@ -22,6 +22,9 @@ rule tables:
     log:
         "logs/tables/reference.log",
     threads: 1
+    resources:
+        mem_mb=1000,
+        runtime=10,
     conda:
         "../../envs/compression-cpu.yaml"
     script:
@@ -52,6 +55,9 @@ rule plot_reference:
     log:
         "logs/tables/reference_plot.log",
     threads: 1
+    resources:
+        mem_mb=1000,
+        runtime=10,
     conda:
         "../../envs/compression-cpu.yaml"
     script:
