@@ -19,6 +19,8 @@ rule tables:
         ),
         md="results/tables/reference.md",
         provenance="results/tables/reference.provenance.json",
+    params:
+        config={"sources": config["sources"], "likelihood": config["likelihood"]},
     log:
         "logs/tables/reference.log",
     threads: 1
