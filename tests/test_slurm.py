@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from conftest import REPO, TABLE_TARGET, assert_same_results, run_snakemake
+from conftest import REPO, SNAKEMAKE, TABLE_TARGET, assert_same_results, planned_jobs, run_snakemake
 
 pytestmark = pytest.mark.slow
 
@@ -64,3 +64,49 @@ def test_pipeline_on_slurm_equals_the_local_run(slurm_env, tiny_run, tmp_path):
         assert list((logs / f"rule_{rule}").rglob("*.log")), f"no SLURM log for {rule}\n{proc.stderr}"
     record = json.loads((tmp_path / "results/likelihood/smollm2-135m/search/reference.json").read_text())
     assert record["provenance"]["execution"]["slurm_job_id"].isdigit()
+
+
+def _running_job(env, rule: str, deadline: float) -> str:
+    """The SLURM id of a running job of ``rule`` (the plugin puts the rule in the job comment)."""
+    while time.monotonic() < deadline:
+        out = subprocess.run(["squeue", "-h", "-t", "RUNNING", "-o", "%i|%k"], env=env, capture_output=True,
+                             text=True, timeout=30).stdout
+        for line in out.splitlines():
+            job_id, comment = line.split("|", 1)
+            if rule in comment:
+                return job_id
+        time.sleep(0.2)
+    raise AssertionError(f"no running {rule} job")
+
+
+def test_a_job_killed_by_slurm_is_reported_and_the_rerun_resumes(slurm_env, tiny_run, tmp_path):
+    """scancel stands for a job SLURM kills (time, memory, node failure)."""
+    baseline, config = tiny_run
+    for done in ["results/sources", "results/likelihood/smollm2-135m/contexts.parquet",
+                 "results/likelihood/smollm2-135m/contexts.json"]:
+        (tmp_path / done).parent.mkdir(parents=True, exist_ok=True)
+        (shutil.copytree if (baseline / done).is_dir() else shutil.copy2)(baseline / done, tmp_path / done)
+    args = ["--profile", str(REPO / "profiles/slurm"), TABLE_TARGET, "--configfile", str(config)]
+    log = tmp_path / "snakemake.out"
+    with log.open("w") as out:
+        proc = subprocess.Popen([SNAKEMAKE, "--snakefile", str(REPO / "Snakefile"), "--directory", str(tmp_path),
+                                 *args], env=slurm_env, stdout=out, stderr=subprocess.STDOUT)
+        try:
+            job_id = _running_job(slurm_env, "sample_continuations", time.monotonic() + 600)
+            subprocess.run(["scancel", job_id], env=slurm_env, check=True, timeout=60)
+            proc.wait(timeout=900)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    output = log.read_text()
+    assert proc.returncode != 0, output
+    assert "Error in rule sample_continuations" in output
+    assert ".snakemake/slurm_logs/rule_sample_continuations/" in output and f"{job_id}.log" in output
+    killed = [d for d in (tmp_path / "results/likelihood/smollm2-135m").iterdir()
+              if d.is_dir() and not (d / "continuations.parquet").exists()]
+    assert len(killed) == 1 and not (killed[0] / "sampling.json").exists()
+    # Only the killed job and what depends on it run again.
+    dry = run_snakemake(tmp_path, "-n", *args, env=slurm_env)
+    assert planned_jobs(dry) == {"sample_continuations": 1, "score_reference": 1, "tables": 1}
+    run_snakemake(tmp_path, *args, env=slurm_env)
+    assert_same_results(baseline, tmp_path)

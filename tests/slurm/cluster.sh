@@ -6,9 +6,14 @@
 #                               slurmd; wait until the node is idle
 #   cluster.sh down STATE_DIR   stop the daemons by the PIDs they wrote there
 #
-# Clients find the cluster through SLURM_CONF=STATE_DIR/slurm.conf. Needs root
-# (the daemons run as root) and apt-get on Debian bookworm (slurm 22.05).
-# Accounting is off (no slurmdbd): use `slurm-status-command: squeue`.
+# The config is written to STATE_DIR/slurm.conf and linked from the default
+# path /etc/slurm/slurm.conf (the link is removed by `down`): the executor
+# plugin's job step drops SLURM_* variables, SLURM_CONF included, before its
+# inner srun, so jobs find the cluster only at the default path, as on a real
+# cluster. An /etc/slurm/slurm.conf that is not this script's link is left
+# alone and `up` stops. Needs root (the daemons run as root) and apt-get on
+# Debian bookworm (slurm 22.05). Accounting is off (no slurmdbd): use
+# `slurm-status-command: squeue`.
 set -euo pipefail
 
 action=${1:?usage: cluster.sh up|down STATE_DIR}
@@ -16,6 +21,7 @@ state=$(realpath -m "${2:?usage: cluster.sh up|down STATE_DIR}")
 ctld_port=${SLURMCTLD_PORT:-6817}
 slurmd_port=${SLURMD_PORT:-6818}
 daemons=(slurmd slurmctld munged)
+system_conf=/etc/slurm/slurm.conf
 
 install() {
   local missing=()
@@ -72,6 +78,14 @@ up() {
   head -c 1024 /dev/urandom > "$state/munge/munge.key"
   chmod 400 "$state/munge/munge.key"
   write_conf
+  if [ -e "$system_conf" ] || [ -L "$system_conf" ]; then
+    if [ "$(readlink "$system_conf")" != "$state/slurm.conf" ]; then
+      echo "$system_conf exists and is not this test cluster's; not touching it" >&2
+      exit 1
+    fi
+  fi
+  mkdir -p "$(dirname "$system_conf")"
+  ln -sfn "$state/slurm.conf" "$system_conf"
   export SLURM_CONF=$state/slurm.conf
   munged --force --key-file="$state/munge/munge.key" --socket="$state/munge/munge.socket" \
     --pid-file="$state/munged.pid" --log-file="$state/log/munged.log" --seed-file="$state/munge/seed"
@@ -100,6 +114,9 @@ down() {
     kill -9 "$pid" 2>/dev/null || true
     rm -f "$pidfile"
   done
+  if [ "$(readlink "$system_conf" 2>/dev/null)" = "$state/slurm.conf" ]; then
+    rm -f "$system_conf"
+  fi
   echo "slurm down: $state"
 }
 
