@@ -4,28 +4,22 @@ import shutil
 
 import pandas as pd
 import pytest
-import yaml
 
-from conftest import REPO, planned_jobs, run_snakemake
+from conftest import TINY, planned_jobs, run_snakemake, tiny_config
 
 pytestmark = pytest.mark.slow
 
-SMALL = {"contexts_per_set": 4, "context_tokens": 32, "continuation_tokens": 16,
-         "sample_batch_size": 4, "score_batch_size": 4, "bootstrap_resamples": 200}
-
 
 def _config(tmp_path, **likelihood):
-    cfg = yaml.safe_load((REPO / "config/config.yaml").read_text())
-    cfg["likelihood"].update(SMALL, **likelihood)
-    path = tmp_path / "config.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    return path
+    return tiny_config(tmp_path / "config.yaml", **likelihood)
 
 
 @pytest.fixture(scope="module")
-def finished(tmp_path_factory):
+def finished(tiny_run, tmp_path_factory):
+    """The whole default target: the shared tiny run up to the tables, plus GGUF twin and plot."""
     workdir = tmp_path_factory.mktemp("pipeline")
-    config = _config(workdir)
+    shutil.copytree(tiny_run[0], workdir, dirs_exist_ok=True)
+    config = tiny_run[1]
     run_snakemake(workdir, "--cores", "2", "--configfile", str(config))
     return workdir, config
 
@@ -35,7 +29,7 @@ def test_tables_and_outputs(finished):
     table = pd.read_csv(workdir / "results/tables/reference.csv")
     assert list(table["set"]) == ["search", "verification"]
     assert (table["n_params"] == 134_515_008).all()
-    assert (table["tokens_scored"] == 4 * 16).all()
+    assert (table["tokens_scored"] == TINY["contexts_per_set"] * TINY["continuation_tokens"]).all()
     assert ((table["ppl"] > 1) & (table["ppl"] < 1000)).all()
     assert ((table["f_self"] - 1).abs() < 0.02).all()
     assert (workdir / "results/tables/reference.md").read_text().startswith("| source")

@@ -65,6 +65,7 @@ def _outputs_are_whole(workdir):
 
 def test_sigkill_mid_job_then_rerun_incomplete_gives_the_same_results(tiny_run, tmp_path):
     baseline, config = tiny_run
+    shutil.copytree(baseline / "results/sources", tmp_path / "results/sources")  # start at the contexts
     proc = subprocess.Popen(
         [SNAKEMAKE, "--snakefile", str(REPO / "Snakefile"), "--directory", str(tmp_path), "--cores", "1",
          TABLE_TARGET, "--configfile", str(config)],

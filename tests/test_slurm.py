@@ -102,8 +102,8 @@ def test_a_job_killed_by_slurm_is_reported_and_the_rerun_resumes(slurm_env, tiny
     assert proc.returncode != 0, output
     assert "Error in rule sample_continuations" in output
     assert ".snakemake/slurm_logs/rule_sample_continuations/" in output and f"{job_id}.log" in output
-    killed = [d for d in (tmp_path / "results/likelihood/smollm2-135m").iterdir()
-              if d.is_dir() and not (d / "continuations.parquet").exists()]
+    sets = [tmp_path / "results/likelihood/smollm2-135m" / s for s in ("search", "verification")]
+    killed = [d for d in sets if not (d / "continuations.parquet").exists()]
     assert len(killed) == 1 and not (killed[0] / "sampling.json").exists()
     # Only the killed job and what depends on it run again.
     dry = run_snakemake(tmp_path, "-n", *args, env=slurm_env)
