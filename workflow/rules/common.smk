@@ -18,8 +18,10 @@ config_checks.check(config)
 # (mem_mb and runtime in minutes sized for the embedded default, gpu from the
 # config); profiles/paper raises memory and runtime for the paper sources.
 LIKELIHOOD_GPUS = resources.likelihood_gpus(config["likelihood"])
-LIKELIHOOD_ENV = "../../envs/{}.yaml".format(
-    "vllm" if config["likelihood"]["backend"] == "vllm" else "compression-cpu"
+LIKELIHOOD_ENV = (
+    "../../envs/vllm.yaml"
+    if config["likelihood"]["backend"] == "vllm"
+    else "../../envs/compression-cpu.yaml"
 )
 
 
