@@ -78,7 +78,8 @@ up() {
   head -c 1024 /dev/urandom > "$state/munge/munge.key"
   chmod 400 "$state/munge/munge.key"
   write_conf
-  if [ -e "$system_conf" ] || [ -L "$system_conf" ]; then
+  # A link left by a cluster whose state is gone is stale and replaced.
+  if [ -e "$system_conf" ]; then
     if [ "$(readlink "$system_conf")" != "$state/slurm.conf" ]; then
       echo "$system_conf exists and is not this test cluster's; not touching it" >&2
       exit 1
