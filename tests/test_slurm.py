@@ -110,3 +110,17 @@ def test_a_job_killed_by_slurm_is_reported_and_the_rerun_resumes(slurm_env, tiny
     assert planned_jobs(dry) == {"sample_continuations": 1, "score_reference": 1, "tables": 1}
     run_snakemake(tmp_path, *args, env=slurm_env)
     assert_same_results(baseline, tmp_path)
+
+
+def test_an_unreachable_cluster_fails_naming_the_job(slurm_env, tmp_path):
+    conf = tmp_path / "slurm.conf"
+    # The same cluster, but its controller on a port nothing listens on.
+    text = open(slurm_env["SLURM_CONF"]).read().replace("SlurmctldPort=", "SlurmctldPort=1")
+    conf.write_text(text)
+    proc = run_snakemake(tmp_path, "--profile", str(REPO / "profiles/slurm"),
+                         "results/sources/smollm2-135m/source.json", "--configfile", str(REPO / "config/config.yaml"),
+                         env={**slurm_env, "SLURM_CONF": str(conf)}, check=False)
+    assert proc.returncode != 0
+    out = proc.stdout + proc.stderr
+    assert "Error in rule source_model" in out and "Unable to contact slurm controller" in out
+    assert not (tmp_path / "results").exists()
