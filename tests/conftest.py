@@ -1,3 +1,4 @@
+import json
 import os
 import shutil
 import subprocess
@@ -36,10 +37,11 @@ def smollm2_source(tmp_path_factory):
     return out, record
 
 
-def run_snakemake(workdir: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+def run_snakemake(workdir: Path, *args: str, check: bool = True, snakefile: Path = REPO / "Snakefile",
+                  env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     proc = subprocess.run(
-        [SNAKEMAKE, "--snakefile", str(REPO / "Snakefile"), "--directory", str(workdir), *args],
-        capture_output=True, text=True, timeout=1800,
+        [SNAKEMAKE, "--snakefile", str(snakefile), "--directory", str(workdir), *args],
+        capture_output=True, text=True, timeout=1800, env=env,
     )
     if check and proc.returncode != 0:
         raise AssertionError(f"snakemake {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}")
@@ -85,3 +87,61 @@ def answer_settings():
     from infbench.compression.answers.settings import from_config
 
     return from_config(embedded_config())
+
+
+# The smallest embedded pipeline that still runs every stage up to the tables:
+# source model, contexts, sampling, scoring, tables (no GGUF twin, no plot).
+TINY = {"contexts_per_set": 2, "context_tokens": 16, "continuation_tokens": 4, "sample_batch_size": 2,
+        "score_batch_size": 2, "bootstrap_resamples": 100}
+TABLE_TARGET = "results/tables/reference.csv"
+
+
+def tiny_config(path: Path, **likelihood) -> Path:
+    """The embedded default shrunk to TINY (plus ``likelihood`` overrides), written to ``path``."""
+    import yaml
+
+    cfg = yaml.safe_load((REPO / "config/config.yaml").read_text())
+    cfg["likelihood"].update(TINY, **likelihood)
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory):
+    """One local, uninterrupted run of the tiny pipeline up to the tables, shared by the
+    rerun, determinism, provenance and SLURM tests: (workdir, configfile)."""
+    workdir = tmp_path_factory.mktemp("tiny-run")
+    config = tiny_config(tmp_path_factory.mktemp("tiny-config") / "config.yaml")
+    run_snakemake(workdir, "--cores", "2", TABLE_TARGET, "--configfile", str(config))
+    return workdir, config
+
+
+def _without_provenance(value):
+    if isinstance(value, dict):
+        return {k: _without_provenance(v) for k, v in value.items() if k != "provenance"}
+    if isinstance(value, list):
+        return [_without_provenance(v) for v in value]
+    return value
+
+
+def assert_same_results(expected: Path, actual: Path) -> None:
+    """Both runs made the same files under results/: byte for byte, except that JSON
+    records are compared value for value without where and when they were made
+    (provenance sidecars: their parameters and input hashes only)."""
+    def files(root):
+        return sorted(p.relative_to(root) for p in (root / "results").rglob("*")
+                      if p.is_file() and not p.name.startswith("."))
+
+    assert files(expected) == files(actual)
+    for rel in files(expected):
+        a, b = expected / rel, actual / rel
+        if rel.name.endswith(".provenance.json"):
+            pa, pb = json.loads(a.read_text()), json.loads(b.read_text())
+            assert pa["params"] == pb["params"] and pa["inputs"].keys() == pb["inputs"].keys(), rel
+            assert {k: v for k, v in pa["inputs"].items() if not k.endswith(".json")} == \
+                {k: v for k, v in pb["inputs"].items() if not k.endswith(".json")}, rel
+        elif rel.suffix == ".json":
+            assert _without_provenance(json.loads(a.read_text())) == \
+                _without_provenance(json.loads(b.read_text())), rel
+        else:
+            assert a.read_bytes() == b.read_bytes(), rel

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.metadata
+import os
 import platform
 import subprocess
 import sys
@@ -23,8 +24,19 @@ class Provenance(BaseModel):
     python: str
     platform: str
     versions: dict[str, str]
+    execution: dict[str, str] = {}
     params: dict[str, Any]
     inputs: dict[str, str]
+
+
+EXECUTION_ENV = ("SLURM_JOB_ID", "SLURM_JOB_NODELIST", "CUDA_VISIBLE_DEVICES")
+
+
+def execution() -> dict[str, str]:
+    """Where a job ran: host, and its SLURM job and GPUs when it had them."""
+    found = {"host": platform.node()}
+    found.update({k.lower(): os.environ[k] for k in EXECUTION_ENV if k in os.environ})
+    return found
 
 
 def package_versions() -> dict[str, str]:
@@ -57,6 +69,7 @@ def collect(params: dict[str, Any], inputs: dict[str, str] | None = None) -> Pro
         python=sys.version.split()[0],
         platform=platform.platform(),
         versions=package_versions(),
+        execution=execution(),
         params=params,
         inputs=inputs or {},
     )

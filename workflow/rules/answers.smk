@@ -16,6 +16,7 @@ rule answers_reference:
     threads: 2
     resources:
         mem_mb=8000,
+        runtime=60,
     conda:
         "../../envs/compression-cpu.yaml"
     script:

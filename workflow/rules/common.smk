@@ -3,7 +3,7 @@ import re
 
 from snakemake.utils import validate
 
-from infbench import config_checks
+from infbench import config_checks, resources
 
 
 validate(config, schema="../schemas/config.schema.yaml")
@@ -13,6 +13,17 @@ SETS = ["search", "verification"]
 
 
 config_checks.check(config)
+
+# Scale-out (README "Scale-out"): every rule declares threads and resources
+# (mem_mb and runtime in minutes sized for the embedded default, gpu from the
+# config); profiles/paper raises memory and runtime for the paper sources.
+LIKELIHOOD_GPUS = resources.likelihood_gpus(config["likelihood"])
+VERIFICATION_GPUS = 1 if config["verification"]["device"].startswith("cuda") else 0
+LIKELIHOOD_ENV = (
+    "../../envs/vllm.yaml"
+    if config["likelihood"]["backend"] == "vllm"
+    else "../../envs/compression-cpu.yaml"
+)
 
 
 wildcard_constraints:

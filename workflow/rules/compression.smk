@@ -12,6 +12,7 @@ rule starter_submission:
     threads: 1
     resources:
         mem_mb=2000,
+        runtime=10,
     conda:
         "../../envs/compression-cpu.yaml"
     script:
@@ -29,6 +30,7 @@ rule gguf_baseline:
     threads: 2
     resources:
         mem_mb=8000,
+        runtime=30,
     conda:
         "../../envs/llama-cpp.yaml"
     script:
@@ -44,6 +46,9 @@ rule released_gguf:
     log:
         "logs/released_gguf/{source}/{name}.log",
     threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=10,
     conda:
         "../../envs/llama-cpp.yaml"
     script:
@@ -65,6 +70,7 @@ rule gptq_baseline:
     threads: 2
     resources:
         mem_mb=16000,
+        runtime=120,
     conda:
         "../../envs/gptq.yaml"
     script:
@@ -90,6 +96,8 @@ rule measure_candidate:
     threads: 2
     resources:
         mem_mb=16000,
+        runtime=90,
+        gpu=VERIFICATION_GPUS,
     conda:
         "../../envs/compression-cpu.yaml"
     script:
@@ -106,6 +114,9 @@ rule verify:
     log:
         "logs/verify/{task}/{candidate}.log",
     threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=5,
     conda:
         "../../envs/compression-cpu.yaml"
     script:
@@ -120,6 +131,13 @@ rule compression_table:
             for candidate in candidates(task.source)
         ],
         sources=expand("results/sources/{source}/source.json", source=SOURCES),
+    params:
+        config={
+            "tasks": config["tasks"],
+            "compression": COMPRESSION,
+            "verification": config["verification"],
+            "answers": config["answers"],
+        },
     output:
         csv=report(
             "results/tables/compression.csv",
@@ -138,6 +156,9 @@ rule compression_table:
     log:
         "logs/tables/compression.log",
     threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=10,
     conda:
         "../../envs/compression-cpu.yaml"
     script:

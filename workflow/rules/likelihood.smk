@@ -19,7 +19,8 @@ rule contexts:
         "logs/contexts/{source}.log",
     threads: 1
     resources:
-        mem_mb=4000,
+        mem_mb=2000,
+        runtime=30,
     conda:
         "../../envs/compression-cpu.yaml"
     script:
@@ -46,9 +47,11 @@ rule sample_continuations:
         "logs/sample_continuations/{source}/{set}.log",
     threads: 2
     resources:
-        mem_mb=8000,
+        mem_mb=4000,
+        runtime=60,
+        gpu=LIKELIHOOD_GPUS,
     conda:
-        "../../envs/compression-cpu.yaml"
+        LIKELIHOOD_ENV
     script:
         "../scripts/sample_continuations.py"
 
@@ -72,8 +75,10 @@ rule score_reference:
         "logs/score_reference/{source}/{set}.log",
     threads: 2
     resources:
-        mem_mb=8000,
+        mem_mb=4000,
+        runtime=60,
+        gpu=LIKELIHOOD_GPUS,
     conda:
-        "../../envs/compression-cpu.yaml"
+        LIKELIHOOD_ENV
     script:
         "../scripts/score_reference.py"

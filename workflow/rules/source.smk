@@ -12,7 +12,8 @@ rule source_model:
         "logs/source_model/{source}.log",
     threads: 2
     resources:
-        mem_mb=lambda wc: 16000,
+        mem_mb=4000,
+        runtime=30,
     conda:
         "../../envs/compression-cpu.yaml"
     script:
@@ -31,7 +32,8 @@ rule source_gguf:
         "logs/source_gguf/{source}.log",
     threads: 1
     resources:
-        mem_mb=8000,
+        mem_mb=4000,
+        runtime=30,
     conda:
         "../../envs/compression-cpu.yaml"
     script:

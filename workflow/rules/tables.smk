@@ -19,9 +19,14 @@ rule tables:
         ),
         md="results/tables/reference.md",
         provenance="results/tables/reference.provenance.json",
+    params:
+        config={"sources": config["sources"], "likelihood": config["likelihood"]},
     log:
         "logs/tables/reference.log",
     threads: 1
+    resources:
+        mem_mb=1000,
+        runtime=10,
     conda:
         "../../envs/compression-cpu.yaml"
     script:
@@ -52,6 +57,9 @@ rule plot_reference:
     log:
         "logs/tables/reference_plot.log",
     threads: 1
+    resources:
+        mem_mb=1000,
+        runtime=10,
     conda:
         "../../envs/compression-cpu.yaml"
     script:

@@ -11,4 +11,5 @@ compression.write(
     md_path=snakemake.output.md,
     provenance_path=snakemake.output.provenance,
     plot_path=snakemake.output.plot,
+    config=snakemake.params.config,
 )

@@ -11,4 +11,5 @@ reference.write(
     csv_path=snakemake.output.csv,
     md_path=snakemake.output.md,
     provenance_path=snakemake.output.provenance,
+    config=snakemake.params.config,
 )

@@ -27,6 +27,7 @@ from infbench.compression import contexts as ctx
 from infbench.compression import sampling, scoring
 from infbench.compression.hf_runtime import load_causal_lm
 from infbench.hashing import sha256_file
+from infbench.resources import check_visible_gpus
 
 CONTINUATIONS_SCHEMA = pa.schema([
     ("set", pa.string()),
@@ -86,12 +87,21 @@ def stack(column: pd.Series, dtype) -> np.ndarray:
     return np.stack([np.asarray(v, dtype=dtype) for v in column])
 
 
+def check_devices(backend: str, device: str, tensor_parallel: int) -> None:
+    """The job must see the GPUs its config asks for (under SLURM: the ones it was given)."""
+    if backend == "vllm":
+        check_visible_gpus(tensor_parallel, "likelihood.tensor_parallel")
+    elif device.startswith("cuda"):
+        check_visible_gpus(1, "likelihood.device")
+
+
 def sample_set(source: str, checkpoint: str, contexts_parquet: str, set_name: str, out_parquet: str,
                out_summary: str, *, backend: str, n_tokens: int, temperature: float, seed: int,
                batch_size: int, dtype: str, device: str, tensor_parallel: int = 1,
                threads: int | None = None) -> SamplingSummary:
     if threads:
         torch.set_num_threads(threads)
+    check_devices(backend, device, tensor_parallel)
     table = ctx.read_contexts(contexts_parquet, set_name)
     contexts = stack(table["token_ids"], np.int32)
     indices = table["index"].tolist()
@@ -131,6 +141,7 @@ def score_reference(source: str, checkpoint: str, continuations_parquet: str, ou
                     threads: int | None = None) -> ReferenceSummary:
     if threads:
         torch.set_num_threads(threads)
+    check_devices(backend, device, tensor_parallel)
     table = read_continuations(continuations_parquet)
     contexts = stack(table["context_ids"], np.int32)
     continuations = stack(table["continuation_ids"], np.int32)

@@ -77,9 +77,9 @@ def _plot(rows: list[CompressionRow], path: str) -> None:
 
 
 def write(records: list[str], sources: list[str], *, csv_path: str, md_path: str, provenance_path: str,
-          plot_path: str) -> None:
+          plot_path: str, config: dict) -> None:
     rows = sorted((row(EvaluationRecord.model_validate_json(Path(p).read_text())) for p in records),
                   key=lambda r: (r.source, r.limit_gib, -(r.bits_per_param or 0), r.method))
     write_table(rows, csv_path=csv_path, md_path=md_path, provenance_path=provenance_path,
-                params={"table": "compression"}, inputs={p: sha256_file(p) for p in [*records, *sources]})
+                params={"table": "compression"}, config=config, inputs={p: sha256_file(p) for p in [*records, *sources]})
     _plot(rows, plot_path)

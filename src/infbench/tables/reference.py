@@ -46,7 +46,7 @@ def rows(records: list[str], sampling: list[str], reference: list[str]) -> list[
 
 
 def write(records: list[str], sampling: list[str], reference: list[str], *, csv_path: str, md_path: str,
-          provenance_path: str) -> None:
+          provenance_path: str, config: dict) -> None:
     inputs = {p: sha256_file(p) for p in [*records, *sampling, *reference]}
     write_table(rows(records, sampling, reference), csv_path=csv_path, md_path=md_path,
-                provenance_path=provenance_path, params={"table": "reference"}, inputs=inputs)
+                provenance_path=provenance_path, params={"table": "reference"}, config=config, inputs=inputs)
