@@ -16,10 +16,27 @@ include: "workflow/rules/likelihood.smk"
 include: "workflow/rules/tables.smk"
 
 
+if "serving" in config:
+
+    include: "workflow/rules/serving.smk"
+
+
+def serving_targets():
+    if "serving" not in config:
+        return []
+    return [
+        "results/tables/serving.md",
+        "results/tables/serving.csv",
+        "results/plots/serving_value_share.png",
+        "results/serving/coverage.csv",
+    ]
+
+
 rule all:
     input:
         "results/tables/reference.md",
         "results/tables/reference.csv",
         "results/plots/reference_ppl.png",
         expand("results/sources/{source}/f16.gguf", source=SOURCES),
+        serving_targets(),
     default_target: True

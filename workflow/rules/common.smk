@@ -13,6 +13,7 @@ SETS = ["search", "verification"]
 
 
 config_checks.check(config)
+config_checks.check_serving(config)
 
 
 wildcard_constraints:

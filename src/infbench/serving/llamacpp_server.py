@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+from concurrent.futures import ThreadPoolExecutor
 
 import uvicorn
 
@@ -30,6 +31,8 @@ class LlamaCppEngine:
         self.context_limit = n_ctx
         self.eos = self.llm.token_eos()
         self.lock = asyncio.Lock()
+        # One thread runs every engine call, so a request cancelled mid-step never overlaps the next one.
+        self.pool = ThreadPoolExecutor(max_workers=1)
 
     def tokenize(self, text: str) -> list[int]:
         return self.llm.tokenize(text.encode(), add_bos=False, special=True)
@@ -42,14 +45,15 @@ class LlamaCppEngine:
             self.llm.set_seed(req.seed)
         gen = self.llm.generate(prompt, temp=req.temperature, top_k=0, top_p=1.0, min_p=0.0,
                                 repeat_penalty=1.0, reset=True)
+        loop = asyncio.get_running_loop()
         try:
             for _ in range(req.max_tokens):
-                token = await asyncio.to_thread(next, gen)
+                token = await loop.run_in_executor(self.pool, next, gen)
                 yield token
                 if token == self.eos and not req.ignore_eos:
                     return
         finally:
-            gen.close()
+            self.pool.submit(gen.close)
 
 
 def main(argv: list[str] | None = None) -> None:

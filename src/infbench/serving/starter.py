@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+from concurrent.futures import ThreadPoolExecutor
 
 import torch
 import uvicorn
@@ -29,6 +30,8 @@ class TransformersEngine:
         self.context_limit = context_limit or self.model.config.max_position_embeddings
         self.eos = {self.tokenizer.eos_token_id} - {None}
         self.lock = asyncio.Lock()
+        # One thread runs every forward pass, so a request cancelled mid-step never overlaps the next one.
+        self.pool = ThreadPoolExecutor(max_workers=1)
 
     def tokenize(self, text: str) -> list[int]:
         return self.tokenizer.encode(text)
@@ -52,8 +55,9 @@ class TransformersEngine:
         if req.temperature > 0:
             gen = torch.Generator().manual_seed(req.seed if req.seed is not None else torch.seed())
         ids, past = torch.tensor([prompt]), None
+        loop = asyncio.get_running_loop()
         for _ in range(req.max_tokens):
-            token, past = await asyncio.to_thread(self._step, ids, past, req, gen)
+            token, past = await loop.run_in_executor(self.pool, self._step, ids, past, req, gen)
             yield token
             if token in self.eos and not req.ignore_eos:
                 return
