@@ -16,6 +16,7 @@ SMALL = {"contexts_per_set": 4, "context_tokens": 32, "continuation_tokens": 16,
 
 def _config(tmp_path, **likelihood):
     cfg = yaml.safe_load((REPO / "config/config.yaml").read_text())
+    cfg.pop("serving")  # the serving stages have their own pipeline test (test_serving_pipeline.py)
     cfg["likelihood"].update(SMALL, **likelihood)
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(cfg))
