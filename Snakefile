@@ -21,17 +21,6 @@ if "serving" in config:
     include: "workflow/rules/serving.smk"
 
 
-def serving_targets():
-    if "serving" not in config:
-        return []
-    return [
-        "results/tables/serving.md",
-        "results/tables/serving.csv",
-        "results/plots/serving_value_share.png",
-        "results/serving/coverage.csv",
-    ]
-
-
 rule all:
     input:
         "results/tables/reference.md",

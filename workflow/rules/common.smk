@@ -23,3 +23,25 @@ wildcard_constraints:
 
 def source_dir(wildcards):
     return f"results/sources/{wildcards.source}/hf"
+
+
+SERVING = config.get("serving")
+
+
+def serving_targets():
+    """The ServerBench outputs of `rule all`, when the config has a serving section."""
+    if SERVING is None:
+        return []
+    return [
+        "results/tables/serving.md",
+        "results/tables/serving.csv",
+        "results/plots/serving_value_share.png",
+        "results/serving/coverage.csv",
+    ]
+
+
+def serving_trace():
+    trace = SERVING["workload"]["trace"]
+    if trace["format"] == "synthetic":
+        return "results/serving/trace/synthetic.jsonl"
+    return trace["path"]

@@ -1,7 +1,6 @@
 # ServerBench (PROTOCOL B): workload, calibration, replays, Table 1, coverage.
 # Only included when the config has a `serving` section.
 
-SERVING = config["serving"]
 SERVING_SOURCE = SERVING["source"]
 SERVING_SYSTEMS = {s["server"]: s["concurrency"] for s in SERVING["systems"]}
 SERVING_MODEL = {
@@ -13,13 +12,6 @@ SERVING_MODEL = {
 wildcard_constraints:
     system="|".join(map(re.escape, SERVING_SYSTEMS)),
     seed="[0-9]+",
-
-
-def serving_trace():
-    trace = SERVING["workload"]["trace"]
-    if trace["format"] == "synthetic":
-        return "results/serving/trace/synthetic.jsonl"
-    return trace["path"]
 
 
 rule serving_synthetic:
