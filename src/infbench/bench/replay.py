@@ -22,16 +22,18 @@ from infbench.serving import replay, servers, trace
 from infbench.serving.workload import draw
 
 
-def _sessions(n: int, input_tokens: int, output_tokens: int) -> list[trace.Session]:
+def _sessions(n: int, input_tokens: int, output_tokens: int, think_time_s: float) -> list[trace.Session]:
+    """Sessions of 8 requests on a growing context, ``think_time_s`` apart."""
     bs = 16
-    return [trace.session_from_weka({"id": f"b{i}", "block_size": bs, "requests": [
-        {"t": 0, "in": input_tokens, "out": output_tokens, "hash_ids": list(range(-(-input_tokens // bs)))}]})
-        for i in range(n)]
+    reqs = [{"t": k * think_time_s, "in": input_tokens * (k + 1), "out": output_tokens,
+             "hash_ids": list(range(-(-input_tokens * (k + 1) // bs))), "think_time": think_time_s * (k > 0)}
+            for k in range(8)]
+    return [trace.session_from_weka({"id": f"b{i}", "block_size": bs, "requests": reqs}) for i in range(n)]
 
 
 def run(concurrencies=(1, 64, 512), window_s: float = 5.0, input_tokens: int = 256, output_tokens: int = 32,
-        out_md: str | None = None) -> str:
-    sessions = _sessions(64, input_tokens, output_tokens)
+        think_time_s: float = 0.0, out_md: str | None = None) -> str:
+    sessions = _sessions(64, input_tokens, output_tokens, think_time_s)
     spec = servers.ServerSpec(command=["{python}", "-m", "infbench.serving.instant", "--port", "{port}"])
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -45,10 +47,12 @@ def run(concurrencies=(1, 64, 512), window_s: float = 5.0, input_tokens: int = 2
                 cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
                 win = [r for r in recs if r.in_window and r.ok and r.server_ttft is not None]
                 added = np.array([r.ttft - r.server_ttft for r in win]) * 1e3
-                rows.append({"concurrency": c, "requests": len(win), "failed": sum(not r.ok for r in recs),
-                             "requests_per_s": len(win) / window_s,
-                             "added_ttft_p50_ms": float(np.percentile(added, 50)) if len(added) else None,
-                             "added_ttft_p99_ms": float(np.percentile(added, 99)) if len(added) else None,
+                to_server = np.array([r.server_receive_time - r.send_time for r in win]) * 1e3
+                pct = lambda x, q: float(np.percentile(x, q)) if len(x) else None  # noqa: E731
+                rows.append({"concurrency": c, "think_s": think_time_s, "requests": len(win),
+                             "failed": sum(not r.ok for r in recs), "requests_per_s": len(win) / window_s,
+                             "added_ttft_p50_ms": pct(added, 50), "added_ttft_p99_ms": pct(added, 99),
+                             "send_to_server_p50_ms": pct(to_server, 50), "send_to_server_p99_ms": pct(to_server, 99),
                              "client_cpu_pct": 100.0 * cpu / wall})
     table = pd.DataFrame(rows).to_markdown(index=False, floatfmt=".3g")
     if out_md:

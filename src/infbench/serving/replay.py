@@ -85,6 +85,7 @@ class RequestRecord(BaseModel):
     ttft: float
     tpot: float
     server_ttft: float | None = Field(description="the server's own first-token minus receive stamp, if it sends them")
+    server_receive_time: float | None = Field(description="the server's receive stamp on this clock, if it sends one")
 
 
 @dataclass
@@ -118,12 +119,14 @@ class _Stream:
         self.usage: dict[str, Any] | None = None
         self.done = False
         self.server_ttft: float | None = None
+        self.server_receive: float | None = None
 
     def feed(self, payload: dict[str, Any], now: float) -> None:
         if payload.get("usage"):
             self.usage = payload["usage"]
         if "server_receive_time" in payload and self.server_ttft is None:
-            self.server_ttft = float(payload["server_first_token_time"]) - float(payload["server_receive_time"])
+            self.server_receive = float(payload["server_receive_time"])
+            self.server_ttft = float(payload["server_first_token_time"]) - self.server_receive
         choices = payload.get("choices")
         if choices is None:
             if not payload.get("usage"):
@@ -304,6 +307,7 @@ class Replay:
             usage_prompt_tokens=usage.get("prompt_tokens"), usage_completion_tokens=usage.get("completion_tokens"),
             output_tokens=n_out, ttft=ttft if not error else math.nan, tpot=tpot if not error else math.nan,
             server_ttft=stream.server_ttft,
+            server_receive_time=None if stream.server_receive is None else stream.server_receive - self.t0,
         ))
         self._finished(inst, r)
 
