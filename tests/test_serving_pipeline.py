@@ -65,3 +65,29 @@ def test_tiny_serving_run(tmp_path):
         assert (tmp_path / "logs/serving" / log).stat().st_size > 0
     proc = run_snakemake(tmp_path, "-n", *SERVING_TARGETS, "--configfile", str(config))
     assert "Nothing to be done" in proc.stdout + proc.stderr
+
+
+def test_paper_defaults_plan_gpu_engines(tmp_path):
+    """Schema defaults (the paper's): SGLang reference, S0 + SGLang scored; GPU specs render but never run here."""
+    trace = tmp_path / "weka.jsonl"
+    trace.write_text('{"id": "a", "block_size": 64, "requests": [{"t": 0, "in": 64, "out": 8, "hash_ids": [0]}]}\n')
+    cfg = yaml.safe_load((REPO / "config/config.yaml").read_text())
+    cfg["serving"] = {"source": "smollm2-135m", "workload": {"trace": {"format": "weka", "path": str(trace)}}}
+    path = tmp_path / "paper.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    proc = run_snakemake(tmp_path, "-n", *SERVING_TARGETS, "--configfile", str(path))
+    jobs = planned_jobs(proc)
+    assert jobs["serving_replay"] == 2 * 5 and jobs["serving_calibrate"] == 1 and "serving_synthetic" not in jobs
+
+    from infbench.serving import servers
+    schema = yaml.safe_load((REPO / "workflow/schemas/config.schema.yaml").read_text())
+    specs = schema["properties"]["serving"]["properties"]["servers"]["default"]
+    launch = servers.LaunchVars(model_dir="/m", devices=2, context_limit=1048576)
+    for name in ("vllm", "sglang"):
+        spec = servers.ServerSpec.model_validate(specs[name])
+        assert not spec.runnable and "--port 8000" in servers.dry_run(name, spec, launch)
+        with pytest.raises(Exception, match="validated only"):
+            with servers.launched(name, spec, launch, tmp_path / f"{name}.log"):
+                pass
+    assert "--tensor-parallel-size 2" in servers.dry_run("vllm", servers.ServerSpec.model_validate(specs["vllm"]),
+                                                         launch)

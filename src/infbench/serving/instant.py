@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--seconds-per-token", type=float, default=0.0)
     a = p.parse_args(argv)
     uvicorn.run(app(a.mode, a.seconds_per_token, a.after), host=a.host, port=a.port, log_level="warning",
-                backlog=4096, timeout_keep_alive=60)
+                backlog=4096, timeout_keep_alive=60, timeout_graceful_shutdown=2)
 
 
 if __name__ == "__main__":

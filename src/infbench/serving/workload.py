@@ -14,7 +14,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Iterator
 from functools import lru_cache
@@ -153,6 +152,3 @@ def _tail(low: int, high: int, key: str, n: int) -> list[int]:
     rng = np.random.default_rng(derive_seed(0, "tail", key))
     return rng.integers(low, high, n).tolist()
 
-
-def summary_json(path: str) -> WorkloadSummary:
-    return WorkloadSummary.model_validate(json.loads(Path(path).read_text()))
