@@ -23,23 +23,29 @@ from infbench.serving.workload import draw
 
 
 def _sessions(n: int, input_tokens: int, output_tokens: int, think_time_s: float) -> list[trace.Session]:
-    """Sessions of 8 requests on a growing context, ``think_time_s`` apart."""
+    """Sessions of 8 requests on a growing context, think times uniform in [0.5, 1.5] x ``think_time_s``
+    (so lanes that start together drift apart instead of sending in bursts)."""
     bs = 16
-    reqs = [{"t": k * think_time_s, "in": input_tokens * (k + 1), "out": output_tokens,
-             "hash_ids": list(range(-(-input_tokens * (k + 1) // bs))), "think_time": think_time_s * (k > 0)}
-            for k in range(8)]
-    return [trace.session_from_weka({"id": f"b{i}", "block_size": bs, "requests": reqs}) for i in range(n)]
+    rng = np.random.default_rng(0)
+    out = []
+    for i in range(n):
+        think = think_time_s * rng.uniform(0.5, 1.5, 8)
+        reqs = [{"t": float(think[:k].sum()), "in": input_tokens * (k + 1), "out": output_tokens,
+                 "hash_ids": list(range(-(-input_tokens * (k + 1) // bs))), "think_time": float(think[k]) * (k > 0)}
+                for k in range(8)]
+        out.append(trace.session_from_weka({"id": f"b{i}", "block_size": bs, "requests": reqs}))
+    return out
 
 
 def run(concurrencies=(1, 64, 512), window_s: float = 5.0, input_tokens: int = 256, output_tokens: int = 32,
-        think_time_s: float = 0.0, out_md: str | None = None) -> str:
+        think_time_s: float = 0.0, warmup_s: float = 2.0, out_md: str | None = None) -> str:
     sessions = _sessions(64, input_tokens, output_tokens, think_time_s)
     spec = servers.ServerSpec(command=["{python}", "-m", "infbench.serving.instant", "--port", "{port}"])
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         with servers.launched("instant", spec, servers.LaunchVars(), Path(tmp) / "server.log") as base:
             for c in concurrencies:
-                st = replay.ReplaySettings(base_url=base, model="bench", concurrency=c, seed=0, warmup_s=1.0,
+                st = replay.ReplaySettings(base_url=base, model="bench", concurrency=c, seed=0, warmup_s=warmup_s,
                                            window_s=window_s, request_timeout_s=30.0, idle_cap_s=10.0,
                                            token_low=1000, token_high=30000, marker_tokens=4, temperature=0.0)
                 cpu0, wall0 = time.process_time(), time.perf_counter()

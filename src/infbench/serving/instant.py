@@ -1,6 +1,6 @@
 """A real OpenAI-compatible streaming server that needs no model: for tests and the client benchmark.
 
-It streams ``max_tokens`` token ids (``seconds_per_token`` apart, 0 = instantly)
+It streams ``max_tokens`` token ids (``seconds_per_token`` apart; 0 = instantly, all events in one write)
 with usage, and stamps its own receive and first-token times (``time.perf_counter``,
 CLOCK_MONOTONIC, comparable with the client's on one machine) in the first chunk.
 ``GET /debug/requests`` lists what it received (prompt, max_tokens, receive time).
@@ -63,7 +63,11 @@ def app(mode: str = "ok", seconds_per_token: float = 0.0, after: int = 0) -> Sta
             yield f"data: {json.dumps({'object': 'text_completion', 'choices': [], 'usage': usage})}\n\n"
             yield "data: [DONE]\n\n"
 
-        return StreamingResponse(events(), media_type="text/event-stream")
+        async def together():  # streaming instantly: every event in one write
+            yield "".join([e async for e in events()])
+
+        body = events() if seconds_per_token else together()
+        return StreamingResponse(body, media_type="text/event-stream")
 
     async def health(request: Request) -> Response:
         return JSONResponse({"ok": True})
