@@ -19,6 +19,7 @@ lint: setup
 bench: setup
 	$(VENV)/snakemake --cores all results/sources/smollm2-135m/hf
 	$(VENV)/infbench bench-likelihood results/sources/smollm2-135m/hf --out results/bench/likelihood.md
+	$(VENV)/infbench bench-replay --out results/bench/replay.md
 
 report: run
 	$(VENV)/snakemake --report report.html

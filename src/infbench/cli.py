@@ -17,6 +17,13 @@ def _bench(args) -> None:
                     dtype=args.dtype, repeats=args.repeats, threads=args.threads, out_md=args.out))
 
 
+def _bench_replay(args) -> None:
+    from infbench.bench import replay as bench
+
+    print(bench.run(tuple(args.concurrency), window_s=args.window, input_tokens=args.input_tokens,
+                    output_tokens=args.output_tokens, think_time_s=args.think_time, out_md=args.out))
+
+
 def _source(args) -> None:
     from infbench import sources
 
@@ -76,6 +83,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--log", default="results/reward_log.jsonl")
     p.add_argument("--threads", type=int, default=2)
     p.set_defaults(func=_reward)
+    p = sub.add_parser("bench-replay", help="latency and CPU the replay client adds, against an instant server")
+    p.add_argument("--concurrency", type=int, nargs="+", default=[1, 64, 512])
+    p.add_argument("--window", type=float, default=5.0)
+    p.add_argument("--input-tokens", type=int, default=256)
+    p.add_argument("--output-tokens", type=int, default=32)
+    p.add_argument("--think-time", type=float, default=0.0, help="seconds between a session's requests")
+    p.add_argument("--out", default=None, help="also write the table (Markdown) here")
+    p.set_defaults(func=_bench_replay)
 
     args = parser.parse_args(argv)
     try:

@@ -23,3 +23,29 @@ def check(config: dict[str, Any]) -> None:
         if origin.type != "hub":
             resolve_gguf(name, origin)
     check_answers(config)
+
+
+def check_serving(config: dict[str, Any]) -> None:
+    """The serving section: known source and servers, disjoint seeds, renderable launch specs."""
+    from infbench.serving import servers, workload
+
+    serving = config.get("serving")
+    if serving is None:
+        return
+    if serving["source"] not in config["sources"]:
+        raise ConfigError("serving.source", f"unknown source '{serving['source']}'")
+    known = serving["servers"]
+    ref = serving["calibration"]["reference"]
+    if ref not in known:
+        raise ConfigError("serving.calibration.reference", f"unknown server '{ref}' (servers: {', '.join(known)})")
+    for i, system in enumerate(serving["systems"]):
+        if system["server"] not in known:
+            raise ConfigError(f"serving.systems[{i}].server", f"unknown server '{system['server']}'")
+    for name, spec in known.items():
+        servers.dry_run(name, servers.ServerSpec.model_validate(spec), servers.LaunchVars())
+    cov = serving["coverage"]
+    workload.check_disjoint({**serving["seeds"],
+                             "coverage": list(range(cov["first_seed"], cov["first_seed"] + cov["seeds"]))})
+    low, high = serving["workload"]["token_id_range"]
+    if not low < high:
+        raise ConfigError("serving.workload.token_id_range", f"empty range [{low}, {high})")

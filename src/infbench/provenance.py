@@ -14,7 +14,8 @@ from pydantic import BaseModel
 
 TRACKED_DISTRIBUTIONS = (
     "infbench", "torch", "transformers", "gguf", "safetensors", "tokenizers",
-    "numpy", "pandas", "pyarrow", "snakemake", "llama-cpp-python", "vllm",
+    "numpy", "pandas", "pyarrow", "snakemake", "llama-cpp-python", "vllm", "sglang",
+    "httpx", "starlette", "uvicorn",
 )
 
 

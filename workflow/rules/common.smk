@@ -13,6 +13,7 @@ SETS = ["search", "verification"]
 
 
 config_checks.check(config)
+config_checks.check_serving(config)
 
 # Scale-out (README "Scale-out"): every rule declares threads and resources
 # (mem_mb and runtime in minutes sized for the embedded default, gpu from the
@@ -80,3 +81,23 @@ def candidate_dir(wildcards):
     if wildcards.candidate in SUBMISSIONS:
         return str(SUBMISSIONS[wildcards.candidate])
     return f"results/candidates/{wildcards.source}/{wildcards.candidate}"
+SERVING = config.get("serving")
+
+
+def serving_targets():
+    """The ServerBench outputs of `rule all`, when the config has a serving section."""
+    if SERVING is None:
+        return []
+    return [
+        "results/tables/serving.md",
+        "results/tables/serving.csv",
+        "results/plots/serving_value_share.png",
+        "results/serving/coverage.csv",
+    ]
+
+
+def serving_trace():
+    trace = SERVING["workload"]["trace"]
+    if trace["format"] == "synthetic":
+        return "results/serving/trace/synthetic.jsonl"
+    return trace["path"]

@@ -1,0 +1,1 @@
+"""ServerBench: coding-session workloads, closed-loop replay, servers, value (PROTOCOL B)."""

@@ -1,0 +1,112 @@
+"""Latency calibration (PROTOCOL B3): frozen TTFT/TPOT targets and the reference baseline.
+
+The reference engine is replayed at every configured concurrency (first
+calibration seed); the concurrency with the highest *gross* value G is chosen
+and replayed on every calibration seed (the first run is reused).
+``tau_first = max_j p90 TTFT_j``, ``tau_token = max_j p90 TPOT_j``; the baseline
+is the mean over seeds of p90 TTFT, p90 TPOT and D (scored with those targets).
+The file records a key of everything the targets depend on (deployment,
+workload, reference engine, replay settings); scoring refuses targets whose key
+differs from the current config, so a change forces recalibration.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from infbench import atomic, provenance
+from infbench.errors import InfbenchError, InputFileError
+from infbench.hashing import sha256_text
+from infbench.serving import runs, servers, workload
+from infbench.serving.value import Targets
+
+
+class SeedRun(BaseModel):
+    seed: int
+    records: str
+    p90_ttft_s: float
+    p90_tpot_s: float
+    G: float
+    D: float | None = None
+
+
+class TargetsRecord(BaseModel):
+    key: str
+    deployment: str
+    reference: str
+    concurrency_scan: dict[int, float]
+    concurrency: int
+    targets: Targets
+    runs: list[SeedRun]
+    baseline_p90_ttft_s: float
+    baseline_p90_tpot_s: float
+    baseline_D: float
+    provenance: provenance.Provenance
+
+
+def key(serving: dict[str, Any], workload_sha: str) -> str:
+    """What the targets depend on: deployment, workload, reference spec, replay and calibration settings."""
+    parts = {k: serving[k] for k in ("deployment", "replay", "calibration")}
+    parts["reference_spec"] = serving["servers"][serving["calibration"]["reference"]]
+    parts["calibration_seeds"] = serving["seeds"]["calibration"]
+    parts["workload_sha256"] = workload_sha
+    return sha256_text(json.dumps(parts, sort_keys=True))
+
+
+def _seed_run(summary: runs.RunSummary) -> SeedRun:
+    s = summary.score
+    if s.p90_ttft_s is None or s.p90_tpot_s is None:
+        raise InfbenchError(f"reference {summary.server} completed no request in the window at "
+                            f"c={summary.concurrency}, seed {summary.seed} ({s.failed} failed): "
+                            f"lengthen serving.replay.window_s or shorten the workload; records {summary.records}")
+    return SeedRun(seed=summary.seed, records=summary.records, p90_ttft_s=s.p90_ttft_s,
+                   p90_tpot_s=s.p90_tpot_s, G=s.G)
+
+
+def calibrate(serving: dict[str, Any], sessions_path: str, model_dir: str, gguf: str, out_dir: str,
+              targets_path: str, server_log: str) -> TargetsRecord:
+    sessions = workload.load(sessions_path)
+    inputs = runs.input_hashes(sessions_path)
+    ref = serving["calibration"]["reference"]
+    seeds = serving["seeds"]["calibration"]
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+
+    def one(base: str, c: int, seed: int) -> runs.RunSummary:
+        return runs.replay_once(serving, sessions, ref, base, c, seed, str(out / f"c{c}_seed{seed}.parquet"),
+                                None, inputs)
+
+    with servers.launched(ref, runs.spec(serving, ref), runs.launch_vars(serving, model_dir, gguf),
+                          server_log) as base:
+        scan = {c: one(base, c, seeds[0]) for c in serving["calibration"]["concurrencies"]}
+        best = max(scan, key=lambda c: (scan[c].score.G, -c))
+        seed_runs = [scan[best]] + [one(base, best, s) for s in seeds[1:]]
+    per_seed = [_seed_run(r) for r in seed_runs]
+    targets = Targets(tau_first_s=max(r.p90_ttft_s for r in per_seed),
+                      tau_token_s=max(r.p90_tpot_s for r in per_seed))
+    for r in per_seed:
+        r.D = runs.rescore(r.records, serving, targets).D
+    record = TargetsRecord(
+        key=key(serving, inputs[sessions_path]), deployment=serving["deployment"]["name"], reference=ref,
+        concurrency_scan={c: r.score.G for c, r in scan.items()}, concurrency=best, targets=targets,
+        runs=per_seed, baseline_p90_ttft_s=statistics.fmean(r.p90_ttft_s for r in per_seed),
+        baseline_p90_tpot_s=statistics.fmean(r.p90_tpot_s for r in per_seed),
+        baseline_D=statistics.fmean(r.D for r in per_seed),
+        provenance=provenance.collect({"serving": serving}, inputs))
+    atomic.write_json(targets_path, record.model_dump(mode="json"))
+    return record
+
+
+def read_targets(path: str, serving: dict[str, Any], sessions_path: str) -> TargetsRecord:
+    """The frozen targets, refused if the deployment, workload or reference changed since calibration."""
+    record = TargetsRecord.model_validate_json(Path(path).read_text())
+    want = key(serving, runs.input_hashes(sessions_path)[sessions_path])
+    if record.key != want:
+        raise InputFileError(path, "targets were calibrated for another deployment, workload or reference "
+                                   "engine; recalibrate (rule serving_calibrate)")
+    return record

@@ -1,0 +1,95 @@
+"""A real OpenAI-compatible streaming server that needs no model: for tests and the client benchmark.
+
+It streams ``max_tokens`` token ids (``seconds_per_token`` apart; 0 = instantly, all events in one write)
+with usage, and stamps its own receive and first-token times (``time.perf_counter``,
+CLOCK_MONOTONIC, comparable with the client's on one machine) in the first chunk.
+``GET /debug/requests`` lists what it received (prompt, max_tokens, receive time).
+``mode`` makes it misbehave on purpose: ``die`` (exits after ``after`` requests),
+``hang`` (never answers after ``after`` requests), ``malformed`` (broken SSE),
+``short`` (one token fewer than asked), ``bad_usage`` (usage disagrees with the stream).
+
+Run: ``python -m infbench.serving.instant --port P [--mode M] [--seconds-per-token S]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import time
+
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+MODES = ("ok", "die", "hang", "malformed", "short", "bad_usage")
+
+
+def app(mode: str = "ok", seconds_per_token: float = 0.0, after: int = 0) -> Starlette:
+    received: list[dict] = []
+
+    async def completions(request: Request) -> Response:
+        t_recv = time.perf_counter()
+        body = await request.json()
+        prompt = body["prompt"]
+        n = int(body["max_tokens"])
+        received.append({"prompt": prompt, "max_tokens": n, "receive_time": t_recv})
+        late = len(received) > after
+        if mode == "die" and late:
+            os._exit(1)
+        if mode == "hang" and late:
+            await asyncio.sleep(3600)
+
+        async def events():
+            n_send = n - 1 if mode == "short" and late else n
+            for i in range(n_send):
+                if seconds_per_token and i:
+                    await asyncio.sleep(seconds_per_token)
+                chunk = {"object": "text_completion", "choices": [
+                    {"index": 0, "text": f" t{i}", "token_ids": [i % 1000], "finish_reason": None}]}
+                if i == 0:
+                    chunk["server_receive_time"] = t_recv
+                    chunk["server_first_token_time"] = time.perf_counter()
+                if mode == "malformed" and late and i == 1:
+                    yield "data: {not json\n\n"
+                    continue
+                yield f"data: {json.dumps(chunk)}\n\n"
+            reported = n_send + 1 if mode == "bad_usage" and late else n_send
+            usage = {"prompt_tokens": len(prompt), "completion_tokens": reported,
+                     "total_tokens": len(prompt) + reported}
+            yield f"data: {json.dumps({'object': 'text_completion', 'choices': [], 'usage': usage})}\n\n"
+            yield "data: [DONE]\n\n"
+
+        async def together():  # streaming instantly: every event in one write
+            yield "".join([e async for e in events()])
+
+        body = events() if seconds_per_token else together()
+        return StreamingResponse(body, media_type="text/event-stream")
+
+    async def health(request: Request) -> Response:
+        return JSONResponse({"ok": True})
+
+    async def debug(request: Request) -> Response:
+        return JSONResponse(received)
+
+    return Starlette(routes=[Route("/v1/completions", completions, methods=["POST"]),
+                             Route("/health", health), Route("/debug/requests", debug)])
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(prog="python -m infbench.serving.instant")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--mode", choices=MODES, default="ok")
+    p.add_argument("--after", type=int, default=0, help="misbehave only after this many requests")
+    p.add_argument("--seconds-per-token", type=float, default=0.0)
+    a = p.parse_args(argv)
+    uvicorn.run(app(a.mode, a.seconds_per_token, a.after), host=a.host, port=a.port, log_level="warning",
+                backlog=4096, timeout_keep_alive=60, timeout_graceful_shutdown=2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,330 @@
+"""Closed-loop replay of coding sessions against an OpenAI-compatible server (PROTOCOL B4).
+
+- ``concurrency`` lanes each run one top-level session at a time (its subagent
+  branches run concurrently inside it); a lane takes the next session of the
+  seeded draw as soon as every request of its session has finished.
+- A request is sent ``delay_s`` after the last request it depends on finished.
+- When nothing is in flight, an idle gap longer than ``idle_cap_s`` until the
+  next timed event is capped by moving every pending event earlier by the same
+  amount (a virtual clock shift).
+- New requests are sent until ``warmup_s + window_s``; requests still in flight
+  then get at most ``request_timeout_s`` in total, so a replay always ends within
+  ``warmup_s + window_s + request_timeout_s`` (plus teardown).
+- Streaming ``/v1/completions`` with a token-id prompt, ``max_tokens`` = the
+  prescribed output, EOS ignored, usage requested. TTFT = first chunk carrying a
+  token - send; TPOT = (last - first) / (n_out - 1) (0 for one output token).
+- A request is *well-formed* only if it streamed to ``[DONE]`` with valid SSE,
+  produced exactly ``max_tokens`` tokens by the server's token accounting
+  (streamed token ids and usage must agree where both are given) and reported
+  the prompt length if usage is given. Anything else is a failure record.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+import json
+import math
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import pandas as pd
+from pydantic import BaseModel, ConfigDict, Field
+
+from infbench import atomic
+from infbench.serving.trace import Session, TraceRequest
+from infbench.serving.workload import PromptBuilder
+
+
+class ReplaySettings(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    base_url: str
+    model: str
+    concurrency: int = Field(ge=1)
+    seed: int
+    warmup_s: float = Field(ge=0)
+    window_s: float = Field(gt=0)
+    request_timeout_s: float = Field(gt=0)
+    idle_cap_s: float = Field(gt=0)
+    token_low: int
+    token_high: int
+    marker_tokens: int = Field(ge=1)
+    temperature: float = Field(ge=0)
+    request_fields: dict[str, Any] = Field(default_factory=dict,
+                                           description="extra JSON fields a server needs, e.g. logit_bias")
+
+
+class RequestRecord(BaseModel):
+    """One row of the replay's parquet file; times in seconds since replay start."""
+    run_id: str
+    instance: int
+    session_id: str
+    request_id: str
+    chain: str
+    input_tokens: int
+    max_tokens: int
+    ready_time: float
+    send_time: float
+    first_token_time: float
+    last_token_time: float
+    end_time: float
+    in_window: bool
+    ok: bool
+    error: str
+    n_chunks: int
+    streamed_token_ids: list[int]
+    text: str
+    usage_prompt_tokens: int | None
+    usage_completion_tokens: int | None
+    output_tokens: int
+    ttft: float
+    tpot: float
+    server_ttft: float | None = Field(description="the server's own first-token minus receive stamp, if it sends them")
+    server_receive_time: float | None = Field(description="the server's receive stamp on this clock, if it sends one")
+
+
+@dataclass
+class _Instance:
+    number: int
+    session: Session
+    lane: int
+    waiting: dict[str, int]
+    dependents: dict[str, list[TraceRequest]]
+    outstanding: int
+
+
+@dataclass(order=True)
+class _Event:
+    vtime: float
+    seq: int
+    instance: _Instance = field(compare=False)
+    request: TraceRequest = field(compare=False)
+
+
+class _Stream:
+    """What one streamed response carried."""
+
+    def __init__(self):
+        self.first: float = math.nan
+        self.last: float = math.nan
+        self.chunks = 0
+        self.ids: list[int] = []
+        self.saw_ids = False
+        self.text: list[str] = []
+        self.usage: dict[str, Any] | None = None
+        self.done = False
+        self.server_ttft: float | None = None
+        self.server_receive: float | None = None
+
+    def feed(self, payload: dict[str, Any], now: float) -> None:
+        if payload.get("usage"):
+            self.usage = payload["usage"]
+        if "server_receive_time" in payload and self.server_ttft is None:
+            self.server_receive = float(payload["server_receive_time"])
+            self.server_ttft = float(payload["server_first_token_time"]) - self.server_receive
+        choices = payload.get("choices")
+        if choices is None:
+            if not payload.get("usage"):
+                raise ValueError(f"chunk without choices or usage: {str(payload)[:200]}")
+            return
+        for choice in choices:
+            text = choice.get("text") or ""
+            ids = choice.get("token_ids")
+            if ids is not None:
+                self.saw_ids = True
+                self.ids.extend(int(i) for i in ids)
+            if text or ids:
+                self.chunks += 1
+                if math.isnan(self.first):
+                    self.first = now
+                self.last = now
+            self.text.append(text)
+
+
+def _check(stream: _Stream, prompt_len: int, max_tokens: int) -> tuple[int, str]:
+    """(client-accounted output tokens, error or '') of a finished stream."""
+    if not stream.done:
+        return 0, "stream ended without [DONE]"
+    usage_out = stream.usage.get("completion_tokens") if stream.usage else None
+    if stream.saw_ids and usage_out is not None and usage_out != len(stream.ids):
+        return len(stream.ids), f"usage.completion_tokens={usage_out} but {len(stream.ids)} token ids streamed"
+    if stream.saw_ids:
+        n_out = len(stream.ids)
+    elif usage_out is not None:  # without token ids a chunk carries at least one token
+        n_out = int(usage_out)
+        if not 0 < stream.chunks <= n_out:
+            return n_out, f"usage.completion_tokens={n_out} but {stream.chunks} token chunks streamed"
+    else:
+        return stream.chunks, "no token accounting (neither token_ids nor usage)"
+    if stream.usage and stream.usage.get("prompt_tokens") not in (None, prompt_len):
+        return n_out, f"usage.prompt_tokens={stream.usage['prompt_tokens']} but the prompt has {prompt_len}"
+    if n_out != max_tokens:
+        return n_out, f"{n_out} output tokens, {max_tokens} prescribed"
+    return n_out, ""
+
+
+class Replay:
+    """One closed-loop replay run; :meth:`run` returns its request records."""
+
+    def __init__(self, sessions: Iterator[Session], settings: ReplaySettings, client: httpx.AsyncClient):
+        self.s = settings
+        self.sessions = sessions
+        self.client = client
+        self.run_id = uuid.uuid4().hex[:12]
+        self.prompts = PromptBuilder(token_low=settings.token_low, token_high=settings.token_high,
+                                     marker_tokens=settings.marker_tokens, run_key=self.run_id)
+        self.heap: list[_Event] = []
+        self.seq = itertools.count()
+        self.numbers = itertools.count()
+        self.in_flight = 0
+        self.idle_since = 0.0
+        self.shift = 0.0
+        self.wake = asyncio.Event()
+        self.tasks: set[asyncio.Task] = set()
+        self.records: list[RequestRecord] = []
+        self.t0 = 0.0
+        self.issuing = True
+
+    # clocks: real = seconds since start; virtual = real + shift (pending events live in virtual time)
+    def now(self) -> float:
+        return time.perf_counter() - self.t0
+
+    def vnow(self) -> float:
+        return self.now() + self.shift
+
+    def _start_session(self, lane: int) -> None:
+        session = next(self.sessions)
+        inst = _Instance(number=next(self.numbers), session=session, lane=lane,
+                         waiting={r.id: len(r.depends_on) for r in session.requests},
+                         dependents={r.id: [] for r in session.requests}, outstanding=len(session.requests))
+        for r in session.requests:
+            for dep in r.depends_on:
+                inst.dependents[dep].append(r)
+        for r in session.requests:
+            if not r.depends_on:
+                self._push(inst, r, self.vnow() + r.delay_s)
+
+    def _push(self, inst: _Instance, r: TraceRequest, vtime: float) -> None:
+        heapq.heappush(self.heap, _Event(vtime, next(self.seq), inst, r))
+        self.wake.set()
+
+    def _finished(self, inst: _Instance, r: TraceRequest) -> None:
+        self.in_flight -= 1
+        if self.in_flight == 0:
+            self.idle_since = self.vnow()
+        v = self.vnow()
+        for d in inst.dependents[r.id]:
+            inst.waiting[d.id] -= 1
+            if inst.waiting[d.id] == 0:
+                self._push(inst, d, v + d.delay_s)
+        inst.outstanding -= 1
+        if inst.outstanding == 0 and self.issuing:
+            self._start_session(inst.lane)
+        self.wake.set()
+
+    async def run(self) -> list[RequestRecord]:
+        self.t0 = time.perf_counter()
+        end = self.s.warmup_s + self.s.window_s
+        for lane in range(self.s.concurrency):
+            self._start_session(lane)
+        while self.now() < end:
+            self.wake.clear()
+            if self.heap and self.in_flight == 0:
+                gap = self.heap[0].vtime - self.idle_since
+                if gap > self.s.idle_cap_s:
+                    self.shift += gap - self.s.idle_cap_s
+                    self.idle_since += gap - self.s.idle_cap_s
+            wait = end - self.now()
+            if self.heap:
+                wait = min(wait, self.heap[0].vtime - self.vnow())
+            if wait > 0:
+                try:
+                    await asyncio.wait_for(self.wake.wait(), timeout=wait)
+                except TimeoutError:
+                    pass
+                continue
+            ev = heapq.heappop(self.heap)
+            ready = ev.vtime - self.shift
+            self.in_flight += 1
+            task = asyncio.create_task(self._send(ev.instance, ev.request, ready))
+            self.tasks.add(task)
+            task.add_done_callback(self.tasks.discard)
+        self.issuing = False
+        if self.tasks:
+            await asyncio.wait(set(self.tasks), timeout=self.s.request_timeout_s + 1.0)
+        for task in list(self.tasks):
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+        return sorted(self.records, key=lambda r: r.send_time)
+
+    async def _send(self, inst: _Instance, r: TraceRequest, ready: float) -> None:
+        prompt = self.prompts.build(inst.session, inst.number, r)
+        body = {"model": self.s.model, "prompt": prompt, "max_tokens": r.output_tokens, "stream": True,
+                "ignore_eos": True, "stream_options": {"include_usage": True}, "temperature": self.s.temperature,
+                **self.s.request_fields}
+        stream = _Stream()
+        error = ""
+        send = self.now()
+        try:
+            async with asyncio.timeout(self.s.request_timeout_s):
+                async with self.client.stream("POST", "/v1/completions", json=body) as resp:
+                    if resp.status_code != 200:
+                        detail = (await resp.aread())[:300].decode(errors="replace")
+                        raise ValueError(f"HTTP {resp.status_code}: {detail}")
+                    async for line in resp.aiter_lines():
+                        if not line or line.startswith(":"):
+                            continue
+                        if not line.startswith("data:"):
+                            raise ValueError(f"malformed SSE line: {line[:200]!r}")
+                        data = line[5:].strip()
+                        if data == "[DONE]":
+                            stream.done = True
+                            break
+                        stream.feed(json.loads(data), self.now())
+        except TimeoutError:
+            error = f"timed out after {self.s.request_timeout_s} s"
+        except asyncio.CancelledError:
+            error = "cancelled at replay end"
+        except (httpx.HTTPError, ValueError, TypeError, KeyError, AttributeError) as exc:
+            error = f"{type(exc).__name__}: {exc}"[:500]
+        end = self.now()
+        n_out, check_error = _check(stream, len(prompt), r.output_tokens)
+        error = error or check_error
+        ttft = stream.first - send
+        tpot = 0.0 if n_out == 1 else (stream.last - stream.first) / (n_out - 1) if n_out > 1 else math.nan
+        usage = stream.usage or {}
+        self.records.append(RequestRecord(
+            run_id=self.run_id, instance=inst.number, session_id=inst.session.id, request_id=r.id,
+            chain=r.chain, input_tokens=len(prompt), max_tokens=r.output_tokens, ready_time=ready,
+            send_time=send, first_token_time=stream.first, last_token_time=stream.last, end_time=end,
+            in_window=self.s.warmup_s <= send < self.s.warmup_s + self.s.window_s, ok=not error, error=error,
+            n_chunks=stream.chunks, streamed_token_ids=stream.ids, text="".join(stream.text),
+            usage_prompt_tokens=usage.get("prompt_tokens"), usage_completion_tokens=usage.get("completion_tokens"),
+            output_tokens=n_out, ttft=ttft if not error else math.nan, tpot=tpot if not error else math.nan,
+            server_ttft=stream.server_ttft,
+            server_receive_time=None if stream.server_receive is None else stream.server_receive - self.t0,
+        ))
+        self._finished(inst, r)
+
+
+async def replay(sessions: Iterator[Session], settings: ReplaySettings) -> list[RequestRecord]:
+    limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
+    timeout = httpx.Timeout(settings.request_timeout_s)
+    async with httpx.AsyncClient(base_url=settings.base_url, limits=limits, timeout=timeout) as client:
+        return await Replay(sessions, settings, client).run()
+
+
+def run(sessions: Iterator[Session], settings: ReplaySettings) -> list[RequestRecord]:
+    return asyncio.run(replay(sessions, settings))
+
+
+def write_records(records: list[RequestRecord], path: str) -> pd.DataFrame:
+    frame = pd.DataFrame([r.model_dump() for r in records], columns=list(RequestRecord.model_fields))
+    with atomic.atomic_path(path) as tmp:
+        frame.to_parquet(tmp, index=False)
+    return frame

@@ -1,0 +1,77 @@
+"""One replay run as the pipeline does it: settings from config, a launched server, records + summary."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from pydantic import BaseModel
+
+from infbench import atomic, provenance
+from infbench.hashing import sha256_file
+from infbench.serving import replay, servers, workload
+from infbench.serving.trace import Session
+from infbench.serving.value import Deployment, Score, Targets, score
+
+
+class RunSummary(BaseModel):
+    server: str
+    concurrency: int
+    seed: int
+    settings: replay.ReplaySettings
+    records: str
+    requests: int
+    score: Score
+    provenance: provenance.Provenance
+
+
+def deployment(serving: dict[str, Any]) -> Deployment:
+    return Deployment.model_validate(serving["deployment"])
+
+
+def settings(serving: dict[str, Any], base_url: str, concurrency: int, seed: int,
+             request_fields: dict[str, Any]) -> replay.ReplaySettings:
+    r, w = serving["replay"], serving["workload"]
+    low, high = w["token_id_range"]
+    return replay.ReplaySettings(
+        base_url=base_url, model=serving["deployment"]["name"], concurrency=concurrency, seed=seed,
+        warmup_s=r["warmup_s"], window_s=r["window_s"], request_timeout_s=r["request_timeout_s"],
+        idle_cap_s=r["idle_cap_s"], token_low=low, token_high=high, marker_tokens=w["marker_tokens"],
+        temperature=r["temperature"], request_fields=request_fields)
+
+
+def launch_vars(serving: dict[str, Any], model_dir: str, gguf: str) -> servers.LaunchVars:
+    return servers.LaunchVars(model_dir=model_dir, gguf=gguf, model_name=serving["deployment"]["name"],
+                              threads=serving["replay"]["threads"],
+                              context_limit=serving["deployment"]["context_limit"],
+                              devices=serving["deployment"]["devices"])
+
+
+def spec(serving: dict[str, Any], name: str) -> servers.ServerSpec:
+    return servers.ServerSpec.model_validate(serving["servers"][name])
+
+
+def replay_once(serving: dict[str, Any], sessions: list[Session], server: str, base_url: str, concurrency: int,
+                seed: int, records_path: str, summary_path: str | None, inputs: dict[str, str],
+                targets: Targets | None = None) -> RunSummary:
+    st = settings(serving, base_url, concurrency, seed, spec(serving, server).request_fields)
+    recs = replay.run(workload.draw(sessions, seed), st)
+    frame = replay.write_records(recs, records_path)
+    summary = RunSummary(
+        server=server, concurrency=concurrency, seed=seed, settings=st, records=str(records_path),
+        requests=len(frame), score=score(frame, deployment(serving), st.window_s, targets),
+        provenance=provenance.collect({"server": server, "concurrency": concurrency, "seed": seed,
+                                       "serving": serving}, inputs))
+    if summary_path:
+        atomic.write_json(summary_path, summary.model_dump(mode="json"))
+    return summary
+
+
+def rescore(records_path: str, serving: dict[str, Any], targets: Targets) -> Score:
+    frame = pd.read_parquet(records_path)
+    return score(frame, deployment(serving), serving["replay"]["window_s"], targets)
+
+
+def input_hashes(*paths: str) -> dict[str, str]:
+    return {p: sha256_file(p) for p in paths if Path(p).is_file()}

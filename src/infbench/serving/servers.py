@@ -1,0 +1,130 @@
+"""Servers under test: launched from a spec, health-checked, always torn down, logs kept.
+
+A :class:`ServerSpec` is a command template whose ``{placeholders}`` are filled
+from :class:`LaunchVars` (``python``, ``host``, ``port``, ``model_dir``,
+``gguf``, ``model_name``, ``threads``, ``context_limit``, ``devices``).
+``runnable: false`` marks specs (vLLM, SGLang on GPUs) that are only rendered
+and validated here (:func:`dry_run`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+from pydantic import BaseModel, ConfigDict, Field
+
+from infbench.errors import ConfigError, InfbenchError
+
+
+class ServerSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    command: list[str] = Field(min_length=1)
+    health_path: str = "/health"
+    startup_timeout_s: float = Field(default=600, gt=0)
+    request_fields: dict[str, Any] = Field(default_factory=dict)
+    env: dict[str, str] = Field(default_factory=dict)
+    runnable: bool = True
+
+
+class LaunchVars(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    python: str = sys.executable
+    host: str = "127.0.0.1"
+    port: int = 0
+    model_dir: str = ""
+    gguf: str = ""
+    model_name: str = "model"
+    threads: int = 1
+    context_limit: int = 8192
+    devices: int = 1
+
+
+class ServerFailed(InfbenchError):
+    pass
+
+
+def render(name: str, spec: ServerSpec, launch: LaunchVars) -> list[str]:
+    values = launch.model_dump()
+    try:
+        return [arg.format(**values) for arg in spec.command]
+    except (KeyError, IndexError, ValueError) as exc:
+        raise ConfigError(f"serving.servers.{name}.command",
+                          f"bad placeholder {exc} (known: {', '.join(sorted(values))})") from None
+
+
+def dry_run(name: str, spec: ServerSpec, launch: LaunchVars) -> str:
+    """The command line a spec would run, validated but not started."""
+    return " ".join(render(name, spec, launch.model_copy(update={"port": launch.port or 8000})))
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def _tail(path: Path, n: int = 3000) -> str:
+    try:
+        return path.read_text(errors="replace")[-n:]
+    except OSError:
+        return ""
+
+
+def stop(proc: subprocess.Popen, grace_s: float = 10.0) -> None:
+    """SIGTERM the server's process group, SIGKILL it after ``grace_s``."""
+    if proc.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(grace_s)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+@contextlib.contextmanager
+def launched(name: str, spec: ServerSpec, launch: LaunchVars, log_path: str | Path) -> Iterator[str]:
+    """Start the server, wait until healthy, yield its base URL; always tear it down."""
+    if not spec.runnable:
+        raise ConfigError(f"serving.servers.{name}.runnable", "this spec is validated only (dry run)")
+    launch = launch.model_copy(update={"port": launch.port or free_port(launch.host)})
+    cmd = render(name, spec, launch)
+    log_path = Path(log_path)
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    base = f"http://{launch.host}:{launch.port}"
+    with open(log_path, "ab") as log:
+        log.write(f"$ {' '.join(cmd)}\n".encode())
+        log.flush()
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                env={**os.environ, **spec.env}, start_new_session=True)
+        try:
+            _wait_healthy(name, proc, base + spec.health_path, spec.startup_timeout_s, log_path)
+            yield base
+        finally:
+            stop(proc)
+
+
+def _wait_healthy(name: str, proc: subprocess.Popen, url: str, timeout_s: float, log_path: Path) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise ServerFailed(f"server {name} exited with {proc.returncode} before it was healthy; "
+                               f"log {log_path}:\n{_tail(log_path)}")
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(url, timeout=2.0).status_code == 200:
+                return
+        time.sleep(0.25)
+    raise ServerFailed(f"server {name} not healthy at {url} after {timeout_s} s; log {log_path}:\n"
+                       f"{_tail(log_path)}")

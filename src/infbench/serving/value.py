@@ -1,0 +1,82 @@
+"""Dollars per dollar (PROTOCOL B2): qualified value D, gross value G, qualified share f.
+
+``v_i = (p_in * x_i + p_out * y_i) / 1e6`` with client-measured input and output
+token counts. Only *completed* requests count: sent inside the window,
+well-formed (see :mod:`infbench.serving.replay`) with finite TTFT and TPOT.
+``q_i = 1`` iff TTFT <= tau_first and TPOT <= tau_token.
+``D = sum q_i v_i / (d r W / 3600)``, ``G = sum v_i / (d r W / 3600)``, ``f = D / G``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Deployment(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    name: str
+    devices: int = Field(ge=1)
+    usd_per_device_hour: float = Field(gt=0)
+    input_usd_per_mtok: float = Field(ge=0)
+    output_usd_per_mtok: float = Field(ge=0)
+    context_limit: int = Field(ge=1)
+
+
+class Targets(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    tau_first_s: float = Field(gt=0)
+    tau_token_s: float = Field(gt=0)
+
+
+class Score(BaseModel):
+    D: float | None
+    G: float
+    f: float | None
+    window_s: float
+    cost_usd: float
+    gross_usd: float
+    qualified_usd: float | None
+    requests_in_window: int
+    completed: int
+    qualified: int | None
+    failed: int
+    p90_ttft_s: float | None
+    p90_tpot_s: float | None
+    output_tokens: int
+    input_tokens: int
+
+
+def request_value(x: np.ndarray | float, y: np.ndarray | float, dep: Deployment):
+    return (dep.input_usd_per_mtok * x + dep.output_usd_per_mtok * y) / 1e6
+
+
+def completed_mask(frame: pd.DataFrame) -> pd.Series:
+    return (frame["in_window"] & frame["ok"] & np.isfinite(frame["ttft"]) & np.isfinite(frame["tpot"]))
+
+
+def _p90(values: pd.Series) -> float | None:
+    return float(np.percentile(values, 90)) if len(values) else None
+
+
+def score(frame: pd.DataFrame, dep: Deployment, window_s: float, targets: Targets | None = None) -> Score:
+    """Score one replay's records; without targets only G and the latency percentiles."""
+    win = frame[frame["in_window"]]
+    done = frame[completed_mask(frame)]
+    values = request_value(done["input_tokens"].to_numpy(float), done["output_tokens"].to_numpy(float), dep)
+    cost = dep.devices * dep.usd_per_device_hour * window_s / 3600.0
+    gross = float(values.sum())
+    qualified_usd = n_q = D = f = None
+    if targets is not None:
+        q = ((done["ttft"] <= targets.tau_first_s) & (done["tpot"] <= targets.tau_token_s)).to_numpy()
+        qualified_usd = float(values[q].sum())
+        n_q = int(q.sum())
+        D = qualified_usd / cost
+        f = qualified_usd / gross if gross > 0 else None
+    return Score(
+        D=D, G=gross / cost, f=f, window_s=window_s, cost_usd=cost, gross_usd=gross, qualified_usd=qualified_usd,
+        requests_in_window=len(win), completed=len(done), qualified=n_q, failed=int((~win["ok"]).sum()),
+        p90_ttft_s=_p90(done["ttft"]), p90_tpot_s=_p90(done["tpot"]),
+        output_tokens=int(done["output_tokens"].sum()), input_tokens=int(done["input_tokens"].sum()),
+    )

@@ -1,0 +1,154 @@
+"""Workload preparation (PROTOCOL B4): scaling, context eligibility, seeded draws, prompts.
+
+- Optional length scaling for small deployments multiplies every length and the
+  block size by the same factor, so shared prefixes keep their proportions; the
+  factor is recorded.
+- Eligibility keeps or drops whole sessions against the context limit; prompts
+  are never truncated.
+- A draw is a seeded, endless sequence of sessions (fresh permutation per pass).
+- Prompts are token ids: block ``h`` of a prefix scope is a fixed seeded token
+  block (equal hash ids give identical blocks); the first ``marker_tokens`` of
+  every prompt are a marker unique to the replayed session instance, so two
+  instances never share a cached prefix by accident.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from infbench import atomic, provenance
+from infbench.errors import ConfigError, InputFileError
+from infbench.hashing import sha256_file
+from infbench.seeding import derive_seed
+from infbench.serving.trace import Session, TraceRequest, read_trace
+
+
+class WorkloadSummary(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    trace: str
+    trace_format: str
+    sessions_read: int
+    sessions_eligible: int
+    sessions_dropped: int
+    length_scale: float
+    context_limit: int
+    requests: int
+    input_tokens: int
+    output_tokens: int
+    provenance: provenance.Provenance
+
+
+def scale(session: Session, factor: float) -> Session:
+    """Lengths and block size times ``factor`` (block size must stay an integer)."""
+    if factor == 1.0:
+        return session
+    block = session.block_size * factor
+    if block < 1 or abs(block - round(block)) > 1e-9:
+        raise ConfigError("serving.workload.length_scale",
+                          f"{factor} times block size {session.block_size} is not a whole number of tokens")
+    reqs = [r.model_copy(update={"input_tokens": math.ceil(r.input_tokens * factor),
+                                 "output_tokens": max(1, math.ceil(r.output_tokens * factor))})
+            for r in session.requests]
+    return session.model_copy(update={"block_size": int(round(block)), "requests": reqs})
+
+
+def eligible(sessions: list[Session], context_limit: int) -> list[Session]:
+    """Whole sessions whose every request (prompt + output) fits ``context_limit``."""
+    return [s for s in sessions if s.max_context <= context_limit]
+
+
+def prepare(trace_path: str, trace_format: str, *, length_scale: float, context_limit: int,
+            block_size: int, out_sessions: str, out_summary: str) -> WorkloadSummary:
+    """Read, scale and filter a trace; write the eligible sessions (JSONL) and a summary."""
+    sessions = read_trace(trace_path, trace_format, block_size)
+    scaled = [scale(s, length_scale) for s in sessions]
+    kept = eligible(scaled, context_limit)
+    if not kept:
+        raise ConfigError("serving.deployment.context_limit",
+                          f"no session of {trace_path} fits {context_limit} tokens "
+                          f"(after length scale {length_scale}); nothing to replay")
+    params = {"trace_format": trace_format, "length_scale": length_scale, "context_limit": context_limit}
+    summary = WorkloadSummary(
+        trace=str(trace_path), trace_format=trace_format, sessions_read=len(sessions),
+        sessions_eligible=len(kept), sessions_dropped=len(sessions) - len(kept), length_scale=length_scale,
+        context_limit=context_limit, requests=sum(len(s.requests) for s in kept),
+        input_tokens=sum(s.total_input_tokens for s in kept),
+        output_tokens=sum(r.output_tokens for s in kept for r in s.requests),
+        provenance=provenance.collect(params, {str(trace_path): sha256_file(trace_path)}),
+    )
+    atomic.write_text(out_sessions, "".join(s.model_dump_json() + "\n" for s in kept))
+    atomic.write_json(out_summary, summary.model_dump(mode="json"))
+    return summary
+
+
+def load(path: str | Path) -> list[Session]:
+    """Sessions written by :func:`prepare`."""
+    path = Path(path)
+    out = []
+    for lineno, line in enumerate(path.read_text().splitlines(), start=1):
+        try:
+            out.append(Session.model_validate_json(line))
+        except ValueError as exc:
+            raise InputFileError(path, f"line {lineno}: {exc}") from None
+    if not out:
+        raise InputFileError(path, "no sessions")
+    return out
+
+
+def draw(sessions: list[Session], seed: int) -> Iterator[Session]:
+    """The endless seeded sequence of sessions a replay with ``seed`` takes them from."""
+    rng = np.random.default_rng(derive_seed(seed, "session-draw"))
+    while True:
+        for i in rng.permutation(len(sessions)):
+            yield sessions[int(i)]
+
+
+def check_disjoint(seed_sets: dict[str, list[int]]) -> None:
+    """Development, final, calibration and coverage seeds must never overlap."""
+    names = sorted(seed_sets)
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            common = set(seed_sets[a]) & set(seed_sets[b])
+            if common:
+                raise ConfigError(f"serving.seeds.{b}", f"shares seeds {sorted(common)[:5]} with {a}")
+
+
+class PromptBuilder(BaseModel):
+    """Deterministic token-id prompts for one replay run."""
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    token_low: int = Field(ge=0)
+    token_high: int
+    marker_tokens: int = Field(ge=1)
+    run_key: str
+
+    def build(self, session: Session, instance: int, request: TraceRequest) -> list[int]:
+        bs = session.block_size
+        scope = session.id if session.prefix_scope == "session" else "global"
+        out: list[int] = []
+        for h in request.hash_ids:
+            out.extend(_block(self.token_low, self.token_high, scope, h, bs))
+        del out[request.input_tokens:]
+        if len(out) < request.input_tokens:  # tokens beyond the hashed blocks: unique to this request
+            out.extend(_tail(self.token_low, self.token_high, f"{scope}/{request.id}",
+                             request.input_tokens - len(out)))
+        n = min(self.marker_tokens, len(out))
+        out[:n] = _tail(self.token_low, self.token_high, f"marker/{self.run_key}/{instance}", n)
+        return out
+
+
+@lru_cache(maxsize=65536)
+def _block(low: int, high: int, scope: str, hash_id: int, size: int) -> tuple[int, ...]:
+    rng = np.random.default_rng(derive_seed(0, "block", scope, hash_id))
+    return tuple(rng.integers(low, high, size).tolist())
+
+
+def _tail(low: int, high: int, key: str, n: int) -> list[int]:
+    rng = np.random.default_rng(derive_seed(0, "tail", key))
+    return rng.integers(low, high, n).tolist()
+

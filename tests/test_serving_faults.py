@@ -1,0 +1,65 @@
+"""Servers that misbehave: failure records, replays that end in time, processes always torn down."""
+
+import socket
+import sys
+import time
+
+import pytest
+from serving_helpers import instant_server, settings
+
+from infbench.serving import replay, servers, trace, workload
+
+SESSION = trace.session_from_weka({"id": "f", "block_size": 4, "requests": [
+    {"t": 0, "in": 8, "out": 4, "hash_ids": [0, 1], "think_time": 0},
+    {"t": 1, "in": 12, "out": 4, "hash_ids": [0, 1, 2], "think_time": 0.05},
+    {"t": 2, "in": 16, "out": 4, "hash_ids": [0, 1, 2, 3], "think_time": 0.05}]})
+
+
+def _port_closed(base: str) -> bool:
+    host, port = base.removeprefix("http://").split(":")
+    with socket.socket() as s:
+        return s.connect_ex((host, int(port))) != 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode, error", [
+    ("die", "Error"),                      # connection refused / reset once the process is gone
+    ("hang", "timed out after"),
+    ("malformed", "JSONDecodeError"),
+    ("short", "3 output tokens, 4 prescribed"),
+    ("bad_usage", "usage.completion_tokens=5 but 4 token ids streamed"),
+])
+def test_misbehaving_server(tmp_path, mode, error):
+    window, timeout = 2.0, 1.5
+    with instant_server(tmp_path / "server.log", "--mode", mode, "--after", "1") as base:
+        t = time.monotonic()
+        recs = replay.run(workload.draw([SESSION], 0), settings(base, window_s=window, request_timeout_s=timeout))
+        elapsed = time.monotonic() - t
+    assert _port_closed(base)
+    assert elapsed <= window + timeout + 1.5
+    assert recs[0].ok and recs[0].request_id == "main/0"          # the first request was served properly
+    bad = [r for r in recs if not r.ok]
+    assert bad and all(error in r.error for r in bad), {r.error for r in bad}
+    assert all(r.ok or (r.ttft != r.ttft and r.tpot != r.tpot) for r in recs)   # failures carry no latency
+
+
+def test_server_that_does_not_start(tmp_path):
+    spec = servers.ServerSpec(command=["{python}", "-c", "import sys; print('no model here'); sys.exit(3)"])
+    with pytest.raises(servers.ServerFailed, match="(?s)exited with 3.*no model here"):
+        with servers.launched("broken", spec, servers.LaunchVars(), tmp_path / "broken.log"):
+            pass
+    spec = servers.ServerSpec(command=["{python}", "-c", "import time; time.sleep(60)"], startup_timeout_s=1.0)
+    t = time.monotonic()
+    with pytest.raises(servers.ServerFailed, match="not healthy"):
+        with servers.launched("silent", spec, servers.LaunchVars(), tmp_path / "silent.log"):
+            pass
+    assert time.monotonic() - t < 10
+
+
+def test_spec_placeholders_are_checked():
+    spec = servers.ServerSpec(command=["vllm", "serve", "{model_dir}", "--port", "{port}", "--tp", "{gpus}"],
+                              runnable=False)
+    with pytest.raises(Exception, match="serving.servers.vllm.command.*gpus"):
+        servers.dry_run("vllm", spec, servers.LaunchVars(model_dir="m"))
+    ok = servers.ServerSpec(command=["{python}", "-m", "x", "--port", "{port}"])
+    assert servers.dry_run("x", ok, servers.LaunchVars()) == f"{sys.executable} -m x --port 8000"

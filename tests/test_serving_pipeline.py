@@ -1,0 +1,93 @@
+"""The serving stages of the embedded pipeline: planned jobs, config errors, and a tiny real run."""
+
+import json
+
+import pandas as pd
+import pytest
+import yaml
+
+from conftest import REPO, planned_jobs, run_snakemake
+
+SERVING_TARGETS = ["results/tables/serving.md", "results/serving/coverage.csv"]
+
+
+def _config(tmp_path, **changes):
+    cfg = yaml.safe_load((REPO / "config/config.yaml").read_text())
+    for dotted, value in changes.items():
+        node = cfg
+        *path, last = dotted.split(".")
+        for k in path:
+            node = node.setdefault(k, {})
+        node[last] = value
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def test_embedded_plan(tmp_path):
+    proc = run_snakemake(tmp_path, "-n", *SERVING_TARGETS, "--configfile", str(_config(tmp_path)))
+    jobs = planned_jobs(proc)
+    assert {k: v for k, v in jobs.items() if k.startswith("serving")} == {
+        "serving_synthetic": 1, "serving_workload": 1, "serving_coverage": 1, "serving_calibrate": 1,
+        "serving_replay": 2, "serving_table": 1}
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"serving.calibration.reference": "tgi"}, "config key 'serving.calibration.reference': unknown server 'tgi'"),
+    ({"serving.seeds.final": [0]}, "config key 'serving.seeds."),
+    ({"serving.servers": {"S0": {"command": ["x", "{nope}"]}, "llamacpp": {"command": ["y"]}}},
+     "config key 'serving.servers.S0.command': bad placeholder"),
+    ({"serving.source": "gpt"}, "config key 'serving.source': unknown source 'gpt'"),
+])
+def test_bad_serving_config_stops_before_any_job(tmp_path, changes, message):
+    proc = run_snakemake(tmp_path, "-n", *SERVING_TARGETS, "--configfile", str(_config(tmp_path, **changes)),
+                         check=False)
+    assert proc.returncode != 0 and message in proc.stdout + proc.stderr
+
+
+@pytest.mark.slow
+def test_tiny_serving_run(tmp_path):
+    config = _config(tmp_path, **{
+        "serving.replay.warmup_s": 1, "serving.replay.window_s": 8, "serving.replay.request_timeout_s": 6,
+        "serving.seeds.calibration": [2000, 2001], "serving.calibration.concurrencies": [1, 2],
+        "serving.workload.synthetic.sessions": 16})
+    run_snakemake(tmp_path, "--cores", "2", *SERVING_TARGETS, "--configfile", str(config))
+    targets = json.loads((tmp_path / "results/serving/calibration/targets.json").read_text())
+    assert targets["targets"]["tau_first_s"] >= max(r["p90_ttft_s"] for r in targets["runs"]) > 0
+    assert targets["concurrency"] in (1, 2) and len(targets["runs"]) == 2
+    table = pd.read_csv(tmp_path / "results/tables/serving.csv")
+    assert list(table["system"]) == ["llamacpp (calibration baseline)", "S0", "llamacpp"]
+    assert (table["D"] >= 0).all() and (table["D"] <= table["G"] + 1e-12).all()
+    assert (tmp_path / "results/plots/serving_value_share.png").stat().st_size > 5_000
+    cov = pd.read_csv(tmp_path / "results/serving/coverage.csv")
+    assert (cov["seed_set"] == "scan").sum() == 128 and cov["pct_input_tokens"].notna().sum() == 5
+    for log in ["servers/calibrate.log", "servers/S0_seed1000.log", "servers/llamacpp_seed1000.log"]:
+        assert (tmp_path / "logs/serving" / log).stat().st_size > 0
+    proc = run_snakemake(tmp_path, "-n", *SERVING_TARGETS, "--configfile", str(config))
+    assert "Nothing to be done" in proc.stdout + proc.stderr
+
+
+def test_paper_defaults_plan_gpu_engines(tmp_path):
+    """Schema defaults (the paper's): SGLang reference, S0 + SGLang scored; GPU specs render but never run here."""
+    trace = tmp_path / "weka.jsonl"
+    trace.write_text('{"id": "a", "block_size": 64, "requests": [{"t": 0, "in": 64, "out": 8, "hash_ids": [0]}]}\n')
+    cfg = yaml.safe_load((REPO / "config/config.yaml").read_text())
+    cfg["serving"] = {"source": "smollm2-135m", "workload": {"trace": {"format": "weka", "path": str(trace)}}}
+    path = tmp_path / "paper.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    proc = run_snakemake(tmp_path, "-n", *SERVING_TARGETS, "--configfile", str(path))
+    jobs = planned_jobs(proc)
+    assert jobs["serving_replay"] == 2 * 5 and jobs["serving_calibrate"] == 1 and "serving_synthetic" not in jobs
+
+    from infbench.serving import servers
+    schema = yaml.safe_load((REPO / "workflow/schemas/config.schema.yaml").read_text())
+    specs = schema["properties"]["serving"]["properties"]["servers"]["default"]
+    launch = servers.LaunchVars(model_dir="/m", devices=2, context_limit=1048576)
+    for name in ("vllm", "sglang"):
+        spec = servers.ServerSpec.model_validate(specs[name])
+        assert not spec.runnable and "--port 8000" in servers.dry_run(name, spec, launch)
+        with pytest.raises(Exception, match="validated only"):
+            with servers.launched(name, spec, launch, tmp_path / f"{name}.log"):
+                pass
+    assert "--tensor-parallel-size 2" in servers.dry_run("vllm", servers.ServerSpec.model_validate(specs["vllm"]),
+                                                         launch)

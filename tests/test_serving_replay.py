@@ -1,0 +1,113 @@
+"""Closed-loop replay of a hand-built trace against a real local server on loopback."""
+
+import json
+import time
+
+import httpx
+import pytest
+from serving_helpers import instant_server, settings
+
+from infbench.serving import replay, trace, workload
+
+BS = 4
+HAND = {"id": "hand", "block_size": BS, "requests": [
+    {"t": 0, "in": 8, "out": 3, "hash_ids": [0, 1], "think_time": 0},                 # main/0
+    {"type": "subagent", "requests": [                                                # main.s0: fan-out 1
+        {"t": 1, "in": 8, "out": 2, "hash_ids": [0, 2], "think_time": 0.2},
+        {"t": 2, "in": 10, "out": 2, "hash_ids": [0, 2, 3], "think_time": 0.1}]},
+    {"type": "subagent", "requests": [                                                # main.s1: fan-out 2
+        {"t": 1, "in": 8, "out": 2, "hash_ids": [0, 4], "think_time": 0.3}]},
+    {"t": 3, "in": 12, "out": 3, "hash_ids": [0, 1, 5], "think_time": 0.5},          # main/1 joins both
+    {"t": 40, "in": 16, "out": 2, "hash_ids": [0, 1, 5, 6], "think_time": 30.0},     # main/2 after a 30 s gap
+    {"type": "subagent", "requests": [                                                # main.s2: background
+        {"t": 41, "in": 8, "out": 2, "hash_ids": [0, 7], "think_time": 0.1}]},
+]}
+SPT = 0.05  # the server's seconds per output token, so requests take measurable time
+
+
+def test_hand_trace_structure():
+    s = trace.session_from_weka(HAND)
+    chains = {c.id: c for c in s.chains}
+    deps = {r.id: set(r.depends_on) for r in s.requests}
+    assert deps["main/1"] == {"main/0", "main.s0/1", "main.s1/0"}
+    assert deps["main.s0/0"] == {"main/0"} and deps["main.s1/0"] == {"main/0"}
+    assert deps["main.s2/0"] == {"main/2"}
+    assert chains["main.s0"].joined_by == "main/1" and chains["main.s1"].joined_by == "main/1"
+    assert chains["main.s2"].background and not chains["main.s0"].background
+
+
+@pytest.mark.slow
+def test_hand_trace_replay(tmp_path):
+    session = trace.session_from_weka(HAND)
+    with instant_server(tmp_path / "server.log", "--seconds-per-token", str(SPT)) as base:
+        t = time.monotonic()
+        recs = replay.run(workload.draw([session], 0), settings(base, window_s=13.5, request_timeout_s=5.0))
+        elapsed = time.monotonic() - t
+        received = httpx.get(base + "/debug/requests").json()
+    assert elapsed < 13.5 + 5.0 + 2.0
+    assert all(r.ok for r in recs), [r.error for r in recs if not r.ok]
+    first = [r for r in recs if r.instance == 0]
+    by_id = {r.request_id: r for r in first}
+    assert set(by_id) == {r.id for r in session.requests}
+
+    # send order: main/0, the two subagents of the fan-out, then the join, the gap, the background subagent
+    order = [r.request_id for r in sorted(first, key=lambda r: r.send_time)]
+    assert order[0] == "main/0"
+    assert order.index("main.s0/0") < order.index("main.s0/1") < order.index("main/1")
+    assert order.index("main.s1/0") < order.index("main/1") < order.index("main/2") < order.index("main.s2/0")
+
+    # every request waits for all it depends on, then exactly its recorded delay (idle cap aside)
+    for r in session.requests:
+        if not r.depends_on:
+            continue
+        after = max(by_id[d].end_time for d in r.depends_on)
+        gap = by_id[r.id].send_time - after
+        want = min(r.delay_s, 10.0)
+        assert want - 0.005 <= gap <= want + 0.1, (r.id, gap, want)
+    # the two fan-out branches overlap in time
+    s0, s1 = (by_id["main.s0/0"], by_id["main.s0/1"]), by_id["main.s1/0"]
+    assert s0[0].send_time < s1.end_time and s1.send_time < s0[1].end_time
+    # the 30 s gap with nothing in flight was capped at 10 s
+    assert 9.9 <= by_id["main/2"].send_time - by_id["main/1"].end_time <= 10.1
+    # the background subagent is not joined, but the lane waits for it before the next session
+    nxt = [r for r in recs if r.instance == 1]
+    assert nxt and min(r.send_time for r in nxt) >= by_id["main.s2/0"].end_time
+
+    # TTFT, TPOT and token accounting come from the stream
+    m1 = by_id["main/1"]
+    assert m1.output_tokens == 3 and m1.streamed_token_ids == [0, 1, 2] and m1.usage_completion_tokens == 3
+    assert 0 < m1.ttft < 0.1 and abs(m1.tpot - SPT) < 0.03
+
+    # prompts: what the server received is what the builder makes; equal hash ids give equal blocks
+    builder = workload.PromptBuilder(token_low=1000, token_high=30000, marker_tokens=2, run_key=recs[0].run_id)
+    built = {(r.instance, r.request_id): builder.build(session, r.instance, req)
+             for r in recs for req in session.requests if req.id == r.request_id}
+    assert sorted(map(json.dumps, built.values())) == sorted(json.dumps(x["prompt"]) for x in received)
+    p = {rid: built[(0, rid)] for _, rid in built if _ == 0}
+    block = lambda ids, i: ids[i * BS:(i + 1) * BS]  # noqa: E731
+    assert block(p["main/0"], 1) == block(p["main/1"], 1) == block(p["main/2"], 1)       # hash 1
+    assert block(p["main.s0/0"], 1) == block(p["main.s0/1"], 1)                         # hash 2
+    assert block(p["main.s0/0"], 1) != block(p["main.s1/0"], 1)                         # hash 2 vs 4
+    assert block(p["main/1"], 2) == block(p["main/2"], 2)                               # hash 5
+    assert all(len(p[r.id]) == r.input_tokens for r in session.requests)
+    # one marker per session instance: shared inside it, different from the next instance
+    assert len({tuple(x[:2]) for x in p.values()}) == 1
+    other = built[(1, "main/0")]
+    assert other[:2] != p["main/0"][:2] and block(other, 1) == block(p["main/0"], 1)
+
+
+@pytest.mark.slow
+def test_concurrency_bounds_top_level_sessions(tmp_path):
+    """c=2 lanes: at most 2 session instances active at any moment, subagents not counted."""
+    session = trace.session_from_weka(HAND)
+    with instant_server(tmp_path / "server.log", "--seconds-per-token", "0.02") as base:
+        recs = replay.run(workload.draw([session], 1), settings(base, concurrency=2, window_s=3.0, idle_cap_s=0.5))
+    spans = {}
+    for r in recs:
+        lo, hi = spans.get(r.instance, (r.send_time, r.end_time))
+        spans[r.instance] = (min(lo, r.send_time), max(hi, r.end_time))
+    for t in [lo for lo, _ in spans.values()]:
+        active = sum(lo <= t < hi for lo, hi in spans.values())
+        assert active <= 2
+    in_flight_max = max(sum(r.send_time <= q.send_time < r.end_time for r in recs) for q in recs)
+    assert in_flight_max >= 3  # subagent branches ran alongside the two main chains

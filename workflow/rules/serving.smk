@@ -1,0 +1,141 @@
+# ServerBench (PROTOCOL B): workload, calibration, replays, Table 1, coverage.
+# Only included when the config has a `serving` section.
+
+SERVING_SOURCE = SERVING["source"]
+SERVING_SYSTEMS = {s["server"]: s["concurrency"] for s in SERVING["systems"]}
+SERVING_MODEL = {
+    "model_dir": f"results/sources/{SERVING_SOURCE}/hf",
+    "gguf": f"results/sources/{SERVING_SOURCE}/f16.gguf",
+}
+
+
+wildcard_constraints:
+    system="|".join(map(re.escape, SERVING_SYSTEMS)),
+    seed="[0-9]+",
+
+
+rule serving_synthetic:
+    output:
+        "results/serving/trace/synthetic.jsonl",
+    params:
+        synthetic=SERVING["workload"]["synthetic"],
+    log:
+        "logs/serving/synthetic.log",
+    threads: 1
+    conda:
+        "../../envs/serving-cpu.yaml"
+    script:
+        "../scripts/serving_synthetic.py"
+
+
+rule serving_workload:
+    input:
+        trace=serving_trace(),
+    output:
+        sessions="results/serving/workload/sessions.jsonl",
+        summary="results/serving/workload/workload.json",
+    params:
+        workload=SERVING["workload"],
+        context_limit=SERVING["deployment"]["context_limit"],
+    log:
+        "logs/serving/workload.log",
+    threads: 1
+    conda:
+        "../../envs/serving-cpu.yaml"
+    script:
+        "../scripts/serving_workload.py"
+
+
+rule serving_coverage:
+    input:
+        sessions="results/serving/workload/sessions.jsonl",
+    output:
+        csv="results/serving/coverage.csv",
+        json="results/serving/coverage.json",
+    params:
+        serving=SERVING,
+    log:
+        "logs/serving/coverage.log",
+    threads: 1
+    conda:
+        "../../envs/serving-cpu.yaml"
+    script:
+        "../scripts/serving_coverage.py"
+
+
+rule serving_calibrate:
+    input:
+        sessions="results/serving/workload/sessions.jsonl",
+        **SERVING_MODEL,
+    output:
+        targets="results/serving/calibration/targets.json",
+        runs=directory("results/serving/calibration/runs"),
+    params:
+        serving=SERVING,
+    log:
+        run="logs/serving/calibrate.log",
+        server="logs/serving/servers/calibrate.log",
+    threads: 2
+    conda:
+        "../../envs/serving-cpu.yaml"
+    script:
+        "../scripts/serving_calibrate.py"
+
+
+rule serving_replay:
+    input:
+        sessions="results/serving/workload/sessions.jsonl",
+        targets="results/serving/calibration/targets.json",
+        **SERVING_MODEL,
+    output:
+        records="results/serving/replays/{system}/seed{seed}.parquet",
+        summary="results/serving/replays/{system}/seed{seed}.json",
+    params:
+        serving=SERVING,
+        concurrency=lambda wc: SERVING_SYSTEMS[wc.system],
+    log:
+        run="logs/serving/replay/{system}_seed{seed}.log",
+        server="logs/serving/servers/{system}_seed{seed}.log",
+    threads: 2
+    conda:
+        "../../envs/serving-cpu.yaml"
+    script:
+        "../scripts/serving_replay.py"
+
+
+SERVING_REPLAYS = expand(
+    "results/serving/replays/{system}/seed{seed}.json",
+    system=SERVING_SYSTEMS,
+    seed=SERVING["seeds"]["final"],
+)
+
+
+rule serving_table:
+    input:
+        sessions="results/serving/workload/sessions.jsonl",
+        targets="results/serving/calibration/targets.json",
+        summaries=SERVING_REPLAYS,
+    output:
+        csv=report(
+            "results/tables/serving.csv",
+            caption="../report/serving_table.rst",
+            category="ServerBench",
+            subcategory="Table 1",
+        ),
+        md="results/tables/serving.md",
+        provenance="results/tables/serving.provenance.json",
+        plot=report(
+            "results/plots/serving_value_share.png",
+            caption="../report/serving_plot.rst",
+            category="ServerBench",
+            subcategory="Table 1",
+        ),
+    params:
+        serving=SERVING,
+    log:
+        "logs/serving/table.log",
+    threads: 1
+    conda:
+        "../../envs/serving-cpu.yaml"
+    script:
+        "../scripts/serving_table.py"

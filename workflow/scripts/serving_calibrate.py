@@ -1,0 +1,16 @@
+import sys
+
+sys.stderr = open(snakemake.log.run, "w")
+
+from infbench.serving import calibrate
+
+record = calibrate.calibrate(
+    snakemake.params.serving,
+    snakemake.input.sessions,
+    snakemake.input.model_dir,
+    snakemake.input.gguf,
+    snakemake.output.runs,
+    snakemake.output.targets,
+    snakemake.log.server,
+)
+print(record.model_dump_json(exclude={"provenance"}), file=sys.stderr)
