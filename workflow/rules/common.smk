@@ -1,4 +1,5 @@
 # Config validation and the helpers that turn config into rule inputs.
+import os
 import re
 
 from snakemake.utils import validate
@@ -44,6 +45,11 @@ def source_dir(wildcards):
 from infbench.compression import tasks as compression_tasks
 
 TASKS = compression_tasks.tasks(config)
+# The starter code ships with the workflow, wherever the working directory is.
+STARTER_CODE = [
+    os.path.join(workflow.basedir, "examples", "starter_submission", name)
+    for name in ("manifest.yaml", "inference.py")
+]
 COMPRESSION = config["compression"]
 SUBMISSIONS = compression_tasks.submission_dirs(COMPRESSION["submissions_dir"])
 
@@ -82,6 +88,28 @@ def candidate_dir(wildcards):
         return str(SUBMISSIONS[wildcards.candidate])
     return f"results/candidates/{wildcards.source}/{wildcards.candidate}"
 SERVING = config.get("serving")
+
+
+def _replay_minutes(serving):
+    replay = serving["replay"]
+    return (replay["warmup_s"] + replay["window_s"] + replay["request_timeout_s"]) / 60
+
+
+# Scheduler time limits of the serving jobs, from the replay window: one replay
+# (plus server start-up), or one per calibration concurrency and seed.
+SERVING_REPLAY_MINUTES = int(15 + _replay_minutes(SERVING)) if SERVING else 0
+SERVING_CALIBRATE_MINUTES = (
+    int(
+        15
+        + _replay_minutes(SERVING)
+        * (
+            len(SERVING["calibration"]["concurrencies"])
+            + len(SERVING["seeds"]["calibration"])
+        )
+    )
+    if SERVING
+    else 0
+)
 
 
 def serving_targets():

@@ -4,7 +4,7 @@
 rule starter_submission:
     input:
         checkpoint=source_dir,
-        code=expand("examples/starter_submission/{f}", f=["manifest.yaml", "inference.py"]),
+        code=STARTER_CODE,
     output:
         directory("results/candidates/{source}/starter"),
     log:

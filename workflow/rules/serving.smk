@@ -22,6 +22,9 @@ rule serving_synthetic:
     log:
         "logs/serving/synthetic.log",
     threads: 1
+    resources:
+        mem_mb=1000,
+        runtime=10,
     conda:
         "../../envs/serving-cpu.yaml"
     script:
@@ -40,6 +43,9 @@ rule serving_workload:
     log:
         "logs/serving/workload.log",
     threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=10,
     conda:
         "../../envs/serving-cpu.yaml"
     script:
@@ -57,6 +63,9 @@ rule serving_coverage:
     log:
         "logs/serving/coverage.log",
     threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=10,
     conda:
         "../../envs/serving-cpu.yaml"
     script:
@@ -76,6 +85,9 @@ rule serving_calibrate:
         run="logs/serving/calibrate.log",
         server="logs/serving/servers/calibrate.log",
     threads: 2
+    resources:
+        mem_mb=8000,
+        runtime=SERVING_CALIBRATE_MINUTES,
     conda:
         "../../envs/serving-cpu.yaml"
     script:
@@ -97,6 +109,9 @@ rule serving_replay:
         run="logs/serving/replay/{system}_seed{seed}.log",
         server="logs/serving/servers/{system}_seed{seed}.log",
     threads: 2
+    resources:
+        mem_mb=8000,
+        runtime=SERVING_REPLAY_MINUTES,
     conda:
         "../../envs/serving-cpu.yaml"
     script:
@@ -135,6 +150,9 @@ rule serving_table:
     log:
         "logs/serving/table.log",
     threads: 1
+    resources:
+        mem_mb=1000,
+        runtime=10,
     conda:
         "../../envs/serving-cpu.yaml"
     script:
