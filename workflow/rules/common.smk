@@ -97,6 +97,11 @@ def _replay_minutes(serving):
 
 # Scheduler time limits of the serving jobs, from the replay window: one replay
 # (plus server start-up), or one per calibration concurrency and seed.
+SERVING_GPUS = (
+    SERVING["deployment"]["devices"]
+    if SERVING and SERVING["deployment"]["accelerator"] == "gpu"
+    else 0
+)
 SERVING_REPLAY_MINUTES = int(15 + _replay_minutes(SERVING)) if SERVING else 0
 SERVING_CALIBRATE_MINUTES = (
     int(

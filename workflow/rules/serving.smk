@@ -88,6 +88,7 @@ rule serving_calibrate:
     resources:
         mem_mb=8000,
         runtime=SERVING_CALIBRATE_MINUTES,
+        gpu=SERVING_GPUS,
     conda:
         "../../envs/serving-cpu.yaml"
     script:
@@ -112,6 +113,7 @@ rule serving_replay:
     resources:
         mem_mb=8000,
         runtime=SERVING_REPLAY_MINUTES,
+        gpu=SERVING_GPUS,
     conda:
         "../../envs/serving-cpu.yaml"
     script:
