@@ -100,8 +100,10 @@ def test_hand_trace_replay(tmp_path):
 def test_concurrency_bounds_top_level_sessions(tmp_path):
     """c=2 lanes: at most 2 session instances active at any moment, subagents not counted."""
     session = trace.session_from_weka(HAND)
-    with instant_server(tmp_path / "server.log", "--seconds-per-token", "0.02") as base:
-        recs = replay.run(workload.draw([session], 1), settings(base, concurrency=2, window_s=3.0, idle_cap_s=0.5))
+    # 0.2 s per token: a subagent's request outlives the 0.1 s gap before its sibling's, so the
+    # two fan-out branches overlap whatever the machine's load
+    with instant_server(tmp_path / "server.log", "--seconds-per-token", "0.2") as base:
+        recs = replay.run(workload.draw([session], 1), settings(base, concurrency=2, window_s=8.0, idle_cap_s=0.5))
     spans = {}
     for r in recs:
         lo, hi = spans.get(r.instance, (r.send_time, r.end_time))

@@ -9,8 +9,11 @@ well-formed (see :mod:`infbench.serving.replay`) with finite TTFT and TPOT.
 
 from __future__ import annotations
 
+from typing import Literal
+
 import numpy as np
 import pandas as pd
+
 from pydantic import BaseModel, ConfigDict, Field
 
 
@@ -18,6 +21,7 @@ class Deployment(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     name: str
     devices: int = Field(ge=1)
+    accelerator: Literal["gpu", "cpu"] = "gpu"
     usd_per_device_hour: float = Field(gt=0)
     input_usd_per_mtok: float = Field(ge=0)
     output_usd_per_mtok: float = Field(ge=0)

@@ -63,5 +63,5 @@ def write(serving: dict[str, Any], targets_path: str, sessions_path: str, summar
     write_table(table, csv_path=csv_path, md_path=md_path, provenance_path=provenance_path,
                 params={"table": "serving", "tau_first_s": targets.targets.tau_first_s,
                         "tau_token_s": targets.targets.tau_token_s},
-                inputs=runs.input_hashes(targets_path, sessions_path, *summaries))
+                config={"serving": serving}, inputs=runs.input_hashes(targets_path, sessions_path, *summaries))
     return table
