@@ -181,3 +181,24 @@ def test_bad_manifest_names_the_field(tiny_source, tmp_path):
     assert record.checks[0].name == "package" and "field 'runtime'" in record.failure
     pkg2 = make_package(tmp_path, tiny_source, HONEST, name="noweights", weights="missing_dir")
     assert "field 'weights'" in run(pkg2, tiny_source).failure
+
+
+def test_access_log_allows_reading_back_own_files_only(tmp_path):
+    import os
+
+    from infbench.compression.worker import AccessLog
+
+    log = AccessLog([tmp_path / "package"])
+    scratch = tmp_path / "scratch"
+    log("os.mkdir", (str(scratch), 0o777, -1))
+    log("open", (str(tmp_path / "written.bin"), "wb", os.O_WRONLY | os.O_CREAT))
+    log("open", (str(scratch / "offloaded.dat"), "rb", os.O_RDONLY))
+    log("open", (str(tmp_path / "written.bin"), "rb", os.O_RDONLY))
+    log("open", (str(tmp_path / "package" / "weights.bin"), "rb", os.O_RDONLY))
+    assert log.reads == []
+    existing = tmp_path / "someone_elses.bin"
+    existing.write_bytes(b"x")
+    log("open", (str(existing), "wb", os.O_WRONLY | os.O_CREAT))  # overwriting does not make it ours
+    log("open", (str(existing), "rb", os.O_RDONLY))
+    log("open", (str(tmp_path / "other.bin"), "rb", os.O_RDONLY))
+    assert log.reads == [os.path.realpath(existing), os.path.realpath(tmp_path / "other.bin")]

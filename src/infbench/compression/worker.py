@@ -21,28 +21,40 @@ _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT
 
 
 class AccessLog:
-    """Audit hook state: reads outside the allowed roots and network connections."""
+    """Audit hook state: reads outside the allowed roots and network connections.
+
+    Files and directories the process creates itself (a runtime's own scratch
+    files, e.g. GPTQModel's offload directory) may be read back: they hold only
+    what the process wrote, not data from outside its package.
+    """
 
     def __init__(self, allowed: list[Path]):
         self.allowed = [str(p.resolve()) for p in allowed]
+        self.own: list[str] = []
         self.reads: list[str] = []
         self.connections: list[str] = []
 
-    def _allowed(self, path: str) -> bool:
-        real = os.path.realpath(path)
-        return any(real == root or real.startswith(root + os.sep) for root in self.allowed)
+    @staticmethod
+    def _under(real: str, roots: list[str]) -> bool:
+        return any(real == root or real.startswith(root + os.sep) for root in roots)
 
     def __call__(self, event: str, args) -> None:
-        if event == "open":
+        if event == "os.mkdir" and isinstance(args[0], (str, bytes)):
+            self.own.append(os.path.realpath(os.fsdecode(args[0])))
+        elif event == "open":
             path, mode, flags = args
             if isinstance(path, bytes):
                 path = os.fsdecode(path)
             if not isinstance(path, str):
                 return
+            real = os.path.realpath(path)
             writing = (mode is not None and any(c in mode for c in "wax+")) or (
                 mode is None and flags & _WRITE_FLAGS)
-            if not writing and not self._allowed(path) and len(self.reads) < 1000:
-                self.reads.append(os.path.realpath(path))
+            if writing:
+                if not os.path.exists(real) and len(self.own) < 100_000:
+                    self.own.append(real)
+            elif not self._under(real, self.allowed) and not self._under(real, self.own) and len(self.reads) < 1000:
+                self.reads.append(real)
         elif event in ("socket.connect", "socket.sendto") and len(self.connections) < 1000:
             self.connections.append(repr(args[1]) if len(args) > 1 else repr(args))
 
