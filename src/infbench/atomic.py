@@ -61,5 +61,14 @@ def write_text(path: str | os.PathLike, text: str) -> None:
         tmp.write_text(text)
 
 
+def write_parquet(path: str | os.PathLike, frame, schema) -> None:
+    """``frame`` (pandas) as parquet with the pyarrow ``schema`` the file boundary declares."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    with atomic_path(path) as tmp:
+        pq.write_table(pa.Table.from_pandas(frame, schema=schema, preserve_index=False), tmp)
+
+
 def write_json(path: str | os.PathLike, obj: Any) -> None:
     write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")

@@ -135,8 +135,7 @@ def build(source: str, tokenizer_dir: str | Path, source_record: str | Path, out
         return tokenizer(text, add_special_tokens=False)["input_ids"]
 
     table, quotas, seen = select_contexts(docs, tokenize, contexts_per_set, context_tokens, spec.families, seed)
-    with atomic.atomic_path(out_parquet) as tmp:
-        pq.write_table(pa.Table.from_pandas(table, schema=CONTEXTS_SCHEMA, preserve_index=False), tmp)
+    atomic.write_parquet(out_parquet, table, CONTEXTS_SCHEMA)
     manifest = ContextSetsManifest(
         source=source, sets=list(SET_NAMES), contexts_per_set=contexts_per_set, context_tokens=context_tokens,
         quotas=quotas, corpus_type=spec.type, corpus_hash=corpus_hash, corpus_documents=len(docs),

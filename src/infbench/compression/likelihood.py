@@ -74,11 +74,6 @@ class ReferenceSummary(BaseModel):
     provenance: provenance.Provenance
 
 
-def _write_parquet(path, frame: pd.DataFrame, schema: pa.Schema) -> None:
-    with atomic.atomic_path(path) as tmp:
-        pq.write_table(pa.Table.from_pandas(frame, schema=schema, preserve_index=False), tmp)
-
-
 def read_continuations(path: str | Path) -> pd.DataFrame:
     return pq.read_table(path).to_pandas().sort_values("index").reset_index(drop=True)
 
@@ -120,7 +115,7 @@ def sample_set(source: str, checkpoint: str, contexts_parquet: str, set_name: st
         "doc_id": table["doc_id"], "context_ids": list(contexts), "continuation_ids": list(result.tokens),
         "logprobs": list(result.logprobs),
     })
-    _write_parquet(out_parquet, frame, CONTINUATIONS_SCHEMA)
+    atomic.write_parquet(out_parquet, frame, CONTINUATIONS_SCHEMA)
     summary = SamplingSummary(
         source=source, set=set_name, backend=backend, dtype=dtype, device=used_device,
         n_contexts=len(frame), context_tokens=contexts.shape[1], continuation_tokens=n_tokens,
@@ -154,7 +149,7 @@ def score_reference(source: str, checkpoint: str, continuations_parquet: str, ou
         scored = scoring.score_continuations(scoring.hf_logits_fn(model), contexts, continuations,
                                              batch_size=batch_size, device=next(model.parameters()).device)
     set_name = str(table["set"].iloc[0])
-    _write_parquet(out_parquet, pd.DataFrame({"index": table["index"].astype("int32"), "logprobs": list(scored)}),
+    atomic.write_parquet(out_parquet, pd.DataFrame({"index": table["index"].astype("int32"), "logprobs": list(scored)}),
                    SCORES_SCHEMA)
     summary = ReferenceSummary(
         source=source, set=set_name, backend=backend, dtype=dtype, n_contexts=len(table),

@@ -89,8 +89,7 @@ def read_json(path: str | Path) -> AnswerResults:
 
 def write_items_parquet(path: str | Path, results: AnswerResults) -> None:
     frame = pd.DataFrame([item.model_dump() for item in results.items], columns=ITEMS_SCHEMA.names)
-    with atomic.atomic_path(path) as tmp:
-        pq.write_table(pa.Table.from_pandas(frame, schema=ITEMS_SCHEMA, preserve_index=False), tmp)
+    atomic.write_parquet(path, frame, ITEMS_SCHEMA)
 
 
 def read_items_parquet(path: str | Path) -> list[ItemRecord]:
