@@ -113,3 +113,17 @@ def test_concurrency_bounds_top_level_sessions(tmp_path):
         assert active <= 2
     in_flight_max = max(sum(r.send_time <= q.send_time < r.end_time for r in recs) for q in recs)
     assert in_flight_max >= 3  # subagent branches ran alongside the two main chains
+
+
+@pytest.mark.slow
+def test_a_lane_reuses_its_keep_alive_connection(tmp_path):
+    """Sequential requests of one lane travel over one connection (a response read only up to [DONE]
+    used to close it, so every request paid a new TCP handshake inside its TTFT)."""
+    chain = {"id": "chain", "block_size": 16,
+             "requests": [{"t": 0.0, "in": 32 * (k + 1), "out": 4, "hash_ids": list(range(2 * (k + 1))),
+                           "think_time": 0.05 * (k > 0)} for k in range(6)]}
+    with instant_server(tmp_path / "server.log") as base:
+        recs = replay.run(workload.draw([trace.session_from_weka(chain)], 0), settings(base, window_s=1.0))
+        received = httpx.get(base + "/debug/requests").json()
+    assert len(recs) >= 6 and all(r.ok for r in recs), [r.error for r in recs if not r.ok]
+    assert len({r["client_port"] for r in received}) == 1

@@ -3,7 +3,7 @@
 It streams ``max_tokens`` token ids (``seconds_per_token`` apart; 0 = instantly, all events in one write)
 with usage, and stamps its own receive and first-token times (``time.perf_counter``,
 CLOCK_MONOTONIC, comparable with the client's on one machine) in the first chunk.
-``GET /debug/requests`` lists what it received (prompt, max_tokens, receive time).
+``GET /debug/requests`` lists what it received (prompt, max_tokens, receive time, the client's port).
 ``mode`` makes it misbehave on purpose: ``die`` (exits after ``after`` requests),
 ``hang`` (never answers after ``after`` requests), ``malformed`` (broken SSE),
 ``short`` (one token fewer than asked), ``bad_usage`` (usage disagrees with the stream).
@@ -36,7 +36,8 @@ def app(mode: str = "ok", seconds_per_token: float = 0.0, after: int = 0) -> Sta
         body = await request.json()
         prompt = body["prompt"]
         n = int(body["max_tokens"])
-        received.append({"prompt": prompt, "max_tokens": n, "receive_time": t_recv})
+        received.append({"prompt": prompt, "max_tokens": n, "receive_time": t_recv,
+                         "client_port": request.client.port if request.client else None})
         late = len(received) > after
         if mode == "die" and late:
             os._exit(1)

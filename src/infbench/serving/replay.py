@@ -34,6 +34,7 @@ from typing import Any
 
 import httpx
 import pandas as pd
+import uvloop
 from pydantic import BaseModel, ConfigDict, Field
 
 from infbench import atomic
@@ -171,10 +172,10 @@ def _check(stream: _Stream, prompt_len: int, max_tokens: int) -> tuple[int, str]
 class Replay:
     """One closed-loop replay run; :meth:`run` returns its request records."""
 
-    def __init__(self, sessions: Iterator[Session], settings: ReplaySettings, client: httpx.AsyncClient):
+    def __init__(self, sessions: Iterator[Session], settings: ReplaySettings):
         self.s = settings
         self.sessions = sessions
-        self.client = client
+        self.clients: dict[int, httpx.AsyncClient] = {}
         self.run_id = uuid.uuid4().hex[:12]
         self.prompts = PromptBuilder(token_low=settings.token_low, token_high=settings.token_high,
                                      marker_tokens=settings.marker_tokens, run_key=self.run_id)
@@ -227,7 +228,22 @@ class Replay:
             self._start_session(inst.lane)
         self.wake.set()
 
+    def _client(self, lane: int) -> httpx.AsyncClient:
+        """One connection pool per lane: httpcore scans its whole pool on every request, so one shared
+        pool of hundreds of keep-alive connections costs O(concurrency) CPU per request."""
+        if lane not in self.clients:
+            self.clients[lane] = httpx.AsyncClient(
+                base_url=self.s.base_url, timeout=httpx.Timeout(self.s.request_timeout_s), verify=False,
+                limits=httpx.Limits(max_connections=None, max_keepalive_connections=None))
+        return self.clients[lane]
+
     async def run(self) -> list[RequestRecord]:
+        try:
+            return await self._run()
+        finally:
+            await asyncio.gather(*(c.aclose() for c in self.clients.values()), return_exceptions=True)
+
+    async def _run(self) -> list[RequestRecord]:
         self.t0 = time.perf_counter()
         end = self.s.warmup_s + self.s.window_s
         for lane in range(self.s.concurrency):
@@ -272,20 +288,22 @@ class Replay:
         send = self.now()
         try:
             async with asyncio.timeout(self.s.request_timeout_s):
-                async with self.client.stream("POST", "/v1/completions", json=body) as resp:
+                async with self._client(inst.lane).stream("POST", "/v1/completions", json=body) as resp:
                     if resp.status_code != 200:
                         detail = (await resp.aread())[:300].decode(errors="replace")
                         raise ValueError(f"HTTP {resp.status_code}: {detail}")
+                    # Read to the end of the body even after [DONE]: a response left unread closes
+                    # its keep-alive connection, and every request would pay a new TCP handshake.
                     async for line in resp.aiter_lines():
                         if not line or line.startswith(":"):
                             continue
-                        if not line.startswith("data:"):
-                            raise ValueError(f"malformed SSE line: {line[:200]!r}")
+                        if stream.done or not line.startswith("data:"):
+                            raise ValueError(f"malformed SSE line{' after [DONE]' * stream.done}: {line[:200]!r}")
                         data = line[5:].strip()
                         if data == "[DONE]":
                             stream.done = True
-                            break
-                        stream.feed(json.loads(data), self.now())
+                        else:
+                            stream.feed(json.loads(data), self.now())
         except TimeoutError:
             error = f"timed out after {self.s.request_timeout_s} s"
         except asyncio.CancelledError:
@@ -313,14 +331,12 @@ class Replay:
 
 
 async def replay(sessions: Iterator[Session], settings: ReplaySettings) -> list[RequestRecord]:
-    limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
-    timeout = httpx.Timeout(settings.request_timeout_s)
-    async with httpx.AsyncClient(base_url=settings.base_url, limits=limits, timeout=timeout) as client:
-        return await Replay(sessions, settings, client).run()
+    return await Replay(sessions, settings).run()
 
 
 def run(sessions: Iterator[Session], settings: ReplaySettings) -> list[RequestRecord]:
-    return asyncio.run(replay(sessions, settings))
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        return runner.run(replay(sessions, settings))
 
 
 def write_records(records: list[RequestRecord], path: str) -> pd.DataFrame:
