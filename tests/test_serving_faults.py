@@ -63,3 +63,16 @@ def test_spec_placeholders_are_checked():
         servers.dry_run("vllm", spec, servers.LaunchVars(model_dir="m"))
     ok = servers.ServerSpec(command=["{python}", "-m", "x", "--port", "{port}"])
     assert servers.dry_run("x", ok, servers.LaunchVars()) == f"{sys.executable} -m x --port 8000"
+
+
+def test_sse_events_split_across_reads_and_data_after_done():
+    """Events are parsed from whole network reads; an event cut between two reads is joined, and
+    anything but blank lines after ``data: [DONE]`` makes the response malformed."""
+    stream = replay._Stream()
+    body = b'data: {"choices": [{"text": "a", "token_ids": [7]}]}\n\ndata: {"choices": [{"text": "b", "tok'
+    rest = b'en_ids": [8]}]}\n\ndata: [DONE]\n\n'
+    stream.receive(body, 1.0)
+    stream.receive(rest, 2.0)
+    assert stream.done and stream.ids == [7, 8] and (stream.first, stream.last) == (1.0, 2.0)
+    with pytest.raises(ValueError, match="after \\[DONE\\]"):
+        stream.line(b'data: {"choices": []}', 3.0)

@@ -26,7 +26,9 @@ class StarterModel:
             token = out.logits[:, -1].argmax(-1)
             yield int(token)
             if step + 1 < max_new_tokens:
-                out = self.model(input_ids=token.unsqueeze(-1), cache=out.cache, use_cache=True)
+                # transformers 5.24 names the KV cache `cache`; earlier 5.x `past_key_values`
+                kv = {"cache": out.cache} if hasattr(out, "cache") else {"past_key_values": out.past_key_values}
+                out = self.model(input_ids=token.unsqueeze(-1), use_cache=True, **kv)
 
     def release(self) -> None:
         if self.device.type == "cuda":

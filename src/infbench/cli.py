@@ -88,7 +88,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--window", type=float, default=5.0)
     p.add_argument("--input-tokens", type=int, default=256)
     p.add_argument("--output-tokens", type=int, default=32)
-    p.add_argument("--think-time", type=float, default=0.0, help="seconds between a session's requests")
+    p.add_argument("--think-time", type=float, default=1.0,
+                   help="mean seconds between a session's requests (0 saturates the client: queueing, not overhead)")
     p.add_argument("--out", default=None, help="also write the table (Markdown) here")
     p.set_defaults(func=_bench_replay)
 

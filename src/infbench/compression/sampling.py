@@ -20,6 +20,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from infbench.compression.hf_runtime import cache_kwargs
 from infbench.errors import ConfigError
 from infbench.seeding import derive_seed
 
@@ -65,7 +66,7 @@ def sample_transformers(model, contexts: np.ndarray, indices: list[int], *, set_
             logprobs[rows, step] = logp.gather(-1, token.unsqueeze(-1)).squeeze(-1).cpu().numpy()
             bar.update(len(generators))
             if step + 1 < n_tokens:
-                out = model(input_ids=token.unsqueeze(-1), cache=out.cache, use_cache=True)
+                out = model(input_ids=token.unsqueeze(-1), use_cache=True, **cache_kwargs(out))
     bar.close()
     return Samples(tokens, logprobs)
 

@@ -3,7 +3,7 @@
 ``S_pkg`` is every byte of the package (:func:`submission.package_bytes`).
 ``S_res`` is the model storage still allocated after loading and after
 inference with caches released. On CUDA it is the device allocator's
-``memory_allocated``; on the CPU it is every live tensor and NumPy array
+``memory_allocated`` plus the host-side storage below; on the CPU it is every live tensor and NumPy array
 reachable from Python objects in the submission's process, each underlying
 storage counted once (views and tied weights share storage), plus bytes a
 runtime holds natively (llama.cpp's tensors). Measured in the worker process.
@@ -55,8 +55,16 @@ def live_cpu_bytes(exclude: list[Any] = ()) -> int:
 
 
 def resident_bytes(device: str, native_bytes: int = 0, workspace: list[Any] = ()) -> int:
-    """``workspace``: buffers of the pipeline's own runtimes (llama.cpp's logits array), not model storage."""
+    """``workspace``: buffers of the pipeline's own runtimes (llama.cpp's logits array), not model storage.
+
+    On CUDA the device allocator's bytes plus every live host-side storage: a copy kept in host memory
+    (a full-precision twin, offloaded weights) is model storage too.
+    """
+    host = live_cpu_bytes(workspace) + native_bytes
     if device.startswith("cuda"):
         torch.cuda.synchronize()
-        return int(torch.cuda.memory_allocated()) + native_bytes
-    return live_cpu_bytes(workspace) + native_bytes
+        # cuBLAS keeps its matmul workspaces (32 MiB per handle by default) in the caching allocator:
+        # temporary workspace, not model storage
+        torch._C._cuda_clearCublasWorkspaces()
+        return int(torch.cuda.memory_allocated()) + host
+    return host

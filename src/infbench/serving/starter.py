@@ -15,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 import torch
 import uvicorn
 
+from infbench.compression.hf_runtime import cache_kwargs
 from infbench.serving.openai_app import CompletionRequest, app
 
 
@@ -40,24 +41,24 @@ class TransformersEngine:
         return self.tokenizer.decode(ids, skip_special_tokens=False)
 
     @torch.inference_mode()
-    def _step(self, ids: torch.Tensor, past, req: CompletionRequest, gen: torch.Generator | None):
-        out = self.model(input_ids=ids, past_key_values=past, use_cache=True)
+    def _step(self, ids: torch.Tensor, cache: dict, req: CompletionRequest, gen: torch.Generator | None):
+        out = self.model(input_ids=ids, use_cache=True, **cache)
         logits = out.logits[0, -1].float()
         if req.temperature == 0:
             token = int(torch.argmax(logits))
         else:
             probs = torch.softmax(logits / req.temperature, dim=-1)
             token = int(torch.multinomial(probs, 1, generator=gen))
-        return token, out.past_key_values
+        return token, cache_kwargs(out)
 
     async def generate(self, prompt: list[int], req: CompletionRequest):
         gen = None
         if req.temperature > 0:
             gen = torch.Generator().manual_seed(req.seed if req.seed is not None else torch.seed())
-        ids, past = torch.tensor([prompt]), None
+        ids, cache = torch.tensor([prompt]), {}
         loop = asyncio.get_running_loop()
         for _ in range(req.max_tokens):
-            token, past = await loop.run_in_executor(self.pool, self._step, ids, past, req, gen)
+            token, cache = await loop.run_in_executor(self.pool, self._step, ids, cache, req, gen)
             yield token
             if token in self.eos and not req.ignore_eos:
                 return

@@ -8,6 +8,8 @@ from typing import Iterator
 import numpy as np
 import torch
 
+from infbench.compression.hf_runtime import cache_kwargs
+
 
 def _load(checkpoint: Path, device: str):
     import json
@@ -42,7 +44,7 @@ class HFRunner:
             token = out.logits[:, -1].argmax(-1)
             yield int(token)
             if step + 1 < max_new_tokens:
-                out = self.model(input_ids=token.unsqueeze(-1), cache=out.cache, use_cache=True)
+                out = self.model(input_ids=token.unsqueeze(-1), use_cache=True, **cache_kwargs(out))
 
     def release(self) -> None:
         if self.device.type == "cuda":
