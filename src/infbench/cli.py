@@ -36,6 +36,7 @@ def _reward(args) -> None:
     from pathlib import Path
 
     from infbench.compression import tasks, verification
+    from infbench.compression.baselines.package import from_template
     from infbench.config_io import load_config
     from infbench.errors import ConfigError
 
@@ -43,7 +44,8 @@ def _reward(args) -> None:
     known = tasks.tasks(config)
     if args.task not in known:
         raise ConfigError("--task", f"unknown task '{args.task}' (tasks in {args.config}: {', '.join(known)})")
-    record = verification.reward(args.submission, known[args.task], results=Path(args.results),
+    package = from_template(args.submission, Path(args.results), known[args.task].source)
+    record = verification.reward(str(package), known[args.task], results=Path(args.results),
                                  settings=config["verification"], threads=args.threads, log_path=Path(args.log))
     summary = {k: getattr(record, k) for k in ("task", "submission", "reward", "f", "ppl", "s_pkg_bytes",
                                                "s_res_bytes", "failed_check", "failure", "wall_s")}
@@ -75,7 +77,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default=None, help="also write the table (Markdown) here")
     p.set_defaults(func=_bench)
 
-    p = sub.add_parser("reward", help="search-time reward of a submission (10 F_s, or 0), appended to a JSONL log")
+    p = sub.add_parser("reward", help="search-time reward of a submission (10 F_s, or 0), appended to a JSONL log; "
+                                     "a template such as examples/starter_submission is first packed with the "
+                                     "task's source checkpoint")
     p.add_argument("submission")
     p.add_argument("--task", required=True, help="e.g. smollm2-135m-0.1gib (source-<limit>gib)")
     p.add_argument("--config", default="config/config.yaml")
