@@ -26,23 +26,66 @@ def contexts_file(smollm2_source, tmp_path_factory):
 
 def test_width_choice_follows_the_limit(smollm2_source):
     src, _ = smollm2_source
-    sizes = {b: gptq.estimate_bytes(src / "hf", b, 128, 0) for b in (8, 4, 3, 2)}
+    shapes = gptq.tensor_shapes(src / "hf")
+    assert shapes.head is None  # SmolLM2 ties its output head to the embedding: kept in BF16
+    sizes = {b: gptq.estimate_bytes(shapes, b, 128, 0) for b in (8, 4, 3, 2)}
     assert sizes[8] > sizes[4] > sizes[3] > sizes[2]
     limit = (sizes[3] + sizes[4]) / 2 / GIB
-    assert gptq.choose_bits(src / "hf", limit, [8, 4, 3, 2], 128, 0)[0] == 3
-    assert gptq.choose_bits(src / "hf", sizes[2] / 2 / GIB, [8, 4, 3, 2], 128, 0) == [2]
+    assert gptq.plans(shapes, limit, [8, 4, 3, 2], 128, 0) == [(3, False), (2, False)]
+    assert gptq.plans(shapes, sizes[2] / 2 / GIB, [8, 4, 3, 2], 128, 0) == [(2, False)]
+
+
+@pytest.fixture(scope="module")
+def untied(smollm2_source, tmp_path_factory):
+    """A small Llama with its own output head (SmolLM2's tokenizer): the head is most of the model."""
+    import torch
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    out = tmp_path_factory.mktemp("untied") / "hf"
+    torch.manual_seed(0)
+    LlamaForCausalLM(LlamaConfig(vocab_size=49152, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                 num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+                                 tie_word_embeddings=False)).to(torch.bfloat16).save_pretrained(out)
+    AutoTokenizer.from_pretrained(smollm2_source[0] / "hf").save_pretrained(out)
+    return out
+
+
+def test_the_output_head_is_quantized_only_when_the_limit_needs_it(untied, contexts_file, tmp_path):
+    shapes = gptq.tensor_shapes(untied)
+    assert shapes.head == (64, 49152)
+    extra = sum(p.stat().st_size for p in untied.iterdir() if p.name.startswith("tokenizer"))
+    bf16_head = {b: gptq.estimate_bytes(shapes, b, 32, extra) for b in (8, 4)}
+    q_head = {b: gptq.estimate_bytes(shapes, b, 32, extra, quantize_head=True) for b in (8, 4)}
+    assert gptq.plans(shapes, bf16_head[8] * 1.01 / GIB, [8, 4], 32, extra)[0] == (8, False)
+    # room for 8-bit layers only with an 8-bit head: the width wins over the head's precision
+    limit = (q_head[8] + min(bf16_head[8], bf16_head[4])) / 2 / GIB
+    assert q_head[8] < limit * GIB < bf16_head[4]
+    assert gptq.plans(shapes, limit, [8, 4], 32, extra)[0] == (8, True)
+    result = gptq.package(untied, "untied", limit, tmp_path / "pkg", corpus={"type": "embedded"},
+                          contexts_parquet=str(contexts_file), bit_widths=[8, 4], group_size=32, damp_percent=0.01,
+                          act_order=True, calibration_samples=2, calibration_tokens=32, calibration_seed=0)
+    chosen = result["chosen"]
+    assert (chosen["bits"], chosen["head"]) == (8, "GPTQ 8-bit")
+    assert chosen["package_bytes"] == package_bytes(tmp_path / "pkg") <= limit * GIB
+    assert abs(chosen["package_bytes"] - chosen["estimated_bytes"]) / chosen["package_bytes"] < 0.01
+    config = json.loads((tmp_path / "pkg" / "model" / "config.json").read_text())
+    assert config["quantization_config"]["lm_head"] is True
+    runner = HFRunner(tmp_path / "pkg" / "model", "cpu")
+    assert type(runner.model.lm_head).__name__ != "Linear"  # a GPTQ kernel, not a BF16 matrix
+    logits = runner.logits(np.arange(100, 108, dtype=np.int64)[None], 2)
+    assert logits.shape == (1, 2, 49152) and np.isfinite(logits).all()
 
 
 def test_quantized_package_fits_and_runs(smollm2_source, contexts_file, tmp_path):
     src, _ = smollm2_source
     extra = sum(p.stat().st_size for p in (src / "hf").iterdir() if p.name.startswith("tokenizer"))
-    limit = gptq.estimate_bytes(src / "hf", 4, 128, extra) * 1.02 / GIB
+    limit = gptq.estimate_bytes(gptq.tensor_shapes(src / "hf"), 4, 128, extra) * 1.02 / GIB
     result = gptq.package(src / "hf", "smollm2-135m", limit, tmp_path / "pkg",
                           corpus={"type": "embedded"}, contexts_parquet=str(contexts_file), bit_widths=[8, 4, 3, 2],
                           group_size=128, damp_percent=0.01, act_order=True, calibration_samples=2,
                           calibration_tokens=32, calibration_seed=0)
     chosen = result["chosen"]
-    assert chosen["bits"] == 4  # 576-wide rows with group 128: the partial last group is handled
+    assert (chosen["bits"], chosen["head"]) == (4, "none (tied to the embedding)")  # 576-wide rows with group 128: the partial last group is handled
     assert chosen["package_bytes"] == package_bytes(tmp_path / "pkg") <= limit * GIB
     assert abs(chosen["package_bytes"] - chosen["estimated_bytes"]) / chosen["package_bytes"] < 0.01
     manifest = load_manifest(tmp_path / "pkg")

@@ -1,12 +1,16 @@
 """Uniform GPTQ baseline through GPTQModel (PROTOCOL A6).
 
 For a task limit ``C`` the width is the largest in ``bit_widths`` whose
-package fits ``C``: each width's package size is first estimated from the
-layer shapes (GPTQ format: packed ``qweight``, ``qzeros``, FP16 ``scales``,
-``g_idx``), then the chosen width is quantized and its real package measured;
-if it does not fit, the next width is tried. The tied embedding / output head
-stays in the source precision (GPTQModel's ``lm_head=True`` would untie and
-store it twice), so the space left for the decoder layers decides the width.
+package fits ``C``, with the output head's precision adjusted to the space
+left: at each width (largest first) the head stays in the source precision if
+that fits, else, when the head is its own tensor, it is GPTQ-quantized at the
+same width (GPTQModel ``lm_head=True``). A tied embedding / output head always
+stays in the source precision (quantizing the head would untie it and store
+the matrix twice), and the input embedding is a lookup GPTQ does not quantize.
+Each plan's package size is first estimated from the tensor shapes (GPTQ
+format: packed ``qweight``, ``qzeros``, FP16 ``scales``, ``g_idx``), then the
+first plan that fits is quantized and its real package measured; if it does
+not fit, the next plan is tried.
 Group sizes that do not divide a layer's width leave a partial last group
 (GPTQModel accepts any input width). Calibration: documents of the
 configured corpus that no likelihood context uses.
@@ -19,6 +23,7 @@ import math
 import os
 import shutil
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -31,31 +36,44 @@ from infbench.seeding import derive_seed
 WEIGHTS = "model"
 
 
-def _linear_shapes(checkpoint: Path) -> tuple[list[tuple[int, int]], int]:
-    """(in, out) of every decoder linear layer, and the bytes of everything else."""
+HEAD = "lm_head.weight"
+
+
+class Shapes(NamedTuple):
+    linear: list[tuple[int, int]]  # (in, out) of every decoder linear layer
+    head: tuple[int, int] | None    # (in, out) of a separate (untied) output head
+    other_bytes: int                # everything else, in the source's 16-bit precision
+
+
+def tensor_shapes(checkpoint: Path) -> Shapes:
     from safetensors import safe_open
 
-    linear, other = [], 0
+    linear, head, other = [], None, 0
     for file in sorted(checkpoint.glob("*.safetensors")):
         with safe_open(file, "pt") as f:
             for name in f.keys():
                 shape = f.get_slice(name).get_shape()
                 if ".layers." in name and name.endswith("proj.weight") and len(shape) == 2:
                     linear.append((shape[1], shape[0]))
+                elif name == HEAD:
+                    head = (shape[1], shape[0])
                 else:
                     other += math.prod(shape) * 2
-    return linear, other
+    return Shapes(linear, head, other)
 
 
-def estimate_bytes(checkpoint: Path, bits: int, group_size: int, extra_bytes: int) -> int:
-    linear, other = _linear_shapes(checkpoint)
-    total = other + extra_bytes
-    for fan_in, fan_out in linear:
-        groups = 1 if group_size <= 0 else math.ceil(fan_in / group_size)
-        total += fan_in * fan_out * bits // 8          # qweight
-        total += groups * fan_out * bits // 8          # qzeros
-        total += groups * fan_out * 2                  # fp16 scales
-        total += fan_in * 4                            # g_idx
+def _quantized_bytes(fan_in: int, fan_out: int, bits: int, group_size: int) -> int:
+    groups = 1 if group_size <= 0 else math.ceil(fan_in / group_size)
+    return (fan_in * fan_out * bits // 8             # qweight
+            + groups * fan_out * bits // 8            # qzeros
+            + groups * fan_out * 2                    # fp16 scales
+            + fan_in * 4)                             # g_idx
+
+
+def estimate_bytes(shapes: Shapes, bits: int, group_size: int, extra_bytes: int, quantize_head: bool = False) -> int:
+    total = shapes.other_bytes + extra_bytes + sum(_quantized_bytes(i, o, bits, group_size) for i, o in shapes.linear)
+    if shapes.head:
+        total += _quantized_bytes(*shapes.head, bits, group_size) if quantize_head else math.prod(shapes.head) * 2
     return total
 
 
@@ -79,23 +97,24 @@ def calibration_texts(corpus: dict, contexts_parquet: str, tokenizer, samples: i
                      f"(compression.gptq.calibration_samples = {samples})")
 
 
-def choose_bits(checkpoint: Path, limit_gib: float, bit_widths: list[int], group_size: int,
-                extra_bytes: int) -> list[int]:
-    """Widths to try, largest first, starting at the largest whose estimate fits."""
-    widths = sorted(bit_widths, reverse=True)
-    fitting = [b for b in widths if estimate_bytes(checkpoint, b, group_size, extra_bytes) <= limit_gib * GIB]
-    return fitting or widths[-1:]
+def plans(shapes: Shapes, limit_gib: float, bit_widths: list[int], group_size: int,
+          extra_bytes: int) -> list[tuple[int, bool]]:
+    """(width, quantize the head) to try in order: widest first, the head in source precision before a
+    quantized head (only a separate head can be), starting at the first whose estimate fits."""
+    order = [(b, q) for b in sorted(bit_widths, reverse=True) for q in ((False, True) if shapes.head else (False,))]
+    fits = [estimate_bytes(shapes, b, group_size, extra_bytes, q) <= limit_gib * GIB for b, q in order]
+    return order[fits.index(True):] if any(fits) else order[-1:]
 
 
 def quantize(checkpoint: Path, out: Path, bits: int, *, group_size: int, damp_percent: float, act_order: bool,
-             calibration: list[list[int]]) -> None:
+             calibration: list[list[int]], quantize_head: bool = False) -> None:
     # GPTQModel sizes its CPU pool as ceil(cores / 2) but its model loader asks
     # for two workers, which fails on a 2-core machine.
     os.environ.setdefault("GPTQMODEL_CPU_WORKERS", str(max(2, os.cpu_count() or 1)))
     from gptqmodel import BACKEND, GPTQModel, QuantizeConfig
 
     cfg = QuantizeConfig(bits=bits, group_size=group_size, desc_act=act_order, sym=True,
-                         damp_percent=damp_percent, true_sequential=True, lm_head=False, fallback=None)
+                         damp_percent=damp_percent, true_sequential=True, lm_head=quantize_head, fallback=None)
     model = GPTQModel.load(str(checkpoint), cfg, device="cpu")
     model.quantize([{"input_ids": ids, "attention_mask": [1] * len(ids)} for ids in calibration], batch_size=1,
                    backend=BACKEND.TORCH)
@@ -112,17 +131,23 @@ def package(checkpoint: str | Path, source: str, limit_gib: float, out_dir: str 
     calibration = calibration_texts(corpus, contexts_parquet, tokenizer, calibration_samples,
                                     calibration_tokens, calibration_seed)
     extra = sum(p.stat().st_size for p in checkpoint.iterdir() if p.name.startswith("tokenizer"))
+    shapes = tensor_shapes(checkpoint)
     tried = []
-    for bits in choose_bits(checkpoint, limit_gib, bit_widths, group_size, extra):
-        info = {"bits": bits, "group_size": group_size, "damp_percent": damp_percent, "act_order": act_order,
-                "calibration_samples": calibration_samples, "calibration_tokens": calibration_tokens,
-                "estimated_bytes": estimate_bytes(checkpoint, bits, group_size, extra)}
+    candidates = plans(shapes, limit_gib, bit_widths, group_size, extra)
+    for bits, quantize_head in candidates:
+        head = "none (tied to the embedding)" if shapes.head is None else (
+            f"GPTQ {bits}-bit" if quantize_head else "source precision")
+        info = {"bits": bits, "head": head, "group_size": group_size, "damp_percent": damp_percent,
+                "act_order": act_order, "calibration_samples": calibration_samples,
+                "calibration_tokens": calibration_tokens,
+                "estimated_bytes": estimate_bytes(shapes, bits, group_size, extra, quantize_head)}
         manifest = Manifest(name=f"gptq-{bits}bit", source=source, runtime="hf", weights=WEIGHTS,
-                            tokenizer=WEIGHTS, description=f"uniform GPTQ {bits}-bit, group {group_size}")
+                            tokenizer=WEIGHTS,
+                            description=f"uniform GPTQ {bits}-bit, group {group_size}, output head: {head}")
 
-        def fill(tmp: Path, bits=bits, info=info) -> None:
+        def fill(tmp: Path, bits=bits, info=info, quantize_head=quantize_head) -> None:
             quantize(checkpoint, tmp / WEIGHTS, bits, group_size=group_size, damp_percent=damp_percent,
-                     act_order=act_order, calibration=calibration)
+                     act_order=act_order, calibration=calibration, quantize_head=quantize_head)
             copy_tokenizer(checkpoint, tmp / WEIGHTS)
             (tmp / "gptq_baseline.json").write_text(json.dumps(info, indent=2))
 
@@ -131,6 +156,6 @@ def package(checkpoint: str | Path, source: str, limit_gib: float, out_dir: str 
         tried.append(info)
         if info["package_bytes"] <= limit_gib * GIB:
             break
-        if bits != min(bit_widths):
+        if (bits, quantize_head) != candidates[-1]:
             shutil.rmtree(out_dir)
     return {"chosen": tried[-1], "tried": tried}
