@@ -7,6 +7,7 @@ naming the failing check, never an exception that stops other jobs.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -90,7 +91,17 @@ class EvaluationRecord(BaseModel):
     reward: float | None = None
     score: float | None = None
     wall_s: float = 0.0
+    phase_s: dict[str, float] = {}  # wall seconds per phase: load, likelihood, integrity, accuracy, decode
     provenance: Provenance | None = None
+
+
+@contextlib.contextmanager
+def _timed(record: EvaluationRecord, phase: str):
+    start = time.monotonic()
+    try:
+        yield
+    finally:
+        record.phase_s[phase] = round(time.monotonic() - start, 3)
 
 
 def _fail(record: EvaluationRecord, name: str, evidence: dict[str, Any]) -> None:
@@ -127,8 +138,10 @@ def measure(kind: str, package: str | Path, source: str, *, source_checkpoint: s
         record.package_bits_per_param = 8 * record.s_pkg_bytes / n_params
         with SubmissionProcess(package, device=settings.device, threads=settings.threads,
                                timeout_s=settings.timeout_s, log_path=log_path) as proc:
-            record.s_res_load_bytes = proc.load()["resident_bytes"]
-            result = _likelihood(proc, continuations, ref, settings)
+            with _timed(record, "load"):
+                record.s_res_load_bytes = proc.load()["resident_bytes"]
+            with _timed(record, "likelihood"):
+                result = _likelihood(proc, continuations, ref, settings)
             lp = result["logprobs"]
             record.tokens_scored = int(lp.size)
             record.ppl, record.ref_ppl = scoring.perplexity(lp), scoring.perplexity(ref)
@@ -137,8 +150,9 @@ def measure(kind: str, package: str | Path, source: str, *, source_checkpoint: s
                                                         seed=settings.seed)
             if kind == "verification":
                 _verification_checks(proc, record, result, vocab_size, settings, accuracy_gate)
-            record.decode = measure_decode(proc.generate, vocab_size=vocab_size, seed=settings.seed,
-                                           **settings.decode.model_dump())
+            with _timed(record, "decode"):
+                record.decode = measure_decode(proc.generate, vocab_size=vocab_size, seed=settings.seed,
+                                               **settings.decode.model_dump())
             record.s_res_after_inference_bytes = proc.release()["resident_bytes"]
             if kind == "verification":
                 record.checks.extend(integrity.access(proc.access()))
@@ -178,6 +192,16 @@ def verdict(measured: EvaluationRecord, task: Task) -> EvaluationRecord:
 
 
 def _verification_checks(proc, record: EvaluationRecord, result: dict, vocab: int, settings, accuracy_gate) -> None:
+    with _timed(record, "integrity"):
+        _integrity_checks(proc, record, result, vocab, settings)
+    if accuracy_gate is not None:
+        with _timed(record, "accuracy"):
+            gate = accuracy_gate(proc)
+        record.accuracy, record.accuracy_mean, record.accuracy_ref = gate["per_benchmark"], gate["mean"], gate["reference"]
+        record.checks.append(Check(name="accuracy_gate", passed=gate["passed"], evidence=gate["evidence"]))
+
+
+def _integrity_checks(proc, record: EvaluationRecord, result: dict, vocab: int, settings) -> None:
     s = settings.integrity
     ids = np.concatenate([result["contexts"], result["continuations"]], axis=1)[:s.sequences]
     ids = ids[:, :min(ids.shape[1], 96)].astype(np.int64)
@@ -186,7 +210,3 @@ def _verification_checks(proc, record: EvaluationRecord, result: dict, vocab: in
                                                          s.greedy_tokens, s.tie_margin))
     record.checks.extend(integrity.batch_invariance_and_determinism(proc.logits, ids, ids.shape[1] // 2,
                                                                     s.tolerance))
-    if accuracy_gate is not None:
-        gate = accuracy_gate(proc)
-        record.accuracy, record.accuracy_mean, record.accuracy_ref = gate["per_benchmark"], gate["mean"], gate["reference"]
-        record.checks.append(Check(name="accuracy_gate", passed=gate["passed"], evidence=gate["evidence"]))
