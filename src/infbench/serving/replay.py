@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
-import json
+import orjson
 import math
 import time
 import uuid
@@ -40,6 +40,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from infbench import atomic
 from infbench.serving.trace import Session, TraceRequest
 from infbench.serving.workload import PromptBuilder
+
+JSON_BODY = {"Content-Type": "application/json"}
 
 
 class ReplaySettings(BaseModel):
@@ -142,7 +144,7 @@ class _Stream:
         if data == "[DONE]":
             self.done = True
         else:
-            self.feed(json.loads(data), now)
+            self.feed(orjson.loads(data), now)
 
     def feed(self, payload: dict[str, Any], now: float) -> None:
         if payload.get("usage"):
@@ -305,7 +307,7 @@ class Replay:
         send = self.now()
         try:
             async with asyncio.timeout(self.s.request_timeout_s):
-                async with self.http.post(self.url, json=body) as resp:
+                async with self.http.post(self.url, data=orjson.dumps(body), headers=JSON_BODY) as resp:
                     if resp.status != 200:
                         detail = (await resp.read())[:300].decode(errors="replace")
                         raise ValueError(f"HTTP {resp.status}: {detail}")
