@@ -127,3 +127,13 @@ def test_a_lane_reuses_its_keep_alive_connection(tmp_path):
         received = httpx.get(base + "/debug/requests").json()
     assert len(recs) >= 6 and all(r.ok for r in recs), [r.error for r in recs if not r.ok]
     assert len({r["client_port"] for r in received}) == 1
+
+
+def test_replay_records_have_a_declared_schema(tmp_path):
+    """Even a replay that completed nothing writes typed columns (a reader never sees nulls-only types)."""
+    import pyarrow.parquet as pq
+
+    replay.write_records([], str(tmp_path / "empty.parquet"))
+    schema = pq.read_schema(tmp_path / "empty.parquet")
+    assert list(schema.names) == list(replay.RequestRecord.model_fields)
+    assert schema.equals(replay.RECORD_SCHEMA)

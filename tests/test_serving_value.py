@@ -7,7 +7,7 @@ import pytest
 
 from infbench.serving.value import Deployment, Targets, request_value, score
 
-DEP = Deployment(name="d", devices=2, usd_per_device_hour=0.82, input_usd_per_mtok=0.1044,
+DEP = Deployment(name="d", devices=2, accelerator="gpu", usd_per_device_hour=0.82, input_usd_per_mtok=0.1044,
                  output_usd_per_mtok=0.1855, context_limit=1 << 20)
 
 
@@ -23,7 +23,7 @@ def test_value_per_request():
 
 def test_worked_example():
     """USD 3.65 qualified over USD 0.83 of GPU cost = 4.40."""
-    dep = Deployment(name="w", devices=1, usd_per_device_hour=0.83, input_usd_per_mtok=1.0,
+    dep = Deployment(name="w", devices=1, accelerator="gpu", usd_per_device_hour=0.83, input_usd_per_mtok=1.0,
                      output_usd_per_mtok=0.0, context_limit=1 << 20)
     frame = _frame([dict(input_tokens=3_650_000), dict(input_tokens=1_000_000, ttft=99.0)])
     s = score(frame, dep, window_s=3600, targets=Targets(tau_first_s=4.1, tau_token_s=0.0235))

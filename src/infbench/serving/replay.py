@@ -34,6 +34,7 @@ from typing import Any
 
 import aiohttp
 import pandas as pd
+import pyarrow as pa
 import uvloop
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -351,8 +352,20 @@ def run(sessions: Iterator[Session], settings: ReplaySettings) -> list[RequestRe
         return runner.run(replay(sessions, settings))
 
 
+RECORD_SCHEMA = pa.schema([
+    ("run_id", pa.string()), ("instance", pa.int64()), ("session_id", pa.string()), ("request_id", pa.string()),
+    ("chain", pa.string()), ("input_tokens", pa.int64()), ("max_tokens", pa.int64()),
+    ("ready_time", pa.float64()), ("send_time", pa.float64()), ("first_token_time", pa.float64()),
+    ("last_token_time", pa.float64()), ("end_time", pa.float64()), ("in_window", pa.bool_()), ("ok", pa.bool_()),
+    ("error", pa.string()), ("n_chunks", pa.int64()), ("streamed_token_ids", pa.list_(pa.int64())),
+    ("text", pa.string()), ("usage_prompt_tokens", pa.int64()), ("usage_completion_tokens", pa.int64()),
+    ("output_tokens", pa.int64()), ("ttft", pa.float64()), ("tpot", pa.float64()), ("server_ttft", pa.float64()),
+    ("server_receive_time", pa.float64()),
+])
+
+
 def write_records(records: list[RequestRecord], path: str) -> pd.DataFrame:
+    """The records as parquet with :data:`RECORD_SCHEMA` (typed even when a replay completed nothing)."""
     frame = pd.DataFrame([r.model_dump() for r in records], columns=list(RequestRecord.model_fields))
-    with atomic.atomic_path(path) as tmp:
-        frame.to_parquet(tmp, index=False)
+    atomic.write_parquet(path, frame, RECORD_SCHEMA)
     return frame

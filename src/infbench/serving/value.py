@@ -21,7 +21,7 @@ class Deployment(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     name: str
     devices: int = Field(ge=1)
-    accelerator: Literal["gpu", "cpu"] = "gpu"
+    accelerator: Literal["gpu", "cpu"]  # the schema holds the default
     usd_per_device_hour: float = Field(gt=0)
     input_usd_per_mtok: float = Field(ge=0)
     output_usd_per_mtok: float = Field(ge=0)
