@@ -8,6 +8,7 @@ naming the failing check, never an exception that stops other jobs.
 from __future__ import annotations
 
 import time
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable
 
@@ -90,6 +91,7 @@ class EvaluationRecord(BaseModel):
     reward: float | None = None
     score: float | None = None
     wall_s: float = 0.0
+    finished_at: datetime | None = None  # UTC; set by the search-time reward (run records order calls by it)
     provenance: Provenance | None = None
 
 
