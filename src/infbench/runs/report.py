@@ -163,8 +163,8 @@ def write(statuses: list[str], records: list[str], verified: dict[str, str], *, 
     verification record of its final submission on its own task."""
     status = [RunStatus.model_validate_json(Path(p).read_text()) for p in statuses]
     ingested = {s.run for s in status if s.ingested}
-    recs = [RunRecord.model_validate(json.loads(Path(p).read_text())) for p in records]
-    recs = [r for r in recs if r.run in ingested]
+    recs = [RunRecord.model_validate(v) for v in (json.loads(Path(p).read_text()) for p in records) if v]
+    recs = [r for r in recs if r.run in ingested]  # a run not ingested has an empty record
     comp = [r for r in recs if r.spec.track == "compression"]
     serv = [r for r in recs if r.spec.track == "serving"]
     tol, band, gap = settings["outcome_tolerance"], settings["size_band_gib"], settings["idle_gap_minutes"] * 60
