@@ -243,7 +243,7 @@ def test_cost_prices_each_transcript_model(tmp_path):
 
 
 def test_report_writes_every_table_and_plot(tmp_path):
-    from infbench.runs import report
+    from infbench.runs import outputs, report
 
     records, statuses = [], []
     for name, build in [("c", compression_run), ("s", serving_run)]:
@@ -255,12 +255,12 @@ def test_report_writes_every_table_and_plot(tmp_path):
     status, out = _ingest(bad, tmp_path / "o-bad")
     statuses.append(str(out / "status.json"))
     records.append(str(out / "record.json"))
-    tables = {n: {k: str(tmp_path / f"t/{n}.{k}") for k in ("csv", "md", "provenance")} for n in report.ANALYSES}
-    plots = {n: str(tmp_path / f"p/{n}.png") for n in report.PLOTTED}
+    tables = {n: {k: str(tmp_path / f"t/{n}.{k}") for k in ("csv", "md", "provenance")} for n in outputs.ANALYSES}
+    plots = {n: str(tmp_path / f"p/{n}.png") for n in outputs.PLOTTED}
     report.write(statuses, records, {}, tables=tables, plots=plots,
                  settings={"outcome_tolerance": 0.002, "size_band_gib": 0.01, "idle_gap_minutes": 10,
                            "prices": PRICES})
-    assert all((tmp_path / f"p/{n}.png").stat().st_size > 0 for n in report.PLOTTED)
+    assert all((tmp_path / f"p/{n}.png").stat().st_size > 0 for n in outputs.PLOTTED)
     status_md = (tmp_path / "t/status.md").read_text()
     assert "run.yaml: missing" in status_md and status_md.count("True") == 2
     assert "raise & hold" in (tmp_path / "t/concurrency_paths.csv").read_text()

@@ -2,7 +2,7 @@
 # ingestion of every run directory, and the trajectory analyses. Included before
 # compression.smk: a run's final submission is a compression candidate.
 from infbench.runs import discover as runs_discover
-from infbench.runs.report import ANALYSES as RUN_ANALYSES, PLOTTED as RUN_PLOTTED
+from infbench.runs.outputs import ANALYSES as RUN_ANALYSES, PLOTTED as RUN_PLOTTED
 
 RUNS = runs_discover.discover(config, TASKS)
 RUN_CANDIDATES = {e.candidate: e for e in RUNS.values() if e.candidate}

@@ -2,7 +2,7 @@ import sys
 
 sys.stderr = open(snakemake.log[0], "w")
 
-from infbench.runs import report
+from infbench.runs import outputs, report
 
 out = snakemake.output
 report.write(
@@ -11,9 +11,9 @@ report.write(
     dict(zip(snakemake.params.runs, snakemake.input.verified)),
     tables={
         name: {k: getattr(out, f"{name}_{k}") for k in ("csv", "md", "provenance")}
-        for name in report.ANALYSES
+        for name in outputs.ANALYSES
     },
-    plots={name: getattr(out, f"{name}_png") for name in report.PLOTTED},
+    plots={name: getattr(out, f"{name}_png") for name in outputs.PLOTTED},
     settings={
         k: dict(v) if hasattr(v, "items") else v
         for k, v in snakemake.params.settings.items()

@@ -18,17 +18,9 @@ from infbench import atomic, provenance
 from infbench.compression.evaluation import EvaluationRecord
 from infbench.hashing import sha256_file
 from infbench.runs import compression_analysis as ca, cost_analysis as cost, serving_analysis as sa
+from infbench.runs.outputs import ANALYSES, PLOTTED
 from infbench.runs.schema import RunRecord, RunStatus
 
-# analysis -> report subcategory; "status" has a table only
-ANALYSES = {
-    "status": "Ingestion",
-    "best_so_far": "Compression", "outcomes": "Compression", "ranking_pairs": "Compression",
-    "revisions": "Compression", "stopping": "Compression",
-    "concurrency_paths": "Serving", "first_usable_replay": "Serving", "matched_seeds": "Serving",
-    "cost": "Cost", "frontier": "Cost",
-}
-PLOTTED = [a for a in ANALYSES if a != "status"]
 
 
 def _table(rows: list[BaseModel], model: type[BaseModel], paths: dict[str, str], params: dict, inputs: dict) -> None:
