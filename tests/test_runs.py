@@ -265,3 +265,15 @@ def test_report_writes_every_table_and_plot(tmp_path):
     assert "run.yaml: missing" in status_md and status_md.count("True") == 2
     assert "raise & hold" in (tmp_path / "t/concurrency_paths.csv").read_text()
     assert "(no rows)" in (tmp_path / "t/frontier.md").read_text()
+
+
+def test_check_run_cli_prints_events_or_the_reason(tmp_path, capsys):
+    from infbench.cli import main
+
+    run = compression_run(tmp_path / "r")
+    config = str(__import__("conftest").REPO / "config/config.yaml")
+    assert main(["check-run", str(run), "--config", config]) == 0
+    assert json.loads(capsys.readouterr().out)["events"]["reward"] == 4
+    (run / "versions/v2.json").write_text("{}")
+    assert main(["check-run", str(run), "--config", config]) == 2
+    assert "v2.json: field 'published_at': Field required" in capsys.readouterr().err

@@ -51,6 +51,19 @@ def _reward(args) -> None:
     print(json.dumps(summary, indent=2))
 
 
+def _check_run(args) -> None:
+    from collections import Counter
+
+    from infbench.compression import tasks
+    from infbench.config_io import load_config
+    from infbench.runs import ingest
+
+    config = load_config(args.config)
+    record = ingest.load(args.run_dir, known_models=set(config["runs"]["prices"]), tasks=set(tasks.tasks(config)))
+    print(json.dumps({"run": record.run, "agent": record.spec.agent.model_dump(), "task": record.spec.task,
+                      "events": dict(Counter(e.type for e in record.events))}, indent=2))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="infbench")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -83,6 +96,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--log", default="results/reward_log.jsonl")
     p.add_argument("--threads", type=int, default=2)
     p.set_defaults(func=_reward)
+    p = sub.add_parser("check-run", help="validate a run directory (docs/runs.md) as the pipeline ingests it")
+    p.add_argument("run_dir")
+    p.add_argument("--config", default="config/config.yaml")
+    p.set_defaults(func=_check_run)
     p = sub.add_parser("bench-replay", help="latency and CPU the replay client adds, against an instant server")
     p.add_argument("--concurrency", type=int, nargs="+", default=[1, 64, 512])
     p.add_argument("--window", type=float, default=5.0)
