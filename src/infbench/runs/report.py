@@ -149,6 +149,22 @@ def _frontier(ax, rows):
     right.set_ylabel("verified PPL rank (1 = best)")
 
 
+class StatusRow(BaseModel):
+    run: str
+    ingested: bool
+    reason: str | None
+    agent: str | None  # model, scaffold, effort
+    track: str | None
+    task: str | None
+    candidate: str | None
+    events: int
+
+
+def _status_row(s: RunStatus) -> StatusRow:
+    agent = None if s.agent is None else ", ".join(v for v in (s.agent.model, s.agent.scaffold, s.agent.effort) if v)
+    return StatusRow(**s.model_dump(exclude={"agent"}), agent=agent)
+
+
 def write(statuses: list[str], records: list[str], verified: dict[str, str], *, tables: dict[str, dict[str, str]],
           plots: dict[str, str], settings: dict) -> None:
     """``tables[name]`` = {csv, md, provenance}; ``plots[name]`` = png; ``verified`` = run -> the
@@ -164,7 +180,7 @@ def write(statuses: list[str], records: list[str], verified: dict[str, str], *, 
     costs = cost.cost(recs, settings["prices"])
     checked = {run: EvaluationRecord.model_validate_json(Path(p).read_text()) for run, p in verified.items()}
     results = {
-        "status": (status, RunStatus), "best_so_far": (ca.best_so_far(comp), ca.BestSoFarRow),
+        "status": ([_status_row(s) for s in status], StatusRow), "best_so_far": (ca.best_so_far(comp), ca.BestSoFarRow),
         "outcomes": (ca.outcomes(comp, tol), ca.OutcomeRow), "ranking_pairs": (ca.ranking_pairs(comp, tol), ca.RankingPairRow),
         "revisions": (ca.revisions(comp, band), ca.RevisionRow), "stopping": (ca.stopping(comp), ca.StoppingRow),
         "concurrency_paths": (paths, sa.PathRow), "first_usable_replay": (sa.first_usable(serv, gap), sa.FirstUsableRow),
