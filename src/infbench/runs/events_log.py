@@ -8,8 +8,7 @@ from typing import Annotated, Union
 
 from pydantic import Field, TypeAdapter, ValidationError
 
-from infbench.runs.jsonl import RunError, check_order, objects
-from infbench.runs.reward_log import _first
+from infbench.runs.jsonl import RunError, check_order, first_error, objects
 from infbench.runs.schema import CompletionDeclared, LoadChange, ToolCall
 
 _Line = TypeAdapter(Annotated[Union[CompletionDeclared, LoadChange, ToolCall], Field(discriminator="type")])
@@ -21,7 +20,7 @@ def events(path: Path) -> list[CompletionDeclared | LoadChange | ToolCall]:
         try:
             event = _Line.validate_python(obj)
         except ValidationError as exc:
-            raise RunError(path, f"not an event (type completion, load or tool_call): {_first(exc)}", line) from None
+            raise RunError(path, f"not an event (type completion, load or tool_call): {first_error(exc)}", line) from None
         found.append(event)
         times.append((line, event.time))
     check_order(path, times)

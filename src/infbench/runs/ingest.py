@@ -13,8 +13,7 @@ from pydantic import ValidationError
 from infbench import atomic
 from infbench.compression.submission import MANIFEST
 from infbench.runs import events_log, replay_log, reward_log, transcripts, versions
-from infbench.runs.jsonl import RunError
-from infbench.runs.reward_log import _first
+from infbench.runs.jsonl import RunError, first_error
 from infbench.runs.schema import RunRecord, RunSpec, RunStatus
 
 SPEC = "run.yaml"
@@ -32,7 +31,7 @@ def read_spec(run_dir: Path) -> RunSpec:
     except yaml.YAMLError as exc:
         raise RunError(path, f"not YAML: {exc}") from None
     except ValidationError as exc:
-        raise RunError(path, _first(exc)) from None
+        raise RunError(path, first_error(exc)) from None
 
 
 def final_submission(run_dir: Path, spec: RunSpec) -> Path:

@@ -39,3 +39,9 @@ def check_order(path: Path, times: list[tuple[int, datetime]]) -> None:
         if after < before:
             raise RunError(path, f"event out of order: {after.isoformat()} is before the previous line's "
                                  f"{before.isoformat()}", line)
+
+
+def first_error(exc) -> str:
+    """A pydantic ValidationError's first error as "field 'a.b': message"."""
+    err = exc.errors()[0]
+    return f"field '{'.'.join(map(str, err['loc']))}': {err['msg']}"

@@ -8,8 +8,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from infbench.runs.jsonl import RunError, check_order, objects
-from infbench.runs.reward_log import _first
+from infbench.runs.jsonl import RunError, check_order, first_error, objects
 from infbench.runs.schema import ReplayCall
 
 
@@ -19,7 +18,7 @@ def events(path: Path) -> list[ReplayCall]:
         try:
             call = ReplayCall.model_validate({"type": "replay", **obj})
         except ValidationError as exc:
-            raise RunError(path, f"not a replay record: {_first(exc)}", line) from None
+            raise RunError(path, f"not a replay record: {first_error(exc)}", line) from None
         calls.append(call)
         times.append((line, call.time))
     check_order(path, times)

@@ -7,7 +7,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from infbench.compression.evaluation import EvaluationRecord
-from infbench.runs.jsonl import RunError, check_order, objects
+from infbench.runs.jsonl import RunError, check_order, first_error, objects
 from infbench.runs.schema import RewardCall
 
 
@@ -17,7 +17,7 @@ def events(path: Path) -> list[RewardCall]:
         try:
             record = EvaluationRecord.model_validate(obj)
         except ValidationError as exc:
-            raise RunError(path, f"not a reward record: {_first(exc)}", line) from None
+            raise RunError(path, f"not a reward record: {first_error(exc)}", line) from None
         if record.finished_at is None or record.reward is None:
             raise RunError(path, "a reward record needs 'finished_at' and 'reward' (written by infbench reward)",
                            line)
@@ -29,8 +29,3 @@ def events(path: Path) -> list[RewardCall]:
         times.append((line, record.finished_at))
     check_order(path, times)
     return calls
-
-
-def _first(exc: ValidationError) -> str:
-    err = exc.errors()[0]
-    return f"field '{'.'.join(map(str, err['loc']))}': {err['msg']}"

@@ -10,8 +10,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from infbench.compression.submission import content_hash, package_bytes
-from infbench.runs.jsonl import RunError
-from infbench.runs.reward_log import _first
+from infbench.runs.jsonl import RunError, first_error
 from infbench.runs.schema import VersionPublished
 
 
@@ -31,7 +30,7 @@ def events(versions_dir: Path, *, hashes: bool = True) -> list[VersionPublished]
         try:
             meta = VersionMeta.model_validate_json(meta_path.read_text())
         except ValidationError as exc:
-            raise RunError(meta_path, _first(exc)) from None
+            raise RunError(meta_path, first_error(exc)) from None
         found.append(VersionPublished(time=meta.published_at, version=folder.name,
                                       content_hash=content_hash(folder) if hashes else "",
                                       s_pkg_bytes=package_bytes(folder) if hashes else 0,
