@@ -53,6 +53,10 @@ def claude_code_lines() -> list[dict]:
               "output_tokens": 50, "service_tier": "standard"}
     usage2 = {"input_tokens": 4, "cache_creation_input_tokens": 100, "cache_read_input_tokens": 2000,
               "output_tokens": 300}
+    error = assistant(31, "msg_3", [{"type": "text", "text": "API Error"}],
+                      {"input_tokens": 0, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0,
+                       "output_tokens": 0})
+    error["message"]["model"] = "<synthetic>"  # Claude Code's own messages carry no tokens
     return [
         {"type": "summary", "summary": "compress the model", "leafUuid": "x"},
         {"type": "user", "timestamp": at(1).replace("+00:00", "Z"), "message": {"role": "user", "content": "go"}},
@@ -60,6 +64,7 @@ def claude_code_lines() -> list[dict]:
         assistant(2.1, "msg_1", [{"type": "tool_use", "id": "toolu_1", "name": "Bash",
                                   "input": {"command": "infbench reward v1 --task x"}}], usage1),
         assistant(30, "msg_2", [{"type": "tool_use", "id": "toolu_2", "name": "Edit", "input": {}}], usage2),
+        {**error, "isApiErrorMessage": True},
     ]
 
 
@@ -81,6 +86,10 @@ def codex_lines() -> list[dict]:
         {"timestamp": at(9), "type": "event_msg", "payload": {"type": "token_count", "info": {
             "total_token_usage": {"input_tokens": 3000, "cached_input_tokens": 1200, "output_tokens": 100,
                                   "reasoning_output_tokens": 40, "total_tokens": 3100}}}},
+        {"timestamp": at(9.5), "type": "event_msg", "payload": {"type": "token_count", "info": {
+            "total_token_usage": {"input_tokens": 3000, "cached_input_tokens": 1200, "output_tokens": 100,
+                                  "reasoning_output_tokens": 40, "total_tokens": 3100}},
+            "rate_limits": {"primary": {"used_percent": 7.0}}}},
     ]
 
 

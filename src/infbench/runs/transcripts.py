@@ -5,11 +5,13 @@
   (``input_tokens``, ``cache_creation_input_tokens``, ``cache_read_input_tokens``,
   ``output_tokens``; disjoint counts) and ``message.content`` blocks (``tool_use``
   with a ``name``). One API message may be split over several lines with the same
-  ``message.id``: it is counted once (its last line's usage).
+  ``message.id``: it is counted once (its last line's usage); messages with no
+  tokens at all (Claude Code's ``<synthetic>`` ones) are skipped.
 - ``transcripts/codex/*.jsonl``: Codex rollout files. ``turn_context`` payloads name
   the ``model``; ``event_msg`` payloads of ``type: token_count`` carry
   ``info.last_token_usage`` (or only the cumulative ``info.total_token_usage``, then
-  the difference to the previous total is used) with ``input_tokens`` (cached ones
+  the difference to the previous total is used; a repeat of the previous totals is
+  skipped) with ``input_tokens`` (cached ones
   included), ``cached_input_tokens``, ``output_tokens`` (reasoning included);
   ``response_item`` payloads of ``type: function_call`` / ``custom_tool_call`` /
   ``local_shell_call`` are tool calls.
@@ -25,6 +27,7 @@ from infbench.runs.jsonl import RunError, check_order, objects
 from infbench.runs.schema import TokenUsage, ToolCall
 
 FORMATS = ("claude-code", "codex")
+CLAUDE_COUNTS = ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens", "output_tokens")
 CODEX_TOOL_ITEMS = ("function_call", "custom_tool_call", "local_shell_call")
 
 
@@ -59,7 +62,7 @@ def claude_code(path: Path) -> list[TokenUsage | ToolCall]:
         time = _time(path, line, obj)
         times.append((line, time))
         usage = message.get("usage")
-        if isinstance(usage, dict):
+        if isinstance(usage, dict) and any(usage.get(k) for k in CLAUDE_COUNTS):  # not a synthetic message
             key = str(message.get("id") or f"line-{line}")
             first = usage_by_message.get(key)
             usage_by_message[key] = TokenUsage(
@@ -95,6 +98,8 @@ def codex(path: Path) -> list[TokenUsage | ToolCall]:
         elif kind == "event_msg" and payload.get("type") == "token_count" and payload.get("info"):
             info = payload["info"]
             last, total = info.get("last_token_usage"), info.get("total_token_usage")
+            if total is not None and total == previous_total:
+                continue  # the same totals again (a rate-limit update): no new model call
             if last is None and total is None:
                 raise RunError(path, "token_count info has neither last_token_usage nor total_token_usage", line)
             if last is None:
