@@ -27,7 +27,7 @@ def objects(path: Path) -> Iterator[tuple[int, dict]]:
                 value = json.loads(text)
             except json.JSONDecodeError as exc:
                 what = "truncated line" if not text.endswith("\n") else "not JSON"
-                raise RunError(path, f"{what} ({exc.msg} at column {exc.colno})", number) from None
+                raise RunError(path, f"{what} ({exc.msg}, column {exc.colno})", number) from None
             if not isinstance(value, dict):
                 raise RunError(path, "a line must be a JSON object", number)
             yield number, value

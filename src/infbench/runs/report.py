@@ -26,7 +26,8 @@ from infbench.runs.schema import RunRecord, RunStatus
 def _table(rows: list[BaseModel], model: type[BaseModel], paths: dict[str, str], params: dict, inputs: dict) -> None:
     frame = pd.DataFrame([r.model_dump() for r in rows], columns=list(model.model_fields))
     atomic.write_text(paths["csv"], frame.to_csv(index=False, float_format="%.6g", lineterminator="\n"))
-    md = frame.to_markdown(index=False, floatfmt=".6g") if rows else "| " + " | ".join(frame.columns) + " |\n" \
+    shown = frame.astype(object).where(frame.notna(), "")  # an empty cell, not "nan", for a missing value
+    md = shown.to_markdown(index=False, floatfmt=".6g") if rows else "| " + " | ".join(frame.columns) + " |\n" \
         + "|" + "---|" * len(frame.columns) + "\n\n(no rows)"
     atomic.write_text(paths["md"], md + "\n")
     atomic.write_json(paths["provenance"], provenance.collect(params, inputs).model_dump(mode="json"))
