@@ -138,8 +138,8 @@ def serving_run(run: Path, concurrencies=(1, 4, 8)) -> Path:
     write_jsonl(run / "events.jsonl", [{"type": "load", "time": at(10 + 10 * i), "concurrency": c}
                                        for i, c in enumerate(concurrencies)])
     write_jsonl(run / "replay_log.jsonl", [
-        {"time": at(15), "content_hash": "a" * 64, "seed": 0, "concurrency": 1, "D": None, "G": 0.0, "f": None,
-         "completed": 0, "wall_s": 50},
+        {"time": at(15), "content_hash": "a" * 64, "seed": 0, "concurrency": 1, "D": 0.0, "G": 0.06, "f": 0.0,
+         "completed": 3, "wall_s": 50},
         {"time": at(45), "content_hash": "a" * 64, "seed": 0, "concurrency": 8, "D": 2.0, "G": 1.0, "f": 0.5,
          "completed": 12, "wall_s": 50},
         {"time": at(90), "content_hash": "b" * 64, "seed": 0, "concurrency": 8, "D": 3.0, "G": 2.0, "f": 0.6,

@@ -212,7 +212,7 @@ def test_serving_analyses_on_the_fixture_run(tmp_path):
     assert [p.concurrency for p in points] == [1, 4, 8]
     assert points[0].active_h == pytest.approx(10 / 60)
     usable = sa.first_usable([record], idle_gap_s=600)[0]
-    assert usable.first_usable_h == pytest.approx(45 / 60)  # the first replay completed nothing
+    assert usable.first_usable_h == pytest.approx(45 / 60)  # the first replay had no qualified value (D = 0)
     assert usable.first_usable_active_h == pytest.approx(40 / 60)  # the 30..45 gap counts as 10 minutes
     matched = sa.matched_seeds([record])
     assert [(m.seed, m.d_ratio, m.g_ratio, m.f_ratio) for m in matched] == [(0, 1.5, 2.0, pytest.approx(1.2))]

@@ -72,7 +72,7 @@ def concurrency_paths(records: list[RunRecord], idle_gap_s: float) -> tuple[list
 class FirstUsableRow(BaseModel):
     run: str
     replays: int
-    first_usable_h: float | None  # wall hours to the first replay that completed requests with G > 0
+    first_usable_h: float | None  # wall hours to the first replay that completed requests with D > 0
     first_usable_active_h: float | None
 
 
@@ -80,7 +80,7 @@ def first_usable(records: list[RunRecord], idle_gap_s: float) -> list[FirstUsabl
     rows = []
     for rec in records:
         replays = [e for e in rec.events if isinstance(e, ReplayCall)]
-        usable = next((e for e in replays if e.completed > 0 and e.G > 0), None)
+        usable = next((e for e in replays if e.completed > 0 and (e.D or 0) > 0), None)
         rows.append(FirstUsableRow(run=rec.run, replays=len(replays),
                                    first_usable_h=hours(rec, usable.time) if usable else None,
                                    first_usable_active_h=active_hours(rec, usable.time, idle_gap_s) if usable else None))
