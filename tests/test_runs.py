@@ -277,3 +277,23 @@ def test_check_run_cli_prints_events_or_the_reason(tmp_path, capsys):
     (run / "versions/v2.json").write_text("{}")
     assert main(["check-run", str(run), "--config", config]) == 2
     assert "v2.json: field 'published_at': Field required" in capsys.readouterr().err
+
+
+def test_replay_log_cli_appends_a_line_the_adapter_reads(tmp_path, capsys):
+    from infbench.cli import main
+    from infbench.runs import replay_log
+
+    summary = tmp_path / "seed1000.json"
+    summary.write_text(json.dumps({"server": "S0", "concurrency": 2, "seed": 1000, "records": "x.parquet",
+                                   "score": {"D": 0.1, "G": 0.3, "f": 1 / 3, "completed": 7, "window_s": 30}}))
+    server = tmp_path / "server"
+    server.mkdir()
+    (server / "launch.sh").write_text("#!/bin/sh\n")
+    log = tmp_path / "run/replay_log.jsonl"
+    for _ in range(2):
+        assert main(["replay-log", str(summary), "--server", str(server), "--log", str(log), "--wall-s", "50"]) == 0
+    calls = replay_log.events(log)
+    assert [(c.concurrency, c.seed, c.D, c.completed) for c in calls] == [(2, 1000, 0.1, 7)] * 2
+    summary.write_text("{}")
+    assert main(["replay-log", str(summary), "--server", str(server), "--log", str(log), "--wall-s", "50"]) == 2
+    assert "seed1000.json: not a replay summary: field 'server'" in capsys.readouterr().err
