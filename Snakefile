@@ -15,6 +15,7 @@ include: "workflow/rules/source.smk"
 include: "workflow/rules/likelihood.smk"
 include: "workflow/rules/answers.smk"
 include: "workflow/rules/tables.smk"
+include: "workflow/rules/runs.smk"
 include: "workflow/rules/compression.smk"
 
 
@@ -32,4 +33,5 @@ rule all:
         "results/tables/compression.md",
         expand("results/answers/{source}/reference.json", source=SOURCES),
         serving_targets(),
+        "results/tables/runs/status.md",
     default_target: True

@@ -22,6 +22,10 @@ SMALL_ANSWERS = {"gsm8k": {"n_questions": 2, "max_new_tokens": 64},
 # GPTQ runs packed weights through GPTQModel's CPU torch kernel, which dequantizes
 # on every forward pass: too slow for this test; tests/test_gptq.py covers it.
 SMALL_COMPRESSION = {"gguf_types": ["Q4_0"], "gptq": {"enabled": False}}
+# the scripted reference search with two of its candidates (docs/runs.md)
+SMALL_SEARCH = [{"name": "rtn-q4_0", "type": "Q4_0"}, {"name": "mixed-q5_0-embd-q4_0", "type": "Q5_0",
+                                                       "token_embd": "Q4_0"}]
+REFERENCE_RUN = "run-reference-search (scripted-reference, infbench.runs.reference_search)"
 SMALL_VERIFICATION = {"device": "cpu", "timeout_s": 600, "score_batch_size": 4,
                       "decode": {"prompt_tokens": 16, "output_tokens": 4, "rounds": 1, "requests_per_round": 2,
                                  "warmup": 0}}
@@ -34,6 +38,7 @@ def _config(tmp_path, **likelihood):
     cfg["answers"].update(SMALL_ANSWERS)
     cfg["compression"].update(SMALL_COMPRESSION)
     cfg["verification"].update(SMALL_VERIFICATION)
+    cfg["runs"]["reference_search"]["candidates"] = SMALL_SEARCH
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(cfg))
     return path
@@ -68,7 +73,7 @@ def test_tables_and_outputs(finished):
 def test_compression_table(finished):
     workdir, _ = finished
     table = pd.read_csv(workdir / "results/tables/compression.csv")
-    candidates = {"starter", "gguf-Q4_0"}
+    candidates = {"starter", "gguf-Q4_0", REFERENCE_RUN}
     for task in ["smollm2-135m-0.1gib", "smollm2-135m-0.12gib"]:
         assert set(table[table["task"] == task]["method"]) == candidates
     rows = table.set_index(["task", "method"])
@@ -107,8 +112,32 @@ def test_seed_change_reruns_sampling_and_downstream_only(finished):
     workdir, _ = finished
     proc = run_snakemake(workdir, "-n", "--configfile", str(_config(workdir, seed=1)))
     assert planned_jobs(proc) == {"sample_continuations": 2, "score_reference": 2, "tables": 1,
-                                  "plot_reference": 1, "measure_candidate": 2, "verify": 4,
-                                  "compression_table": 1, "all": 1}
+                                  "plot_reference": 1, "measure_candidate": 3, "verify": 6,
+                                  "compression_table": 1, "reference_search": 1, "ingest_run": 1,
+                                  "runs_analysis": 1, "all": 1}
+
+
+def test_reference_search_is_ingested_verified_and_analysed(finished):
+    from infbench.runs.outputs import ANALYSES, PLOTTED
+
+    workdir, _ = finished
+    run = workdir / "results/runs/reference-search"
+    rewards = [json.loads(line) for line in (run / "reward_log.jsonl").read_text().splitlines()]
+    assert [r["submission"] for r in rewards] == ["v1-rtn-q4_0", "v2-mixed-q5_0-embd-q4_0"]
+    assert all(r["reward"] > 0 and r["finished_at"] for r in rewards)
+    status = json.loads((workdir / "results/runs/ingested/reference-search/status.json").read_text())
+    assert status["ingested"] and status["candidate"] == "run-reference-search"
+    best = max(rewards, key=lambda r: r["reward"])
+    from infbench.compression.submission import content_hash
+    assert content_hash(run / "final") == best["content_hash"]
+    assert len(pd.read_csv(workdir / "results/tables/runs/best_so_far.csv")) == 2
+    assert len(pd.read_csv(workdir / "results/tables/runs/ranking_pairs.csv")) == 1
+    frontier = pd.read_csv(workdir / "results/tables/runs/frontier.csv")
+    assert list(frontier["run"]) == ["reference-search"] and frontier["ppl_v"].notna().all()
+    for name in ANALYSES:
+        assert (workdir / f"results/tables/runs/{name}.md").exists()
+    for name in PLOTTED:
+        assert (workdir / f"results/plots/runs/{name}.png").stat().st_size > 5_000
 
 
 def test_lint_is_clean(workdir):

@@ -53,6 +53,26 @@ def _reward(args) -> None:
     print(json.dumps(summary, indent=2))
 
 
+def _check_run(args) -> None:
+    from collections import Counter
+
+    from infbench.compression import tasks
+    from infbench.config_io import load_config
+    from infbench.runs import ingest
+
+    config = load_config(args.config)
+    record = ingest.load(args.run_dir, known_models=set(config["runs"]["prices"]), tasks=set(tasks.tasks(config)))
+    print(json.dumps({"run": record.run, "agent": record.spec.agent.model_dump(), "task": record.spec.task,
+                      "events": dict(Counter(e.type for e in record.events))}, indent=2))
+
+
+def _replay_log(args) -> None:
+    from infbench.runs import replay_log
+
+    call = replay_log.append(args.summary, args.server, args.log, args.wall_s)
+    print(call.model_dump_json(indent=2))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="infbench")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -87,6 +107,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--log", default="results/reward_log.jsonl")
     p.add_argument("--threads", type=int, default=2)
     p.set_defaults(func=_reward)
+    p = sub.add_parser("check-run", help="validate a run directory (docs/runs.md) as the pipeline ingests it")
+    p.add_argument("run_dir")
+    p.add_argument("--config", default="config/config.yaml")
+    p.set_defaults(func=_check_run)
+    p = sub.add_parser("replay-log", help="append a replay's score to a run's replay_log.jsonl (docs/runs.md)")
+    p.add_argument("summary", help="a replay summary JSON (e.g. results/serving/replays/<system>/seed<seed>.json)")
+    p.add_argument("--server", required=True, help="the server's code and configuration directory (hashed)")
+    p.add_argument("--log", required=True, help="e.g. runs/<name>/replay_log.jsonl")
+    p.add_argument("--wall-s", type=float, required=True, help="seconds the replay took")
+    p.set_defaults(func=_replay_log)
     p = sub.add_parser("bench-replay", help="latency and CPU the replay client adds, against an instant server")
     p.add_argument("--concurrency", type=int, nargs="+", default=[1, 64, 512])
     p.add_argument("--window", type=float, default=5.0)

@@ -72,6 +72,7 @@ def candidates(source):
         for name, path in SUBMISSIONS.items()
         if compression_tasks.declared_source(path) in (source, None)
     ]
+    names += [c for c, run in RUN_CANDIDATES.items() if run.source == source]
     return names
 
 
@@ -80,12 +81,16 @@ def candidate_package(wildcards):
     if wildcards.candidate in SUBMISSIONS:
         root = SUBMISSIONS[wildcards.candidate]
         return sorted(str(p) for p in root.rglob("*") if p.is_file())
+    if wildcards.candidate in RUN_CANDIDATES:  # a run's final submission (runs.smk)
+        return RUN_CANDIDATES[wildcards.candidate].final_inputs
     return f"results/candidates/{wildcards.source}/{wildcards.candidate}"
 
 
 def candidate_dir(wildcards):
     if wildcards.candidate in SUBMISSIONS:
         return str(SUBMISSIONS[wildcards.candidate])
+    if wildcards.candidate in RUN_CANDIDATES:
+        return RUN_CANDIDATES[wildcards.candidate].final
     return f"results/candidates/{wildcards.source}/{wildcards.candidate}"
 SERVING = config.get("serving")
 

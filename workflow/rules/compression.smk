@@ -138,6 +138,12 @@ rule compression_table:
             "verification": config["verification"],
             "answers": config["answers"],
         },
+        labels={  # a run's final submission is labelled with its agent (runs.smk)
+            f"results/compression/verification/{name}/{c}.json": RUN_CANDIDATES[c].label
+            for name, task in TASKS.items()
+            for c in candidates(task.source)
+            if c in RUN_CANDIDATES
+        },
     output:
         csv=report(
             "results/tables/compression.csv",

@@ -12,4 +12,5 @@ compression.write(
     provenance_path=snakemake.output.provenance,
     plot_path=snakemake.output.plot,
     config=snakemake.params.config,
+    labels=dict(snakemake.params.labels),
 )

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable
 
@@ -92,6 +93,7 @@ class EvaluationRecord(BaseModel):
     score: float | None = None
     wall_s: float = 0.0
     phase_s: dict[str, float] = {}  # wall seconds per phase: load, likelihood, integrity, accuracy, decode
+    finished_at: datetime | None = None  # UTC; set by the search-time reward (run records order calls by it)
     provenance: Provenance | None = None
 
 

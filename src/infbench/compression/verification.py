@@ -9,6 +9,7 @@ verification set; ``verdict_for_pipeline``: the task's storage limit applied
 from __future__ import annotations
 
 import json
+from datetime import datetime, timezone
 from pathlib import Path
 
 from infbench import atomic
@@ -53,6 +54,7 @@ def reward(package: str, task: Task, *, results: Path, settings: dict, threads: 
                        reference_scores=str(lk / "reference_scores.parquet"),
                        settings=_settings(settings, threads), log_path=worker_log)
     judged = verdict(measured, task)
+    judged.finished_at = datetime.now(timezone.utc)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "a") as log:
         log.write(json.dumps(judged.model_dump(mode="json"), sort_keys=True) + "\n")

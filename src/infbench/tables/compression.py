@@ -77,8 +77,13 @@ def _plot(rows: list[CompressionRow], path: str) -> None:
 
 
 def write(records: list[str], sources: list[str], *, csv_path: str, md_path: str, provenance_path: str,
-          plot_path: str, config: dict) -> None:
-    rows = sorted((row(EvaluationRecord.model_validate_json(Path(p).read_text())) for p in records),
+          plot_path: str, config: dict, labels: dict[str, str] | None = None) -> None:
+    """``labels``: record path -> the method name to show (a run's final submission: its agent)."""
+    def labelled(path: str) -> CompressionRow:
+        r = row(EvaluationRecord.model_validate_json(Path(path).read_text()))
+        return r.model_copy(update={"method": (labels or {}).get(path, r.method)})
+
+    rows = sorted((labelled(p) for p in records),
                   key=lambda r: (r.source, r.limit_gib, -(r.bits_per_param or 0), r.method))
     write_table(rows, csv_path=csv_path, md_path=md_path, provenance_path=provenance_path,
                 params={"table": "compression"}, config=config, inputs={p: sha256_file(p) for p in [*records, *sources]})

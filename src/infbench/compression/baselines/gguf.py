@@ -18,15 +18,22 @@ from infbench.errors import ConfigError
 WEIGHTS = "model.gguf"
 
 
-def quantize(f16_gguf: str | Path, out_file: Path, qtype: str, threads: int) -> None:
+def quantize(f16_gguf: str | Path, out_file: Path, qtype: str, threads: int, *, token_embd: str | None = None,
+             key: str = "compression.gguf_types") -> None:
+    """``qtype`` for every tensor llama.cpp quantizes; ``token_embd`` (a GGML type) for the embedding."""
     import llama_cpp
 
     ftype = getattr(llama_cpp, f"LLAMA_FTYPE_MOSTLY_{qtype.upper()}", None)
     if ftype is None:
-        raise ConfigError("compression.gguf_types", f"unknown llama.cpp quantization type '{qtype}'")
+        raise ConfigError(key, f"unknown llama.cpp quantization type '{qtype}'")
     params = llama_cpp.llama_model_quantize_default_params()
     params.ftype = ftype
     params.nthread = threads
+    if token_embd is not None:
+        gtype = getattr(llama_cpp, f"GGML_TYPE_{token_embd.upper()}", None)
+        if gtype is None:
+            raise ConfigError(key, f"unknown GGML tensor type '{token_embd}'")
+        params.token_embedding_type = gtype
     rc = llama_cpp.llama_model_quantize(str(f16_gguf).encode(), str(out_file).encode(), params)
     if rc != 0:
         raise RuntimeError(f"llama_model_quantize({qtype}) returned {rc}")

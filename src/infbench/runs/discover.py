@@ -1,0 +1,83 @@
+"""Which runs the pipeline ingests, decided when the workflow is parsed (cheap checks only).
+
+A run that fails the check is still ingested by its rule, which records why it
+is not; only runs that pass get their final submission verified as candidate
+``run-<name>``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+from pydantic import BaseModel
+
+from infbench.compression.evaluation import Task
+from infbench.errors import ConfigError
+from infbench.runs import ingest
+
+REFERENCE = "reference-search"
+REFERENCE_DIR = f"results/runs/{REFERENCE}"
+NAME = re.compile(r"^[A-Za-z0-9._-]+$")
+
+
+class RunEntry(BaseModel):
+    name: str
+    path: str
+    inputs: list[str]  # files whose change reruns the run's jobs (or the directory a rule writes)
+    reason: str | None = None  # why it cannot be ingested (parse-time check)
+    task: str | None = None
+    source: str | None = None
+    candidate: str | None = None
+    final: str | None = None
+    final_inputs: list[str] = []  # the final submission's files (or the directory a rule writes)
+    label: str | None = None
+
+
+def reference_task(config: dict, tasks: dict[str, Task]) -> Task | None:
+    search = config["runs"]["reference_search"]
+    if not search["enabled"]:
+        return None
+    if search["task"] is None:
+        first = sorted(config["sources"])[0]
+        return min((t for t in tasks.values() if t.source == first), key=lambda t: t.limit_gib)
+    if search["task"] not in tasks:
+        raise ConfigError("runs.reference_search.task", f"unknown task '{search['task']}' (tasks: {', '.join(tasks)})")
+    return tasks[search["task"]]
+
+
+def _label(name: str, model: str, scaffold: str, effort: str | None) -> str:
+    return f"run-{name} ({model}, {scaffold}{', ' + effort if effort else ''})"
+
+
+def discover(config: dict, tasks: dict[str, Task]) -> dict[str, RunEntry]:
+    runs_cfg = config["runs"]
+    known = set(runs_cfg["prices"])
+    found: dict[str, RunEntry] = {}
+    task = reference_task(config, tasks)
+    if task is not None:
+        from infbench.runs.reference_search import AGENT
+
+        found[REFERENCE] = RunEntry(name=REFERENCE, path=REFERENCE_DIR, inputs=[REFERENCE_DIR], task=task.name, source=task.source,
+                                    candidate=f"run-{REFERENCE}", final=f"{REFERENCE_DIR}/final", final_inputs=[REFERENCE_DIR],
+                                    label=_label(REFERENCE, AGENT.model, AGENT.scaffold, AGENT.effort))
+    root = Path(runs_cfg["dir"])
+    for path in sorted(root.iterdir()) if root.is_dir() else []:
+        if not path.is_dir() or path.name.startswith("."):
+            continue
+        if not NAME.match(path.name) or path.name in found:
+            raise ConfigError("runs.dir", f"run directory '{path}': names are [A-Za-z0-9._-]+ and not "
+                                          f"'{REFERENCE}' (the reference search's)")
+        inputs = sorted(str(p) for p in path.rglob("*") if p.is_file())
+        entry = RunEntry(name=path.name, path=str(path), inputs=inputs,
+                         reason=ingest.check(path, known_models=known, tasks=set(tasks)))
+        if entry.reason is None:
+            spec = ingest.read_spec(path)
+            if spec.track == "compression":
+                entry.task, entry.source, entry.candidate = spec.task, tasks[spec.task].source, f"run-{path.name}"
+                entry.final = os.path.normpath(path / spec.final_submission)
+                entry.final_inputs = sorted(str(p) for p in Path(entry.final).rglob("*") if p.is_file())
+                entry.label = _label(path.name, spec.agent.model, spec.agent.scaffold, spec.agent.effort)
+        found[path.name] = entry
+    return found

@@ -1,0 +1,21 @@
+import sys
+
+sys.stderr = open(snakemake.log[0], "w")
+
+from infbench.runs import outputs, report
+
+out = snakemake.output
+report.write(
+    list(snakemake.input.statuses),
+    list(snakemake.input.records),
+    dict(zip(snakemake.params.runs, snakemake.input.verified)),
+    tables={
+        name: {k: getattr(out, f"{name}_{k}") for k in ("csv", "md", "provenance")}
+        for name in outputs.ANALYSES
+    },
+    plots={name: getattr(out, f"{name}_png") for name in outputs.PLOTTED},
+    settings={
+        k: dict(v) if hasattr(v, "items") else v
+        for k, v in snakemake.params.settings.items()
+    },
+)
