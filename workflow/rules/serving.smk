@@ -159,3 +159,7 @@ rule serving_table:
         "../../envs/serving-cpu.yaml"
     script:
         "../scripts/serving_table.py"
+
+
+# Server submissions and their verification (PROTOCOL B5).
+include: "serving_verify.smk"
