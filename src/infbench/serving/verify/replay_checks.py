@@ -1,7 +1,7 @@
 """Checks on every timed request of the held-out replays (PROTOCOL B5).
 
-A request is *answered* when the server responded to it (it was not cut by the client's timeout or
-the end of the replay). On answered requests:
+A request is *answered* when the server streamed a whole, well-formed response to it (not cut by the
+client's timeout or the end of the replay, no transport failure). On answered requests:
 
 - ``complete_prompts``: ``usage.prompt_tokens`` is reported and equals the prompt tokens sent;
 - ``exact_output_lengths``: exactly ``max_tokens`` tokens by the client's count and by usage;
@@ -27,15 +27,20 @@ from infbench.serving.trace import Session
 from infbench.serving.verify.common import CheckResult
 
 CUT = ("timed out", "cancelled at replay end")
-ACCOUNTING = ("usage.", "output tokens,", "no token accounting")
+ACCOUNTING = re.compile(r"^(usage\.|no token accounting|[0-9]+ output tokens, [0-9]+ prescribed)")
+
+
+def _accounting(error: str) -> bool:
+    return bool(ACCOUNTING.match(error))
 
 
 def _answered(frame: pd.DataFrame) -> pd.DataFrame:
-    return frame[~frame["error"].str.startswith(CUT)]
+    """Requests the server answered in full: well-formed, or well-formed but with wrong accounting."""
+    return frame[frame["error"].map(lambda e: not e or _accounting(e))]
 
 
 def _transport(error: str) -> bool:
-    return bool(error) and not error.startswith(CUT) and not error.startswith(ACCOUNTING)
+    return bool(error) and not error.startswith(CUT) and not _accounting(error)
 
 
 def _examples(rows: pd.DataFrame, what: Callable[[pd.Series], str], n: int = 5) -> list[str]:
