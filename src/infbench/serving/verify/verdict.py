@@ -102,8 +102,6 @@ def verify(directory: str, serving: dict[str, Any], answer_settings: AnswerSetti
         return finish()
     checks.append(CheckResult(name="submission_spec", passed=True, summary="spec valid",
                               evidence={"spec": str(submission.spec_path(directory))}))
-    ref = reference.read(reference_path)
-    sessions = workload.load(sessions_path)
     dep = serving["deployment"]
     token_range = tuple(serving["workload"]["token_id_range"])
     timeout = serving["replay"]["request_timeout_s"]
@@ -125,6 +123,8 @@ def verify(directory: str, serving: dict[str, Any], answer_settings: AnswerSetti
                 command = server.command
                 checks.append(CheckResult(name="launch", passed=True, summary=f"healthy at {server.base_url}",
                                           evidence={"workdir": str(copy), "command": command}))
+                ref = reference.read(reference_path)
+                sessions = workload.load(sessions_path)
                 for seed in serving["seeds"]["final"]:
                     st = runs.settings(serving, server.base_url, sub.concurrency, seed, sub.request_fields)
                     recs = replay.run(workload.draw(sessions, seed), st)
