@@ -124,18 +124,21 @@ def greedy_text(model, tokenizer, prompt: list[int], max_new_tokens: int, stop: 
 def find_eos_probes(model, tokenizer, settings: VerifySettings, token_range: tuple[int, int]
                     ) -> tuple[list[EosProbe], int]:
     eos = set(eos_ids(model, tokenizer))
-    found = []
+    found, tried = [], 0
     cands = candidate_prompts(tokenizer, settings.eos_candidates, token_range)
     for cand in cands:
+        tried += 1
         out, margins = _greedy(model, cand, settings.eos_max_tokens - 1, eos)
         if not out or out[-1] not in eos:
             continue
         t = len(out) - 1
         cut = max(0, t - settings.eos_lead_tokens)
         found.append(EosProbe(prompt=cand + out[:cut], expected=out[cut:], margin=min(margins[cut:])))
+        if sum(len(p.expected) > settings.eos_lead_tokens for p in found) >= 2 * settings.eos_probes:
+            break  # enough to choose the widest margins from
     # prefer probes that make the server produce the full lead before EOS, then the widest margins
     found.sort(key=lambda p: (len(p.expected) <= settings.eos_lead_tokens, -p.margin))
-    return found[:settings.eos_probes], len(cands)
+    return found[:settings.eos_probes], tried
 
 
 def select_questions(answer_settings: AnswerSettings, settings: VerifySettings
