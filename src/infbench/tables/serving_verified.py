@@ -58,7 +58,7 @@ def rows(serving: dict[str, Any], targets: calibrate.TargetsRecord, record_paths
                 deployment=dep, system=rec.submission, concurrency=rec.concurrency, seeds=seeds,
                 verdict=f"failed: {rec.failing_check}", D=None, D_at_c=f"not scored (fails {rec.failing_check})",
                 G=None, f=None, p90_ttft_s=None, p90_tpot_ms=None, completed=None, failed=None,
-                checks_passed=passed, cause=(rec.cause or "")[:300]))
+                checks_passed=passed, cause=" ".join((rec.cause or "").split(":\n")[0].split())[:300]))
             continue
         scores = [runs.rescore(r.records, serving, targets.targets) for r in rec.replays]
         D = statistics.fmean(x.D for x in scores)

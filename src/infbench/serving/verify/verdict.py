@@ -117,7 +117,8 @@ def verify(directory: str, serving: dict[str, Any], answer_settings: AnswerSetti
                                   evidence={"requires": sub.requires, "missing": missing}))
         if missing:
             return finish()
-        launch = runs.launch_vars(serving, model_dir, gguf)
+        # absolute: the server runs in the fresh copy, not where the pipeline runs
+        launch = runs.launch_vars(serving, str(Path(model_dir).resolve()), str(Path(gguf).resolve()) if gguf else "")
         try:
             with submission.running(sub, launch, copy, server_log) as server:
                 command = server.command
