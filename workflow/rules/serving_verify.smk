@@ -3,34 +3,12 @@
 # the final (held-out) seeds at its declared c, checked, and torn down; only verified
 # submissions are scored in results/tables/serving_verified.*. Included by serving.smk.
 
-from pathlib import Path
+from infbench.serving.verify import submission as server_submission
 
-
-def _submissions():
-    found = {}
-    for root in SERVING["submissions"]:
-        for spec in sorted(Path(root).glob("*/submission.yaml")):
-            name = spec.parent.name
-            if name in found:
-                raise WorkflowError(
-                    f"config key 'serving.submissions': submission '{name}' is in both "
-                    f"{found[name]} and {spec.parent}"
-                )
-            found[name] = str(spec.parent)
-    return found
-
-
-SERVING_SUBMISSIONS = _submissions()
+SERVING_SUBMISSIONS = server_submission.discover(SERVING["submissions"])
 # What the verification jobs depend on: the serving section without the list of submission
 # directories, so that adding a submission plans only its own job and the table.
 SERVING_VERIFY = {k: v for k, v in SERVING.items() if k != "submissions"}
-
-
-def submission_files(wildcards):
-    root = Path(SERVING_SUBMISSIONS[wildcards.submission])
-    return sorted(
-        str(p) for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts
-    )
 
 
 wildcard_constraints:
@@ -61,7 +39,7 @@ rule serving_verification_reference:
 
 rule serving_verify:
     input:
-        submission=submission_files,
+        submission=lambda wc: server_submission.files(SERVING_SUBMISSIONS[wc.submission]),
         sessions="results/serving/workload/sessions.jsonl",
         reference="results/serving/reference/verification.json",
         **SERVING_MODEL,

@@ -37,7 +37,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from infbench.errors import InfbenchError, InputFileError
+from infbench.errors import ConfigError, InfbenchError, InputFileError
 from infbench.serving import servers
 
 SPEC_FILE = "submission.yaml"
@@ -185,3 +185,21 @@ def workspace(directory: str | Path) -> Iterator[Path]:
 
 def python() -> str:
     return sys.executable
+
+
+def discover(roots: list[str]) -> dict[str, str]:
+    """{name: directory} of every ``<root>/<name>/submission.yaml``; missing roots are skipped."""
+    found: dict[str, str] = {}
+    for root in roots:
+        for spec in sorted(Path(root).glob(f"*/{SPEC_FILE}")):
+            name = spec.parent.name
+            if name in found:
+                raise ConfigError("serving.submissions", f"submission '{name}' is in both {found[name]} and "
+                                                         f"{spec.parent}")
+            found[name] = str(spec.parent)
+    return found
+
+
+def files(directory: str | Path) -> list[str]:
+    """Every file of a submission (its job's inputs: editing one reruns the job)."""
+    return sorted(str(p) for p in Path(directory).rglob("*") if p.is_file() and "__pycache__" not in p.parts)
