@@ -113,6 +113,23 @@ def test_s0_and_llamacpp_pass_on_the_real_model(env, tmp_path):
         assert record.verified, (name, [(c.name, c.summary) for c in record.checks if not c.passed])
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("mode, failing", [("die", "server_alive"), ("hang", "session_progress")])
+def test_server_that_dies_or_hangs_during_the_checks(env, mode, failing):
+    serving = vh.serving_config(CONTEXT, probe_timeout_s=3)
+    serving["replay"]["request_timeout_s"] = 3
+    serving["replay"]["window_s"] = 8.0  # the hung request times out while the replay still sends
+    spec = {"command": ["{python}", "-m", "infbench.serving.instant", "--port", "{port}", "--mode", mode,
+                        "--after", "3"], "model": "smollm2-135m", "concurrency": 1}
+    t = time.monotonic()
+    record = _run(env, vh.submission_dir(env["root"] / "subs", f"instant_{mode}", spec), serving=serving)
+    checks = _checks(record)
+    assert not record.verified and not checks[failing].passed, checks[failing].summary
+    assert time.monotonic() - t < 60
+    if mode == "die":
+        assert "exited with 1" in checks["server_alive"].summary
+
+
 # Bad input: a record naming the cause, no process left behind.
 
 def _fake_env(tmp_path):

@@ -21,9 +21,15 @@ def held_out_answers(base_url: str, model: str, ref: reference.VerificationRefer
                      settings: VerifySettings, timeout_s: float,
                      request_fields: dict[str, Any] | None = None) -> CheckResult:
     responses, errors = [], []
+    last: probes.Completion | None = None
     for item in ref.answers:
+        if last is not None and probes.fatal(last):
+            errors.append(f"{item.benchmark}/{item.id}: not sent (server gone or hung)")
+            responses.append("")
+            continue
         c = probes.complete(base_url, model, item.prompt_ids, item.max_tokens, ignore_eos=False, timeout_s=timeout_s,
                             request_fields=request_fields, stop=item.stop)
+        last = c
         if c.error:
             errors.append(f"{item.benchmark}/{item.id}: {c.error}")
         text = c.text if not c.error else ""

@@ -77,6 +77,11 @@ def complete(base_url: str, model: str, prompt: list[int], max_tokens: int, *, i
     return c
 
 
+def fatal(c: Completion) -> bool:
+    """The server is gone or hung: sending more probes would only wait out their timeouts."""
+    return any(k in c.error for k in ("Timeout", "ConnectError", "RemoteProtocolError", "ReadError"))
+
+
 def filler_prompt(n: int, token_range: tuple[int, int], key: str) -> list[int]:
     rng = np.random.default_rng(derive_seed(0, "verify", key))
     return rng.integers(token_range[0], token_range[1], n).tolist()
@@ -101,6 +106,8 @@ def context_probes(base_url: str, model: str, context_limit: int, n_probes: int,
                        "streamed_tokens": len(c.ids), "error": problem})
         if problem:
             failures.append(f"probe {j} ({length} prompt tokens): {problem}")
+        if fatal(c):
+            break
     if n_probes == 0:
         return CheckResult(name="context_probes", passed=True, summary="no context probes configured")
     return CheckResult(
@@ -137,6 +144,9 @@ def eos_probes(base_url: str, model: str, probes: list[dict[str, Any]], eos_ids:
                         "finish_reason": c.finish_reason, "error": problem})
         if problem:
             failures.append(f"EOS probe {j}: {problem}")
+        if fatal(c):
+            failures.append(f"{len(probes) - j - 1} EOS probe(s) not sent after: {c.error}")
+            break
     if not probes:
         return CheckResult(name="natural_stopping", passed=True, summary="no EOS probes configured"), completions
     return CheckResult(

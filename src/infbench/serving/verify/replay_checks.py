@@ -10,7 +10,8 @@ client's timeout or the end of the replay, no transport failure). On answered re
   which engines render differently);
 - ``session_progress``: how many sessions and requests completed; fails when no request completed
   or any request failed at the transport level (connection dropped, HTTP error, malformed or
-  unterminated stream: a crash or a broken server). Timeouts are counted, not failed.
+  unterminated stream: a crash or a broken server), or when the server stalled (requests timed out
+  and none sent after the first timeout completed). Occasional timeouts are counted, not failed.
 
 Malformed or short responses are already failed requests in the records (:mod:`..replay`); these
 checks make the failure a verification failure and name it.
@@ -101,7 +102,7 @@ def streaming_consistency(frame: pd.DataFrame, decode: Callable[[list[int]], str
                   "examples": [f"{r.session_id}#{r.instance}/{r.request_id}: {p}" for r, p in problems[:5]]})
 
 
-def session_progress(frame: pd.DataFrame, sessions: list[Session]) -> CheckResult:
+def session_progress(frame: pd.DataFrame, sessions: list[Session], issue_end: float | None = None) -> CheckResult:
     size = {s.id: len(s.requests) for s in sessions}
     win = frame[frame["in_window"]]
     completed = frame["ok"]
@@ -117,6 +118,15 @@ def session_progress(frame: pd.DataFrame, sessions: list[Session]) -> CheckResul
         return CheckResult(name="session_progress", passed=False, evidence=evidence,
                            summary=f"no request completed ({len(frame)} sent)"
                            + (f"; e.g. {transport['error'].iloc[0]}" if len(transport) else ""))
+    if len(timeouts):
+        # stalled: a request timed out while the replay was still sending, and nothing sent after it completed
+        first = timeouts["end_time"].min()
+        after = frame[(frame["send_time"] >= first) & frame["ok"]]
+        evidence["completed_after_first_timeout"] = len(after)
+        if (issue_end is None or first < issue_end) and after.empty:
+            return CheckResult(name="session_progress", passed=False, evidence=evidence,
+                               summary=f"stalled: {len(timeouts)} request(s) timed out and no request sent after the "
+                                       f"first timeout completed ({int(completed.sum())} completed before)")
     if len(transport):
         return CheckResult(name="session_progress", passed=False, evidence=evidence,
                            summary=f"{len(transport)} request(s) failed in transport, e.g. "

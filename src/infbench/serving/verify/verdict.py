@@ -175,7 +175,8 @@ def verify(directory: str, serving: dict[str, Any], answer_settings: AnswerSetti
         checks.append(_guard("streaming_consistency",
                              lambda: replay_checks.streaming_consistency(records, decode_fn, special)))
     checks.append(_guard("session_progress", lambda: replay_checks.session_progress(
-        records if not records.empty else pd.DataFrame(columns=list(replay.RequestRecord.model_fields)), sessions)))
+        records if not records.empty else pd.DataFrame(columns=list(replay.RequestRecord.model_fields)), sessions,
+        serving["replay"]["warmup_s"] + serving["replay"]["window_s"])))
 
     def fidelity_check():
         model, _ = (load_reference_model or (lambda: reference.load_model(model_dir, settings.reference_dtype)))()
