@@ -15,7 +15,6 @@ implementation of the checkpoint (``results/serving/reference/verification.json`
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
@@ -25,6 +24,7 @@ from infbench import atomic, provenance
 from infbench.compression.answers import judge, prompts, questions
 from infbench.compression.answers.hf_generate import _StopInGenerated
 from infbench.compression.answers.settings import AnswerSettings
+from infbench.errors import ConfigError
 from infbench.hashing import file_hashes, sha256_text
 from infbench.seeding import derive_seed
 from infbench.serving.verify.common import VerifySettings
@@ -153,6 +153,9 @@ def select_questions(answer_settings: AnswerSettings, settings: VerifySettings
             pool, fewshot, _ = questions.embedded_pool(bench)
         else:
             pool, fewshot, _ = questions.datasets_pool(bench, cfg.dataset, cfg.shots)
+        if n > len(pool):
+            raise ConfigError("serving.verification.answers_n",
+                              f"{n} {bench} questions needed, the question pool has only {len(pool)}")
         for q in questions.select(pool, n, derive_seed(settings.answers_seed, "serving-verification"), bench):
             out.append((q, tuple(fewshot[:cfg.shots])))
     return out
@@ -201,6 +204,3 @@ def compute(source: str, checkpoint: str, answer_settings: AnswerSettings, setti
 def read(path: str | Path) -> VerificationReference:
     return VerificationReference.model_validate_json(Path(path).read_text())
 
-
-def config_params(serving: dict[str, Any]) -> dict[str, Any]:
-    return {"verification": serving["verification"], "token_id_range": serving["workload"]["token_id_range"]}
