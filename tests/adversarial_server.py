@@ -5,6 +5,7 @@ as ``--mode`` says:
 
 - ``truncate``: keeps only the last quarter of the context limit of a long prompt (and reports the
   tokens it kept as ``usage.prompt_tokens``);
+- ``truncate_quiet``: truncates the same way but reports the full prompt length;
 - ``stop_early``: generates half of ``max_tokens`` and stops;
 - ``pad``: two real tokens, then one fixed token up to ``max_tokens``;
 - ``random``: random token ids instead of the model's;
@@ -33,7 +34,7 @@ from starlette.routing import Route
 from infbench.serving.openai_app import CompletionRequest
 from infbench.serving.starter import TransformersEngine
 
-MODES = ("ok", "truncate", "stop_early", "pad", "random", "other", "crash_prefix", "no_eos")
+MODES = ("ok", "truncate", "truncate_quiet", "stop_early", "pad", "random", "other", "crash_prefix", "no_eos")
 
 
 def build(engine: TransformersEngine, mode: str, other: TransformersEngine | None) -> Starlette:
@@ -63,8 +64,11 @@ def build(engine: TransformersEngine, mode: str, other: TransformersEngine | Non
             if key in seen:
                 os._exit(3)
             seen.add(key)
-        if mode == "truncate" and len(prompt) > engine.context_limit // 4:
+        reported = len(prompt)
+        if mode in ("truncate", "truncate_quiet") and len(prompt) > engine.context_limit // 4:
             prompt = prompt[-(engine.context_limit // 4):]
+        if mode != "truncate_quiet":
+            reported = len(prompt)
 
         async def events():
             out, text = [], ""
@@ -78,7 +82,7 @@ def build(engine: TransformersEngine, mode: str, other: TransformersEngine | Non
                     yield f"data: {json.dumps(body)}\n\n"
             finish = "length" if len(out) == req.max_tokens else "stop"
             yield f"data: {json.dumps({'choices': [{'index': 0, 'text': '', 'token_ids': [], 'finish_reason': finish}]})}\n\n"
-            usage = {"prompt_tokens": len(prompt), "completion_tokens": len(out), "total_tokens": len(prompt) + len(out)}
+            usage = {"prompt_tokens": reported, "completion_tokens": len(out), "total_tokens": reported + len(out)}
             yield f"data: {json.dumps({'choices': [], 'usage': usage})}\n\n"
             yield "data: [DONE]\n\n"
 

@@ -44,13 +44,14 @@ def env(tmp_path_factory, smollm2_source):
     hf = smollm2_source[0] / "hf"
     tiny = vh.tiny_model(root / "tiny", hf, seed=0)
     other = vh.tiny_model(root / "other", hf, seed=1)
+    context_sensitive = vh.tiny_model(root / "tiny-ctx", hf, seed=2, attention_scale=30.0)
     serving = vh.serving_config(CONTEXT)
     answers = vh.answer_settings()
     ref = root / "reference.json"
     record = reference.compute("smollm2-135m", str(tiny), answers, VerifySettings.model_validate(serving["verification"]),
                                (1000, 30000), str(ref))
     assert len(record.eos_probes) == 2 and all(len(p.expected) == 5 for p in record.eos_probes)
-    return {"root": root, "tiny": tiny, "other": other, "serving": serving, "answers": answers, "ref": ref,
+    return {"root": root, "tiny": tiny, "other": other, "context_sensitive": context_sensitive, "serving": serving, "answers": answers, "ref": ref,
             "sessions": vh.small_sessions(root, CONTEXT), "hf": hf}
 
 
@@ -78,6 +79,16 @@ def test_adversarial_server_rejected_by_its_check(env, mode, failing, passing):
     for name in passing:
         assert checks[name].passed, (name, checks[name].summary)
     assert Path(record.replays[0].records).is_file()
+
+
+@pytest.mark.slow
+def test_quiet_truncation_caught_by_fidelity(env):
+    """Truncating long prompts but reporting their full length: the accounting checks pass, the
+    continuations (context probes, long replay prompts) do not match the reference's."""
+    record = _run(env, vh.adversary(env["root"] / "subs", "truncate_quiet"), model_dir=env["context_sensitive"])
+    checks = _checks(record)
+    assert checks["complete_prompts"].passed and checks["context_probes"].passed
+    assert not checks["fidelity"].passed and not record.verified, checks["fidelity"].summary
 
 
 @pytest.mark.slow

@@ -14,9 +14,10 @@ from conftest import REPO, embedded_config
 HERE = Path(__file__).resolve().parent
 
 
-def tiny_model(out: Path, tokenizer_dir: Path, seed: int, context: int = 1024) -> Path:
-    """A random Llama (vocab of SmolLM2, hidden 32) with peaked logits and an EOS that greedy decoding reaches:
-    the EOS row of the output layer is a scaled copy of the token greedy decoding emits most often."""
+def tiny_model(out: Path, tokenizer_dir: Path, seed: int, context: int = 1024, attention_scale: float = 1.0) -> Path:
+    """A random Llama (vocab of SmolLM2, hidden 32) with peaked logits and an EOS that greedy decoding
+    reaches at about 5% of steps. Its continuations depend mostly on the last token; with a large
+    ``attention_scale`` they depend on the whole prompt (but greedy decoding rarely reaches EOS)."""
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
     tok = AutoTokenizer.from_pretrained(tokenizer_dir)
@@ -27,6 +28,8 @@ def tiny_model(out: Path, tokenizer_dir: Path, seed: int, context: int = 1024) -
     model = LlamaForCausalLM(cfg).eval()
     with torch.no_grad():
         model.lm_head.weight.mul_(100.0)
+        for layer in model.model.layers:  # attention_scale 30: continuations depend on the whole prompt
+            layer.self_attn.o_proj.weight.mul_(attention_scale)
         # EOS logit = c * (h . u): the argmax at about 5% of greedy steps
         gen = torch.Generator().manual_seed(seed)
         u = torch.randn(cfg.hidden_size, generator=gen)

@@ -1,10 +1,12 @@
 """Fidelity (PROTOCOL B5): suspicious continuations scored by the reference model under teacher forcing.
 
 Candidates are the continuations the submission streamed in the held-out replays (prompts rebuilt
-from the seeded workload) and in the EOS probes. Suspects, up to ``fidelity_max_suspects``: first
-continuations with a run of at least ``fidelity_repeat_run`` identical tokens or tokens after an EOS
-(longest run first), then the lowest-likelihood ones, ranked by their mean log-probability under the
-reference with only the last ``fidelity_proxy_context`` prompt tokens as context (a cheap ranking).
+from the seeded workload), the EOS probes and the context probes. Suspects, up to
+``fidelity_max_suspects``: the context probes' continuations, then in turn the next of three
+rankings: continuations with a run of at least ``fidelity_repeat_run`` identical tokens or tokens
+after an EOS (longest run first); the lowest-likelihood ones, by their mean log-probability under the
+reference with only the last ``fidelity_proxy_context`` prompt tokens as context (a cheap ranking);
+the ones with the longest prompts (where a truncated prompt shows).
 Each suspect is then scored with its full prompt: per token, the regret is the reference's best
 log-probability minus the streamed token's; the check fails if any regret exceeds the tolerance (4.0).
 Continuations the model really produces, repetition included, have regret ~0; padding, random
@@ -71,8 +73,13 @@ def _logits(model, prompt: list[int], output: list[int]) -> torch.Tensor:
 
 
 def select_suspects(model, cands: list[Candidate], eos: set[int], settings: VerifySettings) -> list[Candidate]:
+    """Context probes first, then round robin over three rankings: repeated runs / tokens after EOS
+    (longest run first), lowest proxy likelihood, longest prompt (where a truncated prompt shows)."""
+    probes = [c for c in cands if c.kind]
     flagged, rest = [], []
     for c in cands:
+        if c.kind:
+            continue
         run = longest_run(c.output)
         after_eos = any(t in eos for t in c.output[:-1])
         if run >= settings.fidelity_repeat_run or after_eos:
@@ -83,15 +90,28 @@ def select_suspects(model, cands: list[Candidate], eos: set[int], settings: Veri
         else:
             rest.append(c)
     flagged.sort(key=lambda c: c.rank)
-    room = settings.fidelity_max_suspects - len(flagged)
-    if room > 0 and rest:
-        for c in rest:
+    unlikely: list[Candidate] = []
+    if settings.fidelity_max_suspects > len(probes):
+        for c in flagged + rest:
             logits = _logits(model, c.prompt[-settings.fidelity_proxy_context:], c.output)
             lp = torch.log_softmax(logits, -1).gather(-1, torch.tensor(c.output)[:, None]).squeeze(-1)
             c.rank = float(lp.mean())
-            c.kind = f"low likelihood (proxy mean log-prob {c.rank:.2f})"
-        rest.sort(key=lambda c: c.rank)
-    return (flagged + rest)[:settings.fidelity_max_suspects]
+        unlikely = sorted(flagged + rest, key=lambda c: c.rank)
+    longest = sorted(flagged + rest, key=lambda c: -len(c.prompt))
+    chosen, seen = list(probes[:settings.fidelity_max_suspects]), {id(c) for c in probes}
+    queues = [(list(flagged), None), (unlikely, "low likelihood (proxy mean log-prob {:.2f})"),
+              (longest, "long prompt ({} tokens)")]
+    while len(chosen) < settings.fidelity_max_suspects and any(q for q, _ in queues):
+        for queue, why in queues:
+            while queue and id(queue[0]) in seen:
+                queue.pop(0)
+            if queue and len(chosen) < settings.fidelity_max_suspects:
+                c = queue.pop(0)
+                seen.add(id(c))
+                if why:
+                    c.kind = why.format(c.rank if "likelihood" in why else len(c.prompt))
+                chosen.append(c)
+    return chosen
 
 
 def regrets(model, c: Candidate) -> torch.Tensor:

@@ -2,7 +2,8 @@
 
 - Context probes: token-id prompts of ``context_limit - out - j`` tokens (j = 0, 1, ...), EOS ignored,
   ``out`` tokens each; each must complete with ``usage.prompt_tokens`` equal to the prompt sent and
-  exactly ``out`` tokens streamed and reported.
+  exactly ``out`` tokens streamed and reported. Their continuations are always fidelity suspects, so
+  a server that truncates long prompts but reports their full length is still caught.
 - EOS probes: prompts from the reference model (:mod:`.reference`) after which its greedy decoding
   reaches EOS within a few tokens; sent greedily with EOS stopping on. Each must stop at EOS: either
   the EOS id is the last streamed token, or (a server that does not stream the EOS token) it finished
@@ -89,13 +90,16 @@ def filler_prompt(n: int, token_range: tuple[int, int], key: str) -> list[int]:
 
 def context_probes(base_url: str, model: str, context_limit: int, n_probes: int, out_tokens: int,
                    token_range: tuple[int, int], timeout_s: float,
-                   request_fields: dict[str, Any] | None = None) -> CheckResult:
-    probes, failures = [], []
+                   request_fields: dict[str, Any] | None = None
+                   ) -> tuple[CheckResult, list[tuple[list[int], Completion]]]:
+    """The check, and each probe's (prompt, completion) for the fidelity check."""
+    probes, failures, completions = [], [], []
     for j in range(n_probes):
         length = context_limit - out_tokens - j
         prompt = filler_prompt(length, token_range, f"context/{j}")
         c = complete(base_url, model, prompt, out_tokens, ignore_eos=True, timeout_s=timeout_s,
                      request_fields=request_fields)
+        completions.append((prompt, c))
         problem = c.error
         if not problem and c.usage_prompt_tokens != length:
             problem = f"usage.prompt_tokens={c.usage_prompt_tokens} but the prompt has {length} tokens"
@@ -109,12 +113,12 @@ def context_probes(base_url: str, model: str, context_limit: int, n_probes: int,
         if fatal(c):
             break
     if n_probes == 0:
-        return CheckResult(name="context_probes", passed=True, summary="no context probes configured")
+        return CheckResult(name="context_probes", passed=True, summary="no context probes configured"), []
     return CheckResult(
         name="context_probes", passed=not failures,
         summary=(f"{n_probes} probe(s) at the context limit {context_limit} completed with correct prompt accounting"
                  if not failures else failures[0]),
-        evidence={"context_limit": context_limit, "probes": probes})
+        evidence={"context_limit": context_limit, "probes": probes}), completions
 
 
 def eos_probes(base_url: str, model: str, probes: list[dict[str, Any]], eos_ids: list[int], max_tokens: int,

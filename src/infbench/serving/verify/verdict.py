@@ -72,6 +72,7 @@ def verify(directory: str, serving: dict[str, Any], answer_settings: AnswerSetti
     replays: list[SeedReplay] = []
     frames: list[pd.DataFrame] = []
     eos_completions: list[tuple[list[int], probes.Completion]] = []
+    context_completions: list[tuple[list[int], probes.Completion]] = []
     command: list[str] = []
     sub = None
     inputs = runs.input_hashes(sessions_path, reference_path,
@@ -134,9 +135,15 @@ def verify(directory: str, serving: dict[str, Any], answer_settings: AnswerSetti
                     frames.append(frame)
                     replays.append(SeedReplay(seed=seed, records=path, requests=len(frame),
                                               score=score(frame, runs.deployment(serving), st.window_s)))
-                checks.append(_guard("context_probes", lambda: probes.context_probes(
-                    server.base_url, model_name, dep["context_limit"], settings.context_probes,
-                    settings.context_probe_output_tokens, token_range, probe_timeout, sub.request_fields)))
+
+                def context_check():
+                    result, comps = probes.context_probes(
+                        server.base_url, model_name, dep["context_limit"], settings.context_probes,
+                        settings.context_probe_output_tokens, token_range, probe_timeout, sub.request_fields)
+                    context_completions.extend(comps)
+                    return result
+
+                checks.append(_guard("context_probes", context_check))
 
                 def eos_check():
                     result, comps = probes.eos_probes(
@@ -184,6 +191,8 @@ def verify(directory: str, serving: dict[str, Any], answer_settings: AnswerSetti
             records, sessions, token_range, serving["workload"]["marker_tokens"]) if not records.empty else []
         cands = list(replay_candidates) + [fidelity.Candidate(f"EOS probe {i}", prompt, c.ids)
                                            for i, (prompt, c) in enumerate(eos_completions) if c.ids]
+        cands += [fidelity.Candidate(f"context probe {i}", prompt, c.ids, kind="long prompt (context probe)")
+                  for i, (prompt, c) in enumerate(context_completions) if c.ids]
         return fidelity.fidelity(model, cands, set(ref.eos_token_ids), settings)
 
     checks.append(_guard("fidelity", fidelity_check))
