@@ -131,6 +131,7 @@ def serving_targets():
         "results/tables/serving.csv",
         "results/plots/serving_value_share.png",
         "results/serving/coverage.csv",
+        "results/tables/serving_verified.md",
     ]
 
 

@@ -3,6 +3,11 @@
 
 SERVING_SOURCE = SERVING["source"]
 SERVING_SYSTEMS = {s["server"]: s["concurrency"] for s in SERVING["systems"]}
+# The serving section as the workload, calibration and replay jobs use it: verification
+# settings and the submission directories (serving_verify.smk) do not rerun them.
+SERVING_CORE = {
+    k: v for k, v in SERVING.items() if k not in ("submissions", "verification")
+}
 SERVING_MODEL = {
     "model_dir": f"results/sources/{SERVING_SOURCE}/hf",
     "gguf": f"results/sources/{SERVING_SOURCE}/f16.gguf",
@@ -59,7 +64,7 @@ rule serving_coverage:
         csv="results/serving/coverage.csv",
         json="results/serving/coverage.json",
     params:
-        serving=SERVING,
+        serving=SERVING_CORE,
     log:
         "logs/serving/coverage.log",
     threads: 1
@@ -80,7 +85,7 @@ rule serving_calibrate:
         targets="results/serving/calibration/targets.json",
         runs=directory("results/serving/calibration/runs"),
     params:
-        serving=SERVING,
+        serving=SERVING_CORE,
     log:
         run="logs/serving/calibrate.log",
         server="logs/serving/servers/calibrate.log",
@@ -104,7 +109,7 @@ rule serving_replay:
         records="results/serving/replays/{system}/seed{seed}.parquet",
         summary="results/serving/replays/{system}/seed{seed}.json",
     params:
-        serving=SERVING,
+        serving=SERVING_CORE,
         concurrency=lambda wc: SERVING_SYSTEMS[wc.system],
     log:
         run="logs/serving/replay/{system}_seed{seed}.log",
@@ -148,7 +153,7 @@ rule serving_table:
             subcategory="Table 1",
         ),
     params:
-        serving=SERVING,
+        serving=SERVING_CORE,
     log:
         "logs/serving/table.log",
     threads: 1
@@ -159,3 +164,7 @@ rule serving_table:
         "../../envs/serving-cpu.yaml"
     script:
         "../scripts/serving_table.py"
+
+
+# Server submissions and their verification (PROTOCOL B5).
+include: "serving_verify.smk"

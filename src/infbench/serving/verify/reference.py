@@ -1,0 +1,206 @@
+"""What verification compares a submission with, computed once per source from a plain transformers
+implementation of the checkpoint (``results/serving/reference/verification.json``):
+
+- EOS probes: candidate prompts (chat-formatted short requests when the tokenizer has a chat template,
+  and seeded filler prompts) are decoded greedily up to ``eos_max_tokens``; a candidate whose greedy
+  decoding reaches EOS at step ``t`` becomes the prompt ``candidate + greedy[:t - lead]`` whose
+  expected continuation is the ``lead`` greedy tokens and the EOS. The probes with the widest
+  top-1 margins on those steps are kept, so a faithful engine's rounding does not change the path.
+- Held-out answers: ``answers_n`` questions split over ``answers_benchmarks``, drawn with
+  ``answers_seed`` from the same offline question sets as the compression track (prompts, budgets
+  and stop sequences of ``answers``), answered greedily; the prompts are stored as token ids so the
+  submission receives exactly the same input.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+from pydantic import BaseModel
+
+from infbench import atomic, provenance
+from infbench.compression.answers import judge, prompts, questions
+from infbench.compression.answers.hf_generate import _StopInGenerated
+from infbench.compression.answers.settings import AnswerSettings
+from infbench.errors import ConfigError
+from infbench.hashing import file_hashes, sha256_text
+from infbench.seeding import derive_seed
+from infbench.serving.verify.common import VerifySettings
+
+CHAT_REQUESTS = ("Say hello.", "What is 2+2?", "Reply with one word: yes or no.", "Name a colour.",
+                 "Say goodbye.", "What is the capital of France?", "Give me a number.", "Say OK.",
+                 "Thank you!", "What day comes after Monday?", "Spell cat.", "Is water wet?")
+
+
+class EosProbe(BaseModel):
+    prompt: list[int]
+    expected: list[int]
+    margin: float
+
+
+class AnswerItem(BaseModel):
+    benchmark: str
+    id: str
+    prompt_ids: list[int]
+    max_tokens: int
+    stop: list[str]
+    response: str = ""
+    extracted: str | None = None
+    correct: bool = False
+
+
+class VerificationReference(BaseModel):
+    source: str
+    eos_token_ids: list[int]
+    special_tokens: list[str]
+    eos_probes: list[EosProbe]
+    eos_candidates_tried: int
+    answers: list[AnswerItem]
+    k_ref: int
+    provenance: provenance.Provenance
+
+
+def load_model(checkpoint: str | Path, dtype: str):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(checkpoint, dtype=getattr(torch, dtype)).eval()
+    return model, AutoTokenizer.from_pretrained(checkpoint)
+
+
+def eos_ids(model, tokenizer) -> list[int]:
+    found = {tokenizer.eos_token_id}
+    gen = model.generation_config.eos_token_id
+    found |= set(gen if isinstance(gen, list) else [gen])
+    return sorted(found - {None})
+
+
+@torch.inference_mode()
+def _greedy(model, prompt: list[int], steps: int, eos: set[int]) -> tuple[list[int], list[float]]:
+    ids, past, out, margins = torch.tensor([prompt]), None, [], []
+    for _ in range(steps):
+        res = model(input_ids=ids, past_key_values=past, use_cache=True)
+        logits = res.logits[0, -1].float()
+        top = torch.topk(logits, 2)
+        token = int(top.indices[0])
+        out.append(token)
+        margins.append(float(top.values[0] - top.values[1]))
+        if token in eos:
+            break
+        ids, past = torch.tensor([[token]]), res.past_key_values
+    return out, margins
+
+
+def candidate_prompts(tokenizer, n: int, token_range: tuple[int, int]) -> list[list[int]]:
+    cands = []
+    if getattr(tokenizer, "chat_template", None):
+        for text in CHAT_REQUESTS:
+            ids = tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
+                                                tokenize=True)
+            cands.append(list(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids))
+    rng = np.random.default_rng(derive_seed(0, "verify", "eos-candidates"))
+    while len(cands) < n:
+        cands.append(rng.integers(token_range[0], token_range[1], 8).tolist())
+    return cands[:n]
+
+
+@torch.inference_mode()
+def greedy_text(model, tokenizer, prompt: list[int], max_new_tokens: int, stop: list[str]) -> str:
+    """Plain greedy decoding of one token-id prompt (no padding), stopping at EOS or a stop sequence."""
+    from transformers import GenerationConfig, StoppingCriteriaList
+
+    eos = eos_ids(model, tokenizer)
+    config = GenerationConfig(max_new_tokens=max_new_tokens, do_sample=False, num_beams=1, eos_token_id=eos,
+                              pad_token_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos[0])
+    ids = torch.tensor([prompt])
+    out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), generation_config=config,
+                         stopping_criteria=StoppingCriteriaList([_StopInGenerated(tokenizer, stop, len(prompt))]))
+    row = out[0, len(prompt):].tolist()
+    end = next((i for i, t in enumerate(row) if t in eos), len(row))
+    return tokenizer.decode(row[:end], skip_special_tokens=True)
+
+
+def find_eos_probes(model, tokenizer, settings: VerifySettings, token_range: tuple[int, int]
+                    ) -> tuple[list[EosProbe], int]:
+    eos = set(eos_ids(model, tokenizer))
+    found, tried = [], 0
+    cands = candidate_prompts(tokenizer, settings.eos_candidates, token_range)
+    for cand in cands:
+        tried += 1
+        out, margins = _greedy(model, cand, settings.eos_max_tokens - 1, eos)
+        if not out or out[-1] not in eos:
+            continue
+        t = len(out) - 1
+        cut = max(0, t - settings.eos_lead_tokens)
+        found.append(EosProbe(prompt=cand + out[:cut], expected=out[cut:], margin=min(margins[cut:])))
+        if sum(len(p.expected) > settings.eos_lead_tokens for p in found) >= 2 * settings.eos_probes:
+            break  # enough to choose the widest margins from
+    # prefer probes that make the server produce the full lead before EOS, then the widest margins
+    found.sort(key=lambda p: (len(p.expected) <= settings.eos_lead_tokens, -p.margin))
+    return found[:settings.eos_probes], tried
+
+
+def select_questions(answer_settings: AnswerSettings, settings: VerifySettings
+                     ) -> list[tuple[questions.Question, tuple[questions.Question, ...]]]:
+    """(question, few-shot exemplars): ``answers_n`` split over the benchmarks, drawn with ``answers_seed``."""
+    out = []
+    k = len(settings.answers_benchmarks)
+    for i, bench in enumerate(settings.answers_benchmarks):
+        n = settings.answers_n // k + (1 if i < settings.answers_n % k else 0)
+        cfg = answer_settings.benchmark(bench)
+        if answer_settings.questions == "embedded":
+            pool, fewshot, _ = questions.embedded_pool(bench)
+        else:
+            pool, fewshot, _ = questions.datasets_pool(bench, cfg.dataset, cfg.shots)
+        if n > len(pool):
+            raise ConfigError("serving.verification.answers_n",
+                              f"{n} {bench} questions needed, the question pool has only {len(pool)}")
+        for q in questions.select(pool, n, derive_seed(settings.answers_seed, "serving-verification"), bench):
+            out.append((q, tuple(fewshot[:cfg.shots])))
+    return out
+
+
+def answer_items(tokenizer, answer_settings: AnswerSettings, settings: VerifySettings) -> list[AnswerItem]:
+    items = []
+    for q, shots in select_questions(answer_settings, settings):
+        cfg = answer_settings.benchmark(q.benchmark)
+        items.append(AnswerItem(benchmark=q.benchmark, id=q.id,
+                                prompt_ids=tokenizer(prompts.build_prompt(q, shots))["input_ids"],
+                                max_tokens=cfg.max_new_tokens, stop=list(cfg.stop)))
+    return items
+
+
+def judge_items(items: list[AnswerItem], responses: list[str], answer_settings: AnswerSettings,
+                settings: VerifySettings) -> list[AnswerItem]:
+    by_id = {(q.benchmark, q.id): q for q, _ in select_questions(answer_settings, settings)}
+    out = []
+    for item, completion in zip(items, responses):
+        response = judge.truncate_at_stop(completion, item.stop)
+        extracted, ok = judge.judge_text(by_id[(item.benchmark, item.id)], response)
+        out.append(item.model_copy(update={"response": response, "extracted": extracted, "correct": ok}))
+    return out
+
+
+def compute(source: str, checkpoint: str, answer_settings: AnswerSettings, settings: VerifySettings,
+            token_range: tuple[int, int], out_json: str, threads: int | None = None) -> VerificationReference:
+    if threads:
+        torch.set_num_threads(threads)
+    model, tokenizer = load_model(checkpoint, settings.reference_dtype)
+    probes, tried = find_eos_probes(model, tokenizer, settings, token_range)
+    items = answer_items(tokenizer, answer_settings, settings)
+    responses = [greedy_text(model, tokenizer, item.prompt_ids, item.max_tokens, item.stop) for item in items]
+    items = judge_items(items, responses, answer_settings, settings)
+    weights = sha256_text("".join(f"{k}:{v}\n" for k, v in file_hashes(checkpoint).items()))
+    record = VerificationReference(
+        source=source, eos_token_ids=eos_ids(model, tokenizer), special_tokens=list(tokenizer.all_special_tokens),
+        eos_probes=probes, eos_candidates_tried=tried, answers=items, k_ref=sum(i.correct for i in items),
+        provenance=provenance.collect({"source": source, "verification": settings.model_dump(mode="json"),
+                                       "answers": answer_settings.model_dump(mode="json")}, {"checkpoint": weights}))
+    atomic.write_json(out_json, record.model_dump(mode="json"))
+    return record
+
+
+def read(path: str | Path) -> VerificationReference:
+    return VerificationReference.model_validate_json(Path(path).read_text())
+

@@ -1,0 +1,205 @@
+"""Server submissions (PROTOCOL B1, B5): a directory with ``submission.yaml`` and its code.
+
+``submission.yaml``::
+
+    name: S0                      # optional; the directory name by default, must equal it if given
+    description: ...
+    command: ["{python}", "-m", "infbench.serving.starter", "--model", "{model_dir}", "--port", "{port}"]
+    port: null                    # null: the verifier picks a free loopback port; an int: that port
+    health_path: /health
+    concurrency: 1                # the session concurrency c the submission is scored at
+    model: smollm2-135m           # the source it serves (a key of `sources`; must be serving.source)
+    requires: [infbench, torch]   # importable modules the command needs (checked, never installed)
+    startup_timeout_s: 600
+    request_fields: {}            # extra JSON fields every completion request carries
+    env: {}                       # extra environment variables of the server process
+
+``command`` placeholders: {python} {host} {port} {model_dir} {gguf} {model_name} {threads}
+{context_limit} {devices}. The verifier copies the directory into a fresh temporary working copy
+and launches the command there (cwd = the copy), so a submission's own files are found by
+relative path; it never talks to a process the submitter started.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from infbench.errors import ConfigError, InfbenchError, InputFileError
+from infbench.serving import servers
+
+SPEC_FILE = "submission.yaml"
+
+
+class ServerSubmission(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    name: str
+    description: str = ""
+    command: list[str] = Field(min_length=1)
+    port: int | None = Field(default=None, ge=1, le=65535)
+    health_path: str = "/health"
+    concurrency: int = Field(ge=1)
+    model: str
+    requires: list[str] = Field(default_factory=list)
+    startup_timeout_s: float = Field(default=600, gt=0)
+    request_fields: dict[str, Any] = Field(default_factory=dict)
+    env: dict[str, str] = Field(default_factory=dict)
+
+
+class LaunchError(InfbenchError):
+    """The submission could not be started or never became healthy."""
+
+
+def spec_path(directory: str | Path) -> Path:
+    return Path(directory) / SPEC_FILE
+
+
+def load(directory: str | Path) -> ServerSubmission:
+    """The validated spec; errors name the file and the field."""
+    path = spec_path(directory)
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise InputFileError(path, f"cannot read the submission spec: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise InputFileError(path, f"not valid YAML: {exc}") from None
+    if not isinstance(raw, dict):
+        raise InputFileError(path, "the spec must be a mapping of fields")
+    raw.setdefault("name", Path(directory).name)
+    try:
+        sub = ServerSubmission.model_validate(raw)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field = ".".join(map(str, err["loc"])) or "(spec)"
+        raise InputFileError(path, f"field '{field}': {err['msg']}") from None
+    if sub.name != Path(directory).name:
+        raise InputFileError(path, f"field 'name': '{sub.name}' differs from the directory name "
+                                   f"'{Path(directory).name}'")
+    render(sub, servers.LaunchVars(port=sub.port or 8000), path)
+    return sub
+
+
+def render(sub: ServerSubmission, launch: servers.LaunchVars, path: str | Path) -> list[str]:
+    values = launch.model_dump()
+    try:
+        return [arg.format(**values) for arg in sub.command]
+    except (KeyError, IndexError, ValueError) as exc:
+        raise InputFileError(path, f"field 'command': bad placeholder {exc} "
+                                   f"(known: {', '.join(sorted(values))})") from None
+
+
+def fresh_copy(directory: str | Path, parent: str | Path) -> Path:
+    """A fresh working copy of the submission directory under ``parent``."""
+    dest = Path(parent) / Path(directory).name
+    shutil.copytree(directory, dest, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", ".git"))
+    return dest
+
+
+def missing_requirements(sub: ServerSubmission, python: str, cwd: str | Path) -> list[str]:
+    """The modules of ``requires`` that ``python`` cannot import from ``cwd`` (found, not imported)."""
+    if not sub.requires:
+        return []
+    code = ("import importlib.util, sys\n"
+            "for m in sys.argv[1:]:\n"
+            "    try:\n        ok = importlib.util.find_spec(m) is not None\n"
+            "    except (ImportError, ValueError):\n        ok = False\n"
+            "    print(m if not ok else '')\n")
+    out = subprocess.run([python, "-c", code, *sub.requires], cwd=cwd, capture_output=True, text=True,
+                         timeout=120)
+    if out.returncode != 0:
+        return [f"(could not check: {out.stderr.strip()[-300:]})"]
+    return [line for line in out.stdout.splitlines() if line.strip()]
+
+
+def port_in_use(host: str, port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind((host, port))
+        except OSError:
+            return True
+    return False
+
+
+@dataclass
+class Running:
+    base_url: str
+    proc: subprocess.Popen
+    log_path: Path
+    command: list[str]
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def returncode(self) -> int | None:
+        return self.proc.poll()
+
+
+@contextlib.contextmanager
+def running(sub: ServerSubmission, launch: servers.LaunchVars, workdir: str | Path,
+            log_path: str | Path) -> Iterator[Running]:
+    """Launch the submission from ``workdir``, wait until healthy, yield it; always tear its process group down."""
+    if sub.port is not None and port_in_use(launch.host, sub.port):
+        raise LaunchError(f"port {sub.port} (field 'port' of {sub.name}/{SPEC_FILE}) is in use on {launch.host}")
+    launch = launch.model_copy(update={"port": sub.port or servers.free_port(launch.host)})
+    cmd = render(sub, launch, f"{sub.name}/{SPEC_FILE}")
+    log_path = Path(log_path)
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "ab") as log:
+        log.write(f"$ (cd {workdir}) {' '.join(cmd)}\n".encode())
+        log.flush()
+        try:
+            proc = subprocess.Popen(cmd, cwd=workdir, stdout=log, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, env={**os.environ, **sub.env},
+                                    start_new_session=True)
+        except OSError as exc:
+            raise LaunchError(f"launch command failed: {exc}") from None
+        try:
+            try:
+                servers._wait_healthy(sub.name, proc, f"http://{launch.host}:{launch.port}{sub.health_path}",
+                                      sub.startup_timeout_s, log_path)
+            except servers.ServerFailed as exc:
+                raise LaunchError(str(exc)) from None
+            yield Running(f"http://{launch.host}:{launch.port}", proc, log_path, cmd)
+        finally:
+            servers.stop(proc)
+
+
+@contextlib.contextmanager
+def workspace(directory: str | Path) -> Iterator[Path]:
+    """A temporary directory holding the fresh copy; removed afterwards."""
+    with tempfile.TemporaryDirectory(prefix=f"infbench-verify-{Path(directory).name}-") as tmp:
+        yield fresh_copy(directory, tmp)
+
+
+def python() -> str:
+    return sys.executable
+
+
+def discover(roots: list[str]) -> dict[str, str]:
+    """{name: directory} of every ``<root>/<name>/submission.yaml``; missing roots are skipped."""
+    found: dict[str, str] = {}
+    for root in roots:
+        for spec in sorted(Path(root).glob(f"*/{SPEC_FILE}")):
+            name = spec.parent.name
+            if name in found:
+                raise ConfigError("serving.submissions", f"submission '{name}' is in both {found[name]} and "
+                                                         f"{spec.parent}")
+            found[name] = str(spec.parent)
+    return found
+
+
+def files(directory: str | Path) -> list[str]:
+    """Every file of a submission (its job's inputs: editing one reruns the job)."""
+    return sorted(str(p) for p in Path(directory).rglob("*") if p.is_file() and "__pycache__" not in p.parts)

@@ -1,0 +1,223 @@
+"""One submission verified end to end; the verification record.
+
+Order: spec, requirements, fresh copy + launch, held-out replays at the declared ``c`` (every final
+seed, the configured window), context probes, EOS probes, held-out answers, server still alive;
+teardown; then the replay checks and fidelity (reference model, after the server is down). Every
+failure (a bad spec, a launch that fails, a port in use, a server that never becomes healthy or dies)
+becomes a failed check naming the cause in the record, never an exception that stops other jobs.
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Callable
+
+import pandas as pd
+from pydantic import BaseModel
+
+from infbench import atomic, provenance
+from infbench.compression.answers.settings import AnswerSettings
+from infbench.serving import replay, runs, workload
+from infbench.serving.value import Score, score
+from infbench.serving.verify import answers, fidelity, probes, reference, replay_checks, submission
+from infbench.serving.verify.common import CheckResult, VerifySettings
+
+CHECK_ORDER = ("submission_spec", "requirements", "launch", "complete_prompts", "exact_output_lengths",
+               "streaming_consistency", "session_progress", "context_probes", "natural_stopping",
+               "held_out_answers", "server_alive", "fidelity")
+
+
+class SeedReplay(BaseModel):
+    seed: int
+    records: str
+    requests: int
+    score: Score
+
+
+class VerificationRecord(BaseModel):
+    submission: str
+    directory: str
+    spec: dict[str, Any] | None
+    concurrency: int | None
+    verified: bool
+    failing_check: str | None
+    cause: str | None
+    checks: list[CheckResult]
+    replays: list[SeedReplay]
+    server_log: str
+    command: list[str]
+    wall_s: float
+    provenance: provenance.Provenance
+
+
+def _guard(name: str, fn: Callable[[], CheckResult]) -> CheckResult:
+    try:
+        return fn()
+    except Exception as exc:  # a check that cannot run fails, naming why
+        return CheckResult(name=name, passed=False, summary=f"check could not run: {type(exc).__name__}: {exc}"[:1000],
+                           evidence={"traceback": traceback.format_exc()[-3000:]})
+
+
+def verify(directory: str, serving: dict[str, Any], answer_settings: AnswerSettings, model_dir: str, gguf: str,
+           reference_path: str, sessions_path: str, out_dir: str, record_path: str, server_log: str,
+           load_reference_model: Callable[[], tuple[Any, Any]] | None = None) -> VerificationRecord:
+    t0 = time.perf_counter()
+    settings = VerifySettings.model_validate(serving["verification"])
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    name = Path(directory).name
+    checks: list[CheckResult] = []
+    replays: list[SeedReplay] = []
+    frames: list[pd.DataFrame] = []
+    eos_completions: list[tuple[list[int], probes.Completion]] = []
+    context_completions: list[tuple[list[int], probes.Completion]] = []
+    command: list[str] = []
+    sub = None
+    inputs = runs.input_hashes(sessions_path, reference_path,
+                               *(str(p) for p in sorted(Path(directory).rglob("*")) if p.is_file()))
+
+    def finish() -> VerificationRecord:
+        failed = [c for c in checks if not c.passed]
+        record = VerificationRecord(
+            submission=name, directory=str(directory), spec=sub.model_dump(mode="json") if sub else None,
+            concurrency=sub.concurrency if sub else None, verified=not failed and bool(checks),
+            failing_check=failed[0].name if failed else None, cause=failed[0].summary if failed else None,
+            checks=sorted(checks, key=lambda c: CHECK_ORDER.index(c.name) if c.name in CHECK_ORDER else 99),
+            replays=replays, server_log=str(server_log), command=command, wall_s=time.perf_counter() - t0,
+            provenance=provenance.collect({"submission": name, "serving": serving}, inputs))
+        atomic.write_json(record_path, record.model_dump(mode="json"))
+        return record
+
+    try:
+        sub = submission.load(directory)
+    except Exception as exc:
+        checks.append(CheckResult(name="submission_spec", passed=False, summary=str(exc)))
+        return finish()
+    source = serving["source"]
+    if sub.model != source:
+        checks.append(CheckResult(name="submission_spec", passed=False,
+                                  summary=f"{submission.spec_path(directory)}: field 'model': serves '{sub.model}', "
+                                          f"the deployment's model is '{source}'"))
+        return finish()
+    checks.append(CheckResult(name="submission_spec", passed=True, summary="spec valid",
+                              evidence={"spec": str(submission.spec_path(directory))}))
+    dep = serving["deployment"]
+    token_range = tuple(serving["workload"]["token_id_range"])
+    timeout = serving["replay"]["request_timeout_s"]
+    probe_timeout = max(timeout, settings.probe_timeout_s)
+    model_name = dep["name"]
+
+    with submission.workspace(directory) as copy:
+        missing = submission.missing_requirements(sub, submission.python(), copy)
+        checks.append(CheckResult(name="requirements", passed=not missing,
+                                  summary=("all required modules importable" if not missing else
+                                           f"not importable: {', '.join(missing)} (field 'requires'; "
+                                           "the verifier never installs anything)"),
+                                  evidence={"requires": sub.requires, "missing": missing}))
+        if missing:
+            return finish()
+        # absolute: the server runs in the fresh copy, not where the pipeline runs
+        launch = runs.launch_vars(serving, str(Path(model_dir).resolve()), str(Path(gguf).resolve()) if gguf else "")
+        try:
+            with submission.running(sub, launch, copy, server_log) as server:
+                command = server.command
+                checks.append(CheckResult(name="launch", passed=True, summary=f"healthy at {server.base_url}",
+                                          evidence={"workdir": str(copy), "command": command}))
+                ref = reference.read(reference_path)
+                sessions = workload.load(sessions_path)
+                for seed in serving["seeds"]["final"]:
+                    st = runs.settings(serving, server.base_url, sub.concurrency, seed, sub.request_fields)
+                    recs = replay.run(workload.draw(sessions, seed), st)
+                    path = str(out / f"seed{seed}.parquet")
+                    frame = replay.write_records(recs, path)
+                    frames.append(frame)
+                    replays.append(SeedReplay(seed=seed, records=path, requests=len(frame),
+                                              score=score(frame, runs.deployment(serving), st.window_s)))
+
+                def context_check():
+                    result, comps = probes.context_probes(
+                        server.base_url, model_name, dep["context_limit"], settings.context_probes,
+                        settings.context_probe_output_tokens, token_range, probe_timeout, sub.request_fields)
+                    context_completions.extend(comps)
+                    return result
+
+                checks.append(_guard("context_probes", context_check))
+
+                def eos_check():
+                    result, comps = probes.eos_probes(
+                        server.base_url, model_name, [p.model_dump() for p in ref.eos_probes], ref.eos_token_ids,
+                        settings.eos_max_tokens, probe_timeout, sub.request_fields)
+                    eos_completions.extend(zip([p.prompt for p in ref.eos_probes], comps))
+                    if not ref.eos_probes:
+                        result.summary += (f" (the reference reached EOS from none of "
+                                           f"{ref.eos_candidates_tried} candidate prompts)")
+                    return result
+
+                checks.append(_guard("natural_stopping", eos_check))
+                checks.append(_guard("held_out_answers", lambda: answers.held_out_answers(
+                    server.base_url, model_name, ref, answer_settings, settings, probe_timeout, sub.request_fields)))
+                alive = server.alive()
+                checks.append(CheckResult(
+                    name="server_alive", passed=alive,
+                    summary="server still running after the checks" if alive else
+                    f"server exited with {server.returncode()} during the checks; log {server_log}",
+                    evidence={"returncode": server.returncode()}))
+        except submission.LaunchError as exc:
+            checks.append(CheckResult(name="launch", passed=False, summary=str(exc)[:3000]))
+            return finish()
+
+    records = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    if not records.empty:
+        decode_fn, special = None, list(ref.special_tokens)
+        try:
+            from transformers import AutoTokenizer
+            tok = AutoTokenizer.from_pretrained(model_dir)
+            decode_fn = lambda ids: tok.decode(ids, skip_special_tokens=False)  # noqa: E731
+        except Exception:  # no tokenizer: token ids and usage are still compared
+            pass
+        checks.append(_guard("complete_prompts", lambda: replay_checks.complete_prompts(records)))
+        checks.append(_guard("exact_output_lengths", lambda: replay_checks.exact_output_lengths(records)))
+        checks.append(_guard("streaming_consistency",
+                             lambda: replay_checks.streaming_consistency(records, decode_fn, special)))
+    checks.append(_guard("session_progress", lambda: replay_checks.session_progress(
+        records if not records.empty else pd.DataFrame(columns=list(replay.RequestRecord.model_fields)), sessions,
+        serving["replay"]["warmup_s"] + serving["replay"]["window_s"])))
+
+    def fidelity_check():
+        model, _ = (load_reference_model or (lambda: reference.load_model(model_dir, settings.reference_dtype)))()
+        cands = replay_candidates = fidelity.replay_candidates(
+            records, sessions, token_range, serving["workload"]["marker_tokens"]) if not records.empty else []
+        cands = list(replay_candidates) + [fidelity.Candidate(f"EOS probe {i}", prompt, c.ids)
+                                           for i, (prompt, c) in enumerate(eos_completions) if c.ids]
+        cands += [fidelity.Candidate(f"context probe {i}", prompt, c.ids, kind="long prompt (context probe)")
+                  for i, (prompt, c) in enumerate(context_completions) if c.ids]
+        return fidelity.fidelity(model, cands, set(ref.eos_token_ids), settings)
+
+    checks.append(_guard("fidelity", fidelity_check))
+    return finish()
+
+
+def run_job(directory: str, serving: dict[str, Any], answer_settings: AnswerSettings, model_dir: str, gguf: str,
+            reference_path: str, sessions_path: str, out_dir: str, record_path: str, server_log: str,
+            threads: int | None = None) -> VerificationRecord:
+    """The rule's entry point: a record is written whatever happens (an internal error names itself)."""
+    import torch
+
+    if threads:
+        torch.set_num_threads(threads)
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    try:
+        return verify(directory, serving, answer_settings, model_dir, gguf, reference_path, sessions_path, out_dir,
+                      record_path, server_log)
+    except Exception as exc:
+        check = CheckResult(name="verifier", passed=False, summary=f"verification crashed: {type(exc).__name__}: {exc}",
+                            evidence={"traceback": traceback.format_exc()[-3000:]})
+        record = VerificationRecord(
+            submission=Path(directory).name, directory=str(directory), spec=None, concurrency=None, verified=False,
+            failing_check="verifier", cause=check.summary, checks=[check], replays=[], server_log=str(server_log),
+            command=[], wall_s=0.0, provenance=provenance.collect({"submission": Path(directory).name,
+                                                                   "serving": serving}))
+        atomic.write_json(record_path, record.model_dump(mode="json"))
+        return record

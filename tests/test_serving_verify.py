@@ -1,0 +1,210 @@
+"""ServerBench verification (PROTOCOL B5): server submissions rebuilt in a fresh copy, replayed on
+held-out seeds and checked; cheating servers rejected by the check that targets them.
+
+Real server processes on loopback; tiny random Llamas with the SmolLM2 tokenizer (peaked logits, an
+EOS that greedy decoding reaches) stand in for the checkpoint, except in the S0 + llama.cpp test,
+which serves the real SmolLM2-135M and its F16 GGUF twin.
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import REPO, planned_jobs, run_snakemake
+import verify_helpers as vh
+
+CONTEXT = 512
+
+
+def _run(env, directory, serving=None, model_dir=None, gguf="", ref=None):
+    from infbench.serving.verify import verdict
+
+    out = env["root"] / "out" / Path(directory).name
+    return verdict.run_job(str(directory), serving or env["serving"], env["answers"], str(model_dir or env["tiny"]),
+                           gguf, str(ref or env["ref"]), str(env["sessions"]), str(out), str(out) + ".json",
+                           str(out) + ".server.log")
+
+
+def _checks(record):
+    return {c.name: c for c in record.checks}
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory, smollm2_source):
+    from infbench.serving.verify import reference
+    from infbench.serving.verify.common import VerifySettings
+
+    root = tmp_path_factory.mktemp("verify")
+    hf = smollm2_source[0] / "hf"
+    tiny = vh.tiny_model(root / "tiny", hf, seed=0)
+    other = vh.tiny_model(root / "other", hf, seed=1)
+    context_sensitive = vh.tiny_model(root / "tiny-ctx", hf, seed=2, attention_scale=30.0)
+    serving = vh.serving_config(CONTEXT)
+    answers = vh.answer_settings()
+    ref = root / "reference.json"
+    record = reference.compute("smollm2-135m", str(tiny), answers, VerifySettings.model_validate(serving["verification"]),
+                               (1000, 30000), str(ref))
+    assert len(record.eos_probes) == 2 and all(len(p.expected) == 5 for p in record.eos_probes)
+    return {"root": root, "tiny": tiny, "other": other, "context_sensitive": context_sensitive, "serving": serving, "answers": answers, "ref": ref,
+            "sessions": vh.small_sessions(root, CONTEXT), "hf": hf}
+
+
+# (mode, the check that targets it, checks that must still pass: the rejection is specific)
+ADVERSARIES = [
+    ("truncate", ["complete_prompts", "context_probes"], ["exact_output_lengths", "streaming_consistency"]),
+    ("stop_early", ["exact_output_lengths"], ["complete_prompts", "streaming_consistency"]),
+    ("pad", ["fidelity"], ["complete_prompts", "exact_output_lengths", "streaming_consistency", "session_progress"]),
+    ("random", ["fidelity"], ["complete_prompts", "exact_output_lengths", "streaming_consistency"]),
+    ("other", ["fidelity"], ["complete_prompts", "exact_output_lengths", "streaming_consistency"]),
+    ("crash_prefix", ["session_progress", "server_alive"], []),
+    ("no_eos", ["natural_stopping"], ["complete_prompts", "exact_output_lengths", "fidelity"]),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode, failing, passing", ADVERSARIES, ids=[a[0] for a in ADVERSARIES])
+def test_adversarial_server_rejected_by_its_check(env, mode, failing, passing):
+    extra = ["--other-model", str(env["other"])] if mode == "other" else []
+    record = _run(env, vh.adversary(env["root"] / "subs", mode, extra))
+    checks = _checks(record)
+    assert not record.verified and record.failing_check in checks
+    for name in failing:
+        assert not checks[name].passed, (name, checks[name].summary)
+    for name in passing:
+        assert checks[name].passed, (name, checks[name].summary)
+    assert Path(record.replays[0].records).is_file()
+
+
+@pytest.mark.slow
+def test_quiet_truncation_caught_by_fidelity(env):
+    """Truncating long prompts but reporting their full length: the accounting checks pass, the
+    continuations (context probes, long replay prompts) do not match the reference's."""
+    record = _run(env, vh.adversary(env["root"] / "subs", "truncate_quiet"), model_dir=env["context_sensitive"])
+    checks = _checks(record)
+    assert checks["complete_prompts"].passed and checks["context_probes"].passed
+    assert not checks["fidelity"].passed and not record.verified, checks["fidelity"].summary
+
+
+@pytest.mark.slow
+def test_s0_on_a_tiny_model_passes_every_check(env):
+    record = _run(env, vh.example(env["root"] / "subs", "S0", startup_timeout_s=120))
+    assert record.verified, [(c.name, c.summary) for c in record.checks if not c.passed]
+    names = [c.name for c in record.checks]
+    assert names == ["submission_spec", "requirements", "launch", "complete_prompts", "exact_output_lengths",
+                     "streaming_consistency", "session_progress", "context_probes", "natural_stopping",
+                     "held_out_answers", "server_alive", "fidelity"]
+    assert _checks(record)["session_progress"].evidence["completed"] > 0
+    assert record.replays[0].score.completed > 0 and record.provenance.params["submission"] == "S0"
+
+
+@pytest.mark.slow
+def test_s0_and_llamacpp_pass_on_the_real_model(env, tmp_path):
+    """The real SmolLM2-135M (transformers) and its F16 GGUF twin (llama.cpp) as submissions."""
+    from infbench import gguf_twin, sources
+    from infbench.serving.verify import reference
+
+    gguf = tmp_path / "f16.gguf"
+    gguf_twin.twin_from_gguf(sources.SourceRecord.model_validate_json(
+        (env["hf"].parent / "source.json").read_text()).origin_gguf, gguf)
+    serving = vh.serving_config(CONTEXT, answers_n=2, eos_probes=1, fidelity_max_suspects=2)
+    ref = tmp_path / "reference.json"
+    from infbench.serving.verify.common import VerifySettings
+    rec = reference.compute("smollm2-135m", str(env["hf"]), env["answers"],
+                            VerifySettings.model_validate(serving["verification"]), (1000, 30000), str(ref))
+    assert rec.eos_probes, "the real model reaches EOS on a chat prompt"
+    for name in ("S0", "llamacpp"):
+        record = _run(env, vh.example(tmp_path / "subs", name, startup_timeout_s=300), serving=serving,
+                      model_dir=env["hf"], gguf=str(gguf), ref=ref)
+        assert record.verified, (name, [(c.name, c.summary) for c in record.checks if not c.passed])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode, failing", [("die", "server_alive"), ("hang", "session_progress")])
+def test_server_that_dies_or_hangs_during_the_checks(env, mode, failing):
+    serving = vh.serving_config(CONTEXT, probe_timeout_s=3)
+    serving["replay"]["request_timeout_s"] = 3
+    serving["replay"]["window_s"] = 8.0  # the hung request times out while the replay still sends
+    spec = {"command": ["{python}", "-m", "infbench.serving.instant", "--port", "{port}", "--mode", mode,
+                        "--after", "3"], "model": "smollm2-135m", "concurrency": 1}
+    t = time.monotonic()
+    record = _run(env, vh.submission_dir(env["root"] / "subs", f"instant_{mode}", spec), serving=serving)
+    checks = _checks(record)
+    assert not record.verified and not checks[failing].passed, checks[failing].summary
+    assert time.monotonic() - t < 60
+    if mode == "die":
+        assert "exited with 1" in checks["server_alive"].summary
+
+
+# Bad input: a record naming the cause, no process left behind.
+
+def _fake_env(tmp_path):
+    return {"root": tmp_path, "serving": vh.serving_config(CONTEXT), "answers": vh.answer_settings(),
+            "tiny": tmp_path / "no-model", "ref": tmp_path / "no-ref.json", "sessions": tmp_path / "no-sessions"}
+
+
+SLEEPER = ["{python}", "-c", "import os, sys, time; open(sys.argv[1], 'w').write(str(os.getpid())); time.sleep(600)"]
+
+
+@pytest.mark.parametrize("spec, check, cause", [
+    ({"command": ["x"], "model": "smollm2-135m"}, "submission_spec", "submission.yaml: field 'concurrency': Field required"),
+    ({"command": ["x", "{nope}"], "model": "smollm2-135m", "concurrency": 1}, "submission_spec",
+     "field 'command': bad placeholder 'nope'"),
+    ({"command": ["x"], "model": "gpt", "concurrency": 1}, "submission_spec", "field 'model': serves 'gpt'"),
+    ({"command": ["x"], "model": "smollm2-135m", "concurrency": 1, "requires": ["no_such_module_xyz"]},
+     "requirements", "not importable: no_such_module_xyz"),
+    ({"command": ["/nonexistent/server", "{port}"], "model": "smollm2-135m", "concurrency": 1}, "launch",
+     "launch command failed"),
+    ({"command": ["{python}", "-c", "import sys; sys.exit(7)"], "model": "smollm2-135m", "concurrency": 1}, "launch",
+     "exited with 7 before it was healthy"),
+])
+def test_bad_submission_gives_a_record_naming_the_cause(tmp_path, spec, check, cause):
+    record = _run(_fake_env(tmp_path), vh.submission_dir(tmp_path / "subs", "bad", spec))
+    assert not record.verified and record.failing_check == check and cause in record.cause
+    saved = yaml.safe_load((tmp_path / "out" / "bad.json").read_text())
+    assert saved["failing_check"] == check
+
+
+def test_port_in_use_and_never_healthy(tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        spec = {"command": ["x"], "model": "smollm2-135m", "concurrency": 1, "port": port}
+        record = _run(_fake_env(tmp_path), vh.submission_dir(tmp_path / "subs", "busy", spec))
+    assert record.failing_check == "launch" and f"port {port}" in record.cause and "in use" in record.cause
+
+    pidfile = tmp_path / "pid"
+    spec = {"command": [*SLEEPER, str(pidfile)], "model": "smollm2-135m", "concurrency": 1, "startup_timeout_s": 2}
+    t = time.monotonic()
+    record = _run(_fake_env(tmp_path), vh.submission_dir(tmp_path / "subs", "sleepy", spec))
+    assert record.failing_check == "launch" and "not healthy" in record.cause and time.monotonic() - t < 30
+    pid = int(pidfile.read_text())
+    assert not Path(f"/proc/{pid}").exists(), "the server process was not reaped"
+
+
+def test_examples_are_valid_submissions():
+    from infbench.serving.verify import submission
+
+    for name in ("S0", "llamacpp"):
+        sub = submission.load(REPO / "examples/servers" / name)
+        assert sub.name == name and sub.model == "smollm2-135m" and sub.concurrency >= 1
+
+
+def test_plan_one_verify_job_per_submission(tmp_path):
+    cfg = yaml.safe_load((REPO / "config/config.yaml").read_text())
+    extra = tmp_path / "subs"
+    cfg["serving"]["submissions"] = [str(REPO / "examples/servers"), str(extra)]
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    target = "results/tables/serving_verified.md"
+    jobs = planned_jobs(run_snakemake(tmp_path, "-n", target, "--configfile", str(path)))
+    assert jobs["serving_verify"] == 2 and jobs["serving_verification_reference"] == 1
+    shutil.copytree(REPO / "examples/servers/S0", extra / "S0copy")
+    proc = run_snakemake(tmp_path, "-n", target, "--configfile", str(path))
+    assert planned_jobs(proc)["serving_verify"] == 3 and "results/serving/verification/S0copy.json" in proc.stdout

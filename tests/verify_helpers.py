@@ -1,0 +1,107 @@
+"""Fixtures' building blocks for the verification tests: tiny models with the SmolLM2 tokenizer,
+a small workload, a serving config and submission directories."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import torch
+import yaml
+
+from conftest import REPO, embedded_config
+
+HERE = Path(__file__).resolve().parent
+
+
+def tiny_model(out: Path, tokenizer_dir: Path, seed: int, context: int = 1024, attention_scale: float = 1.0) -> Path:
+    """A random Llama (vocab of SmolLM2, hidden 32) with peaked logits and an EOS that greedy decoding
+    reaches at about 5% of steps. Its continuations depend mostly on the last token; with a large
+    ``attention_scale`` they depend on the whole prompt (but greedy decoding rarely reaches EOS)."""
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    tok = AutoTokenizer.from_pretrained(tokenizer_dir)
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=context,
+                      bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, tie_word_embeddings=False)
+    model = LlamaForCausalLM(cfg).eval()
+    with torch.no_grad():
+        model.lm_head.weight.mul_(100.0)
+        for layer in model.model.layers:  # attention_scale 30: continuations depend on the whole prompt
+            layer.self_attn.o_proj.weight.mul_(attention_scale)
+        # EOS logit = c * (h . u): the argmax at about 5% of greedy steps
+        gen = torch.Generator().manual_seed(seed)
+        u = torch.randn(cfg.hidden_size, generator=gen)
+        u /= u.norm()
+        model.lm_head.weight[tok.eos_token_id] = 0
+        ids = torch.randint(1000, 30000, (16, 24), generator=gen)
+        h = model.model(ids).last_hidden_state.reshape(-1, cfg.hidden_size)
+        top = model.lm_head(h).max(-1).values
+        z = h @ u
+        c = torch.quantile(top[z > 0] / z[z > 0], 0.1)
+        model.lm_head.weight[tok.eos_token_id] = c * u
+    model.generation_config.eos_token_id = tok.eos_token_id
+    model.save_pretrained(out)
+    tok.save_pretrained(out)
+    return out
+
+
+def small_sessions(out_dir: Path, context_limit: int) -> Path:
+    from infbench.serving import synthetic, workload
+
+    p = synthetic.SyntheticParams(
+        sessions=12, block_size=16, system_tokens=64, first_user_tokens={"median": 24, "sigma": 0.5},
+        main_turns_mean=4, max_main_turns=6, tool_result_tokens={"median": 24, "sigma": 0.5},
+        output_tokens={"median": 10, "sigma": 0.5}, max_output_tokens=24, think_time_s={"median": 0.1, "sigma": 0.5},
+        subagent_prob=0.3, max_fanout=2, subagent_turns_mean=2, background_prob=0.2, nominal_decode_tps=50)
+    synthetic.generate(p, 0, out_dir / "trace.jsonl")
+    workload.prepare(str(out_dir / "trace.jsonl"), "weka", length_scale=1.0, context_limit=context_limit,
+                     block_size=16, out_sessions=str(out_dir / "sessions.jsonl"),
+                     out_summary=str(out_dir / "workload.json"))
+    return out_dir / "sessions.jsonl"
+
+
+def serving_config(context_limit: int, **verification) -> dict:
+    serving = embedded_config()["serving"]
+    serving["deployment"]["context_limit"] = context_limit
+    serving["replay"].update({"warmup_s": 0.5, "window_s": 4.0, "request_timeout_s": 20.0, "threads": 1})
+    serving["seeds"]["final"] = [1000]
+    serving["verification"] = {**serving["verification"], "context_probes": 1, "eos_probes": 2,
+                               "eos_candidates": 16, "answers_n": 4, "fidelity_max_suspects": 4,
+                               "probe_timeout_s": 60, **verification}
+    return serving
+
+
+def answer_settings(gsm8k_tokens: int = 48):
+    from infbench.compression.answers.settings import AnswerSettings
+
+    cfg = embedded_config()["answers"]
+    cfg["gsm8k"]["max_new_tokens"] = gsm8k_tokens
+    return AnswerSettings.model_validate(cfg)
+
+
+def submission_dir(root: Path, name: str, spec: dict, code: dict[str, str] | None = None) -> Path:
+    d = root / name
+    d.mkdir(parents=True)
+    (d / "submission.yaml").write_text(yaml.safe_dump(spec))
+    for fname, src in (code or {}).items():
+        shutil.copy(src, d / fname)
+    return d
+
+
+def adversary(root: Path, mode: str, extra: list[str] | None = None) -> Path:
+    spec = {"command": ["{python}", "adversary.py", "--model", "{model_dir}", "--port", "{port}", "--mode", mode,
+                        "--context-limit", "{context_limit}", *(extra or [])],
+            "concurrency": 1, "model": "smollm2-135m", "requires": ["torch", "transformers"],
+            "startup_timeout_s": 120}
+    return submission_dir(root, f"adv_{mode}", spec, {"adversary.py": HERE / "adversarial_server.py"})
+
+
+def example(root: Path, name: str, **changes) -> Path:
+    d = root / name
+    shutil.copytree(REPO / "examples/servers" / name, d)
+    spec = yaml.safe_load((d / "submission.yaml").read_text())
+    spec.update(changes)
+    (d / "submission.yaml").write_text(yaml.safe_dump(spec))
+    return d

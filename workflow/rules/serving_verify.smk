@@ -1,0 +1,95 @@
+# ServerBench verification (PROTOCOL B5): every server submission (a directory with a
+# submission.yaml under one of serving.submissions) is rebuilt in a fresh copy, replayed on
+# the final (held-out) seeds at its declared c, checked, and torn down; only verified
+# submissions are scored in results/tables/serving_verified.*. Included by serving.smk.
+
+from infbench.serving.verify import submission as server_submission
+
+SERVING_SUBMISSIONS = server_submission.discover(SERVING["submissions"])
+# What the verification jobs depend on: the serving section without the list of submission
+# directories, so that adding a submission plans only its own job and the table.
+SERVING_VERIFY = {k: v for k, v in SERVING.items() if k != "submissions"}
+
+
+wildcard_constraints:
+    submission="|".join(map(re.escape, SERVING_SUBMISSIONS)) or "(?!)",
+
+
+rule serving_verification_reference:
+    input:
+        model_dir=SERVING_MODEL["model_dir"],
+    output:
+        "results/serving/reference/verification.json",
+    params:
+        source=SERVING_SOURCE,
+        verification=SERVING["verification"],
+        token_id_range=SERVING["workload"]["token_id_range"],
+        answers=config["answers"],
+    log:
+        "logs/serving/verification_reference.log",
+    threads: 2
+    resources:
+        mem_mb=4000,
+        runtime=60,
+    conda:
+        "../../envs/serving-cpu.yaml"
+    script:
+        "../scripts/serving_verification_reference.py"
+
+
+rule serving_verify:
+    input:
+        submission=lambda wc: server_submission.files(SERVING_SUBMISSIONS[wc.submission]),
+        sessions="results/serving/workload/sessions.jsonl",
+        reference="results/serving/reference/verification.json",
+        **SERVING_MODEL,
+    output:
+        record="results/serving/verification/{submission}.json",
+        runs=directory("results/serving/verification/{submission}"),
+    params:
+        serving=SERVING_VERIFY,
+        answers=config["answers"],
+        directory=lambda wc: SERVING_SUBMISSIONS[wc.submission],
+    log:
+        run="logs/serving/verify/{submission}.log",
+        server="logs/serving/servers/verify_{submission}.log",
+    threads: 2
+    resources:
+        mem_mb=8000,
+        runtime=SERVING_REPLAY_MINUTES * len(SERVING["seeds"]["final"]) + 30,
+        gpu=SERVING_GPUS,
+    conda:
+        "../../envs/serving-cpu.yaml"
+    script:
+        "../scripts/serving_verify.py"
+
+
+rule serving_verified_table:
+    input:
+        sessions="results/serving/workload/sessions.jsonl",
+        targets="results/serving/calibration/targets.json",
+        records=expand(
+            "results/serving/verification/{submission}.json",
+            submission=SERVING_SUBMISSIONS,
+        ),
+    output:
+        csv=report(
+            "results/tables/serving_verified.csv",
+            caption="../report/serving_verified_table.rst",
+            category="ServerBench",
+            subcategory="Table 1 (verified)",
+        ),
+        md="results/tables/serving_verified.md",
+        provenance="results/tables/serving_verified.provenance.json",
+    params:
+        serving=SERVING_VERIFY,
+    log:
+        "logs/serving/verified_table.log",
+    threads: 1
+    resources:
+        mem_mb=1000,
+        runtime=10,
+    conda:
+        "../../envs/serving-cpu.yaml"
+    script:
+        "../scripts/serving_verified_table.py"

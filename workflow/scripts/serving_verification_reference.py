@@ -1,0 +1,18 @@
+import sys
+
+sys.stderr = open(snakemake.log[0], "w")
+
+from infbench.compression.answers.settings import AnswerSettings
+from infbench.serving.verify import reference
+from infbench.serving.verify.common import VerifySettings
+
+record = reference.compute(
+    snakemake.params.source,
+    snakemake.input.model_dir,
+    AnswerSettings.model_validate(snakemake.params.answers),
+    VerifySettings.model_validate(snakemake.params.verification),
+    tuple(snakemake.params.token_id_range),
+    snakemake.output[0],
+    threads=snakemake.threads,
+)
+print(f"{len(record.eos_probes)} EOS probes, k_ref {record.k_ref}/{len(record.answers)}", file=sys.stderr)

@@ -1,0 +1,15 @@
+import sys
+
+sys.stderr = open(snakemake.log[0], "w")
+
+from infbench.tables import serving_verified
+
+serving_verified.write(
+    snakemake.params.serving,
+    snakemake.input.targets,
+    snakemake.input.sessions,
+    snakemake.input.records,
+    csv_path=snakemake.output.csv,
+    md_path=snakemake.output.md,
+    provenance_path=snakemake.output.provenance,
+)
