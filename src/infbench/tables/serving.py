@@ -27,7 +27,8 @@ class ServingRow(BaseModel):
     failed: int
 
 
-def _mean(xs):
+def mean_present(xs):
+    """Mean of the values that are not None (None if there are none)."""
     xs = [x for x in xs if x is not None]
     return statistics.fmean(xs) if xs else None
 
@@ -47,11 +48,11 @@ def rows(serving: dict[str, Any], targets: calibrate.TargetsRecord, summaries: l
     for (server, c), group in sorted(groups.items()):
         scores = [runs.rescore(s.records, serving, targets.targets) for s in group]
         D = statistics.fmean(x.D for x in scores)
-        tpot = _mean(x.p90_tpot_s for x in scores)
+        tpot = mean_present(x.p90_tpot_s for x in scores)
         out.append(ServingRow(
             deployment=dep, system=server, concurrency=c, seeds=",".join(str(s.seed) for s in group), D=D,
-            D_at_c=f"{D:.3g} @{c}", G=statistics.fmean(x.G for x in scores), f=_mean(x.f for x in scores),
-            p90_ttft_s=_mean(x.p90_ttft_s for x in scores), p90_tpot_ms=None if tpot is None else 1e3 * tpot,
+            D_at_c=f"{D:.3g} @{c}", G=statistics.fmean(x.G for x in scores), f=mean_present(x.f for x in scores),
+            p90_ttft_s=mean_present(x.p90_ttft_s for x in scores), p90_tpot_ms=None if tpot is None else 1e3 * tpot,
             completed=sum(x.completed for x in scores), failed=sum(x.failed for x in scores)))
     return out
 

@@ -16,6 +16,7 @@ from pydantic import BaseModel
 from infbench.serving import calibrate, runs
 from infbench.serving.verify.verdict import VerificationRecord
 from infbench.tables.io import write_table
+from infbench.tables.serving import mean_present
 
 
 class VerifiedRow(BaseModel):
@@ -34,11 +35,6 @@ class VerifiedRow(BaseModel):
     failed: int | None
     checks_passed: str
     cause: str
-
-
-def _mean(xs):
-    xs = [x for x in xs if x is not None]
-    return statistics.fmean(xs) if xs else None
 
 
 def rows(serving: dict[str, Any], targets: calibrate.TargetsRecord, record_paths: list[str]) -> list[VerifiedRow]:
@@ -62,11 +58,11 @@ def rows(serving: dict[str, Any], targets: calibrate.TargetsRecord, record_paths
             continue
         scores = [runs.rescore(r.records, serving, targets.targets) for r in rec.replays]
         D = statistics.fmean(x.D for x in scores)
-        tpot = _mean(x.p90_tpot_s for x in scores)
+        tpot = mean_present(x.p90_tpot_s for x in scores)
         out.append(VerifiedRow(
             deployment=dep, system=rec.submission, concurrency=rec.concurrency, seeds=seeds, verdict="verified",
             D=D, D_at_c=f"{D:.3g} @{rec.concurrency}", G=statistics.fmean(x.G for x in scores),
-            f=_mean(x.f for x in scores), p90_ttft_s=_mean(x.p90_ttft_s for x in scores),
+            f=mean_present(x.f for x in scores), p90_ttft_s=mean_present(x.p90_ttft_s for x in scores),
             p90_tpot_ms=None if tpot is None else 1e3 * tpot, completed=sum(x.completed for x in scores),
             failed=sum(x.failed for x in scores), checks_passed=passed, cause=""))
     return out

@@ -24,6 +24,7 @@ from infbench import atomic, provenance
 from infbench.compression.answers import judge, prompts, questions
 from infbench.compression.answers.hf_generate import _StopInGenerated
 from infbench.compression.answers.settings import AnswerSettings
+from infbench.compression.hf_runtime import cache_kwargs
 from infbench.errors import ConfigError
 from infbench.hashing import file_hashes, sha256_text
 from infbench.seeding import derive_seed
@@ -78,9 +79,9 @@ def eos_ids(model, tokenizer) -> list[int]:
 
 @torch.inference_mode()
 def _greedy(model, prompt: list[int], steps: int, eos: set[int]) -> tuple[list[int], list[float]]:
-    ids, past, out, margins = torch.tensor([prompt]), None, [], []
+    ids, cache, out, margins = torch.tensor([prompt]), {}, [], []
     for _ in range(steps):
-        res = model(input_ids=ids, past_key_values=past, use_cache=True)
+        res = model(input_ids=ids, use_cache=True, **cache)
         logits = res.logits[0, -1].float()
         top = torch.topk(logits, 2)
         token = int(top.indices[0])
@@ -88,7 +89,7 @@ def _greedy(model, prompt: list[int], steps: int, eos: set[int]) -> tuple[list[i
         margins.append(float(top.values[0] - top.values[1]))
         if token in eos:
             break
-        ids, past = torch.tensor([[token]]), res.past_key_values
+        ids, cache = torch.tensor([[token]]), cache_kwargs(res)
     return out, margins
 
 
