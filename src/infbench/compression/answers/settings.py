@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
-from infbench.errors import ConfigError
+from infbench.config_io import section
 
 Benchmark = Literal["gsm8k", "humaneval", "triviaqa"]
 BENCHMARKS: tuple[Benchmark, ...] = ("gsm8k", "humaneval", "triviaqa")
@@ -71,11 +71,4 @@ class AnswerSettings(_Strict):
 
 def from_config(config: dict[str, Any]) -> AnswerSettings:
     """Settings from a validated config (``config["answers"]``, defaults filled by the schema)."""
-    try:
-        return AnswerSettings.model_validate(config["answers"])
-    except KeyError:
-        raise ConfigError("answers", "missing (validate the config against the schema first)") from None
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        key = ".".join(["answers", *map(str, err["loc"])])
-        raise ConfigError(key, err["msg"]) from None
+    return section(config, "answers", AnswerSettings)

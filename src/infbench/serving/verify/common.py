@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
-from infbench.errors import ConfigError
+from infbench.config_io import section
 
 
 class CheckResult(BaseModel):
@@ -39,10 +39,4 @@ class VerifySettings(BaseModel):
 
 
 def settings_from(serving: dict[str, Any]) -> VerifySettings:
-    try:
-        return VerifySettings.model_validate(serving["verification"])
-    except KeyError:
-        raise ConfigError("serving.verification", "missing (validate the config against the schema first)") from None
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        raise ConfigError(".".join(["serving.verification", *map(str, err["loc"])]), err["msg"]) from None
+    return section(serving, "verification", VerifySettings, path="serving.verification")
