@@ -5,9 +5,13 @@ from __future__ import annotations
 import json
 from datetime import datetime
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator, TypeVar
+
+from pydantic import ValidationError
 
 from infbench.errors import InputFileError
+
+Event = TypeVar("Event")
 
 
 class RunError(InputFileError):
@@ -45,3 +49,20 @@ def first_error(exc) -> str:
     """A pydantic ValidationError's first error as "field 'a.b': message"."""
     err = exc.errors()[0]
     return f"field '{'.'.join(map(str, err['loc']))}': {err['msg']}"
+
+
+def timed_events(path: Path, what: str, parse: Callable[[dict], Event]) -> list[Event]:
+    """``parse`` of every line (an object with a ``time``), in order. A line ``parse`` rejects with a
+    ValidationError is "not <what>"; with another ValueError, its message; both name the line."""
+    found, times = [], []
+    for line, obj in objects(path):
+        try:
+            event = parse(obj)
+        except ValidationError as exc:
+            raise RunError(path, f"not {what}: {first_error(exc)}", line) from None
+        except ValueError as exc:
+            raise RunError(path, str(exc), line) from None
+        found.append(event)
+        times.append((line, event.time))
+    check_order(path, times)
+    return found

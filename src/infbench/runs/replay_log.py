@@ -12,21 +12,12 @@ from pydantic import BaseModel, ValidationError
 
 from infbench.compression.submission import content_hash
 
-from infbench.runs.jsonl import RunError, check_order, first_error, objects
+from infbench.runs.jsonl import RunError, first_error, timed_events
 from infbench.runs.schema import ReplayCall
 
 
 def events(path: Path) -> list[ReplayCall]:
-    calls, times = [], []
-    for line, obj in objects(path):
-        try:
-            call = ReplayCall.model_validate({"type": "replay", **obj})
-        except ValidationError as exc:
-            raise RunError(path, f"not a replay record: {first_error(exc)}", line) from None
-        calls.append(call)
-        times.append((line, call.time))
-    check_order(path, times)
-    return calls
+    return timed_events(path, "a replay record", lambda obj: ReplayCall.model_validate({"type": "replay", **obj}))
 
 
 class _Score(BaseModel):
