@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
-import orjson
 import math
 import time
 import uuid
@@ -33,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
+import orjson
 import pandas as pd
 import pyarrow as pa
 import uvloop
@@ -258,7 +258,7 @@ class Replay:
         # aiohttp rather than httpx: half the client CPU per streamed request (C HTTP parser), which is
         # latency added to every TTFT once hundreds of streams share the client's core (bench-replay).
         # No connection limit; every request's own deadline is applied in _send.
-        connector = aiohttp.TCPConnector(limit=0, force_close=False)
+        connector = aiohttp.TCPConnector(limit=0)
         async with aiohttp.ClientSession(connector=connector, read_bufsize=2**22,
                                          timeout=aiohttp.ClientTimeout(total=None)) as self.http:
             return await self._run()
