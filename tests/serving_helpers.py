@@ -20,6 +20,6 @@ def instant_server(log: Path, *args: str, startup_timeout_s: float = 60):
 def settings(base: str, **kw) -> ReplaySettings:
     values = dict(base_url=base, model="model", concurrency=1, seed=0, warmup_s=0.0, window_s=5.0,
                   request_timeout_s=5.0, idle_cap_s=10.0, token_low=1000, token_high=30000, marker_tokens=2,
-                  temperature=0.0)
+                  temperature=0.0, start_ratio=(0.0, 0.0))
     values.update(kw)
     return ReplaySettings(**values)

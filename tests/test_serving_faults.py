@@ -76,3 +76,21 @@ def test_sse_events_split_across_reads_and_data_after_done():
     assert stream.done and stream.ids == [7, 8] and (stream.first, stream.last) == (1.0, 2.0)
     with pytest.raises(ValueError, match="after \\[DONE\\]"):
         stream.line(b'data: {"choices": []}', 3.0)
+
+
+@pytest.mark.slow
+def test_context_overflows_are_marked_and_invalidate_the_run(tmp_path):
+    """A server with a smaller context than the trace needs: its refusals are context-overflow failures,
+    never completed work, and the run scores D = 0 as invalid (more than 1% overflowed)."""
+    from infbench.serving.value import Deployment, Targets, score
+
+    with instant_server(tmp_path / "server.log", "--context-limit", "18") as base:   # main/2 needs 16 + 4
+        recs = replay.run(workload.draw([SESSION], 0), settings(base, window_s=1.5))
+    frame = replay.write_records(recs, str(tmp_path / "records.parquet"))
+    over = [r for r in recs if r.context_overflow]
+    assert over and all(r.request_id == "main/2" and not r.ok and "maximum context length" in r.error for r in over)
+    assert not any(r.context_overflow for r in recs if r.request_id != "main/2")
+    dep = Deployment(name="d", devices=1, accelerator="cpu", usd_per_device_hour=1.0, input_usd_per_mtok=1.0,
+                     output_usd_per_mtok=1.0, context_limit=18)
+    s = score(frame, dep, 1.5, 0.01, Targets(tau_first_s=10.0, tau_token_s=10.0))
+    assert not s.valid and s.D == 0.0 and s.context_overflows == len(over) and "overflowed" in s.invalid_reason

@@ -137,3 +137,33 @@ def test_replay_records_have_a_declared_schema(tmp_path):
     schema = pq.read_schema(tmp_path / "empty.parquet")
     assert list(schema.names) == list(replay.RequestRecord.model_fields)
     assert schema.equals(replay.RECORD_SCHEMA)
+
+
+def test_lane_start_skips_what_was_recorded_before_the_sampled_point():
+    s = trace.session_from_weka(HAND)
+    start = workload.lane_start(s, 0.5)           # main chain main/0, main/1, main/2: floor(0.5 * 3) = 1
+    assert start.t_star == 3 and start.skipped == {"main/0", "main.s0/0", "main.s0/1", "main.s1/0"}
+    assert [r.id for r in s.requests if start.ready(r)] == ["main/1"]
+    assert workload.initial_streams(s, start) == 1
+    assert workload.lane_start(s, 0.99).skipped == {r.id for r in s.requests if r.t < 40}   # never past the last
+    assert not workload.lane_start(s, 0.0).skipped
+    assert workload.initial_streams(s, workload.FROM_BEGINNING) == 1
+    fractions = [workload.start_fraction(7, lane, (0.25, 0.75)) for lane in range(50)]
+    assert all(0.25 <= u <= 0.75 for u in fractions) and len(set(fractions)) == 50
+    assert fractions == [workload.start_fraction(7, lane, (0.25, 0.75)) for lane in range(50)]
+    assert workload.start_fraction(7, 3, (0.0, 0.0)) == 0.0
+
+
+@pytest.mark.slow
+def test_a_lane_starts_its_first_session_at_the_sampled_point(tmp_path):
+    """start_ratio (0.5, 0.5): the lane's first instance sends main/1 at once with its full grown prompt (what came
+    before counts as done), then the rest; the lane's next instance starts from main/0."""
+    with instant_server(tmp_path / "server.log") as base:
+        recs = replay.run(workload.draw([trace.session_from_weka(HAND)], 0),
+                          settings(base, window_s=3.0, idle_cap_s=0.2, start_ratio=(0.5, 0.5)))
+    first = [r for r in recs if r.instance == 0]
+    assert [r.request_id for r in first] == ["main/1", "main/2", "main.s2/0"]
+    assert first[0].send_time < 0.5 and first[0].input_tokens == 12
+    assert {r.instance_requests for r in first} == {3} and all(r.ok for r in first)
+    second = [r for r in recs if r.instance == 1]
+    assert second and second[0].request_id == "main/0" and {r.instance_requests for r in second} == {7}

@@ -47,7 +47,8 @@ def run(concurrencies=(1, 64, 512), window_s: float = 5.0, input_tokens: int = 2
             for c in concurrencies:
                 st = replay.ReplaySettings(base_url=base, model="bench", concurrency=c, seed=0, warmup_s=warmup_s,
                                            window_s=window_s, request_timeout_s=30.0, idle_cap_s=10.0,
-                                           token_low=1000, token_high=30000, marker_tokens=4, temperature=0.0)
+                                           token_low=1000, token_high=30000, marker_tokens=4, temperature=0.0,
+                                           start_ratio=(0.0, 1.0))
                 cpu0, wall0 = time.process_time(), time.perf_counter()
                 recs = replay.run(draw(sessions, c), st)
                 cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0

@@ -64,6 +64,9 @@ def _seed_run(summary: runs.RunSummary) -> SeedRun:
         raise InfbenchError(f"reference {summary.server} completed no request in the window at "
                             f"c={summary.concurrency}, seed {summary.seed} ({s.failed} failed): "
                             f"lengthen serving.replay.window_s or shorten the workload; records {summary.records}")
+    if not s.valid:
+        raise InfbenchError(f"reference {summary.server} at c={summary.concurrency}, seed {summary.seed}: the run is "
+                            f"invalid, {s.invalid_reason}; records {summary.records}")
     return SeedRun(seed=summary.seed, records=summary.records, p90_ttft_s=s.p90_ttft_s,
                    p90_tpot_s=s.p90_tpot_s, G=s.G)
 

@@ -2,10 +2,11 @@
 
 Per draw (the first ``sessions`` sessions of a seed's sequence): total input
 tokens, subagent branch count, requests, and *initial stream availability* =
-the request streams (main chains plus subagent branches) of the first
-``concurrency`` sessions, i.e. the independent streams the lanes can advance
-from the start of the replay. The development, final and calibration draws
-get their percentile within the scan.
+the request streams (main chain and subagent branches) of the first
+``concurrency`` sessions that have a request waiting for no response when each
+lane begins at its sampled start point (as the replay does), i.e. the
+independent streams ready to advance when the replay begins. The development,
+final and calibration draws get their percentile within the scan.
 """
 
 from __future__ import annotations
@@ -37,10 +38,13 @@ class CoverageRow(BaseModel):
     pct_requests: float | None = None
 
 
-def draw_stats(sessions: list[Session], seed: int, n: int, concurrency: int, seed_set: str) -> CoverageRow:
+def draw_stats(sessions: list[Session], seed: int, n: int, concurrency: int, start_ratio: tuple[float, float],
+               seed_set: str) -> CoverageRow:
+    lanes = list(itertools.islice(workload.draw(sessions, seed), concurrency))
+    streams = sum(workload.initial_streams(s, workload.lane_start(s, workload.start_fraction(seed, lane, start_ratio)))
+                  for lane, s in enumerate(lanes))
     drawn = list(itertools.islice(workload.draw(sessions, seed), n))
-    return CoverageRow(seed_set=seed_set, seed=seed,
-                       initial_streams=sum(len(s.chains) for s in drawn[:concurrency]),
+    return CoverageRow(seed_set=seed_set, seed=seed, initial_streams=streams,
                        input_tokens=sum(s.total_input_tokens for s in drawn),
                        branches=sum(s.n_subagents for s in drawn),
                        requests=sum(len(s.requests) for s in drawn))
@@ -51,12 +55,13 @@ def scan(sessions_path: str, serving: dict, out_csv: str, out_json: str) -> pd.D
     sessions = workload.load(sessions_path)
     cov = serving["coverage"]
     n, c = cov["sessions"], cov["concurrency"]
-    extra = [draw_stats(sessions, s, n, c, "scan") for s in range(cov["first_seed"], cov["first_seed"] + cov["seeds"])]
+    start_ratio = tuple(serving["replay"]["start_ratio"])
+    extra = [draw_stats(sessions, s, n, c, start_ratio, "scan") for s in range(cov["first_seed"], cov["first_seed"] + cov["seeds"])]
     ref = pd.DataFrame([r.model_dump() for r in extra])
     rows = []
     for name, seeds in serving["seeds"].items():
         for s in seeds:
-            row = draw_stats(sessions, s, n, c, name)
+            row = draw_stats(sessions, s, n, c, start_ratio, name)
             rows.append(row.model_copy(update={
                 f"pct_{m}": float(100.0 * np.mean(ref[m].to_numpy() <= getattr(row, m))) for m in METRICS}))
     frame = pd.DataFrame([r.model_dump() for r in rows + extra])

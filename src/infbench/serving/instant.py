@@ -7,6 +7,7 @@ CLOCK_MONOTONIC, comparable with the client's on one machine) in the first chunk
 ``mode`` makes it misbehave on purpose: ``die`` (exits after ``after`` requests),
 ``hang`` (never answers after ``after`` requests), ``malformed`` (broken SSE),
 ``short`` (one token fewer than asked), ``bad_usage`` (usage disagrees with the stream).
+``context_limit`` refuses (HTTP 400, as vLLM words it) a prompt plus ``max_tokens`` longer than it.
 
 Run: ``python -m infbench.serving.instant --port P [--mode M] [--seconds-per-token S]``.
 """
@@ -28,7 +29,7 @@ from starlette.routing import Route
 MODES = ("ok", "die", "hang", "malformed", "short", "bad_usage")
 
 
-def app(mode: str = "ok", seconds_per_token: float = 0.0, after: int = 0) -> Starlette:
+def app(mode: str = "ok", seconds_per_token: float = 0.0, after: int = 0, context_limit: int = 0) -> Starlette:
     received: list[dict] = []
 
     async def completions(request: Request) -> Response:
@@ -39,6 +40,10 @@ def app(mode: str = "ok", seconds_per_token: float = 0.0, after: int = 0) -> Sta
         received.append({"prompt": prompt, "max_tokens": n, "receive_time": t_recv,
                          "client_port": request.client.port if request.client else None})
         late = len(received) > after
+        if context_limit and len(prompt) + n > context_limit:
+            return JSONResponse({"error": {"message": f"This model's maximum context length is {context_limit} tokens. "
+                                           f"However, you requested {len(prompt) + n} tokens.",
+                                           "type": "invalid_request_error"}}, 400)
         if mode == "die" and late:
             os._exit(1)
         if mode == "hang" and late:
@@ -87,8 +92,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--mode", choices=MODES, default="ok")
     p.add_argument("--after", type=int, default=0, help="misbehave only after this many requests")
     p.add_argument("--seconds-per-token", type=float, default=0.0)
+    p.add_argument("--context-limit", type=int, default=0, help="refuse longer prompt + max_tokens (0: no limit)")
     a = p.parse_args(argv)
-    uvicorn.run(app(a.mode, a.seconds_per_token, a.after), host=a.host, port=a.port, log_level="warning",
+    uvicorn.run(app(a.mode, a.seconds_per_token, a.after, a.context_limit), host=a.host, port=a.port, log_level="warning",
                 backlog=4096, timeout_keep_alive=60, timeout_graceful_shutdown=2)
 
 

@@ -2,7 +2,9 @@
 
 - ``concurrency`` lanes each run one top-level session at a time (its subagent
   branches run concurrently inside it); a lane takes the next session of the
-  seeded draw as soon as every request of its session has finished.
+  seeded draw as soon as every request of its session has finished. A lane's
+  first session starts at a sampled point of its trace
+  (:func:`infbench.serving.workload.lane_start`); later ones from the start.
 - A request is sent ``delay_s`` after the last request it depends on finished.
 - When nothing is in flight, an idle gap longer than ``idle_cap_s`` until the
   next timed event is capped by moving every pending event earlier by the same
@@ -17,6 +19,9 @@
   produced exactly ``max_tokens`` tokens by the server's token accounting
   (streamed token ids and usage must agree where both are given) and reported
   the prompt length if usage is given. Anything else is a failure record.
+- A request the server refuses because it does not fit its context (an HTTP
+  error whose message says so) is also marked ``context_overflow``; scoring
+  invalidates a run with too many of them (:mod:`infbench.serving.value`).
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import asyncio
 import heapq
 import itertools
 import math
+import re
 import time
 import uuid
 from collections.abc import Iterator
@@ -40,9 +46,12 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from infbench import atomic
 from infbench.serving.trace import Session, TraceRequest
-from infbench.serving.workload import PromptBuilder
+from infbench.serving.workload import FROM_BEGINNING, LaneStart, PromptBuilder, lane_start, start_fraction
 
 JSON_BODY = {"Content-Type": "application/json"}
+# How OpenAI-compatible servers word a prompt that does not fit (vLLM, SGLang, llama.cpp, S0, OpenAI).
+CONTEXT_OVERFLOW = re.compile(r"context (length|limit|window|size)|maximum context|max_model_len|too many tokens"
+                              r"|(prompt|input) is too long|longer than the model", re.IGNORECASE)
 
 
 class ReplaySettings(BaseModel):
@@ -59,6 +68,8 @@ class ReplaySettings(BaseModel):
     token_high: int
     marker_tokens: int = Field(ge=1)
     temperature: float = Field(ge=0)
+    start_ratio: tuple[float, float] = Field(description="range of the sampled start point of a lane's first "
+                                                         "session, as fractions of its main chain")
     request_fields: dict[str, Any] = Field(default_factory=dict,
                                            description="extra JSON fields a server needs, e.g. logit_bias")
 
@@ -80,6 +91,8 @@ class RequestRecord(BaseModel):
     in_window: bool
     ok: bool
     error: str
+    context_overflow: bool
+    instance_requests: int = Field(description="requests of this session instance the replay sends")
     n_chunks: int
     streamed_token_ids: list[int]
     text: str
@@ -97,6 +110,7 @@ class _Instance:
     number: int
     session: Session
     lane: int
+    sent_requests: int
     waiting: dict[str, int]
     dependents: dict[str, list[TraceRequest]]
     outstanding: int
@@ -225,16 +239,25 @@ class Replay:
         return self.now() + self.shift
 
     def _start_session(self, lane: int) -> None:
-        session = next(self.sessions)
-        inst = _Instance(number=next(self.numbers), session=session, lane=lane,
-                         waiting={r.id: len(r.depends_on) for r in session.requests},
-                         dependents={r.id: [] for r in session.requests}, outstanding=len(session.requests))
-        for r in session.requests:
+        """A lane's next session, from its beginning."""
+        self._start(lane, next(self.sessions), FROM_BEGINNING)
+
+    def _start(self, lane: int, session: Session, start: LaneStart) -> None:
+        """Run ``session`` on ``lane``; the requests ``start`` skips are taken as done and never sent."""
+        sent = [r for r in session.requests if r.id not in start.skipped]
+        inst = _Instance(number=next(self.numbers), session=session, lane=lane, sent_requests=len(sent),
+                         waiting={r.id: sum(d not in start.skipped for d in r.depends_on) for r in sent},
+                         dependents={r.id: [] for r in sent}, outstanding=len(sent))
+        for r in sent:
             for dep in r.depends_on:
-                inst.dependents[dep].append(r)
-        for r in session.requests:
+                if dep not in start.skipped:
+                    inst.dependents[dep].append(r)
+        v = self.vnow()
+        for r in sent:
             if not r.depends_on:
-                self._push(inst, r, self.vnow() + r.delay_s)
+                self._push(inst, r, v + r.delay_s)
+            elif start.ready(r):  # what it waits for happened before the lane's start point
+                self._push(inst, r, v + start.offset(r))
 
     def _push(self, inst: _Instance, r: TraceRequest, vtime: float) -> None:
         heapq.heappush(self.heap, _Event(vtime, next(self.seq), inst, r))
@@ -267,7 +290,8 @@ class Replay:
         self.t0 = time.perf_counter()
         end = self.s.warmup_s + self.s.window_s
         for lane in range(self.s.concurrency):
-            self._start_session(lane)
+            session = next(self.sessions)
+            self._start(lane, session, lane_start(session, start_fraction(self.s.seed, lane, self.s.start_ratio)))
         while self.now() < end:
             self.wake.clear()
             if self.heap and self.in_flight == 0:
@@ -305,12 +329,14 @@ class Replay:
                 **self.s.request_fields}
         stream = _Stream()
         error = ""
+        overflow = False
         send = self.now()
         try:
             async with asyncio.timeout(self.s.request_timeout_s):
                 async with self.http.post(self.url, data=orjson.dumps(body), headers=JSON_BODY) as resp:
                     if resp.status != 200:
                         detail = (await resp.read())[:300].decode(errors="replace")
+                        overflow = bool(CONTEXT_OVERFLOW.search(detail))
                         raise ValueError(f"HTTP {resp.status}: {detail}")
                     # Read to the end of the body even after [DONE]: a response left unread closes
                     # its keep-alive connection, and every request would pay a new TCP handshake.
@@ -334,7 +360,7 @@ class Replay:
             chain=r.chain, input_tokens=len(prompt), max_tokens=r.output_tokens, ready_time=ready,
             send_time=send, first_token_time=stream.first, last_token_time=stream.last, end_time=end,
             in_window=self.s.warmup_s <= send < self.s.warmup_s + self.s.window_s, ok=not error, error=error,
-            n_chunks=stream.chunks, streamed_token_ids=stream.ids, text="".join(stream.text),
+            context_overflow=overflow, instance_requests=inst.sent_requests, n_chunks=stream.chunks, streamed_token_ids=stream.ids, text="".join(stream.text),
             usage_prompt_tokens=usage.get("prompt_tokens"), usage_completion_tokens=usage.get("completion_tokens"),
             output_tokens=n_out, ttft=ttft if not error else math.nan, tpot=tpot if not error else math.nan,
             server_ttft=stream.server_ttft,
@@ -357,7 +383,8 @@ RECORD_SCHEMA = pa.schema([
     ("chain", pa.string()), ("input_tokens", pa.int64()), ("max_tokens", pa.int64()),
     ("ready_time", pa.float64()), ("send_time", pa.float64()), ("first_token_time", pa.float64()),
     ("last_token_time", pa.float64()), ("end_time", pa.float64()), ("in_window", pa.bool_()), ("ok", pa.bool_()),
-    ("error", pa.string()), ("n_chunks", pa.int64()), ("streamed_token_ids", pa.list_(pa.int64())),
+    ("error", pa.string()), ("context_overflow", pa.bool_()),
+    ("instance_requests", pa.int64()), ("n_chunks", pa.int64()), ("streamed_token_ids", pa.list_(pa.int64())),
     ("text", pa.string()), ("usage_prompt_tokens", pa.int64()), ("usage_completion_tokens", pa.int64()),
     ("output_tokens", pa.int64()), ("ttft", pa.float64()), ("tpot", pa.float64()), ("server_ttft", pa.float64()),
     ("server_receive_time", pa.float64()),

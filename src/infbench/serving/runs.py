@@ -9,6 +9,7 @@ import pandas as pd
 from pydantic import BaseModel
 
 from infbench import atomic, provenance
+from infbench.errors import InputFileError
 from infbench.hashing import sha256_file
 from infbench.serving import replay, servers, workload
 from infbench.serving.trace import Session
@@ -38,7 +39,7 @@ def settings(serving: dict[str, Any], base_url: str, concurrency: int, seed: int
         base_url=base_url, model=serving["deployment"]["name"], concurrency=concurrency, seed=seed,
         warmup_s=r["warmup_s"], window_s=r["window_s"], request_timeout_s=r["request_timeout_s"],
         idle_cap_s=r["idle_cap_s"], token_low=low, token_high=high, marker_tokens=w["marker_tokens"],
-        temperature=r["temperature"], request_fields=request_fields)
+        temperature=r["temperature"], start_ratio=tuple(r["start_ratio"]), request_fields=request_fields)
 
 
 def launch_vars(serving: dict[str, Any], model_dir: str, gguf: str) -> servers.LaunchVars:
@@ -60,7 +61,7 @@ def replay_once(serving: dict[str, Any], sessions: list[Session], server: str, b
     frame = replay.write_records(recs, records_path)
     summary = RunSummary(
         server=server, concurrency=concurrency, seed=seed, settings=st, records=str(records_path),
-        requests=len(frame), score=score(frame, deployment(serving), st.window_s, targets),
+        requests=len(frame), score=score_frame(frame, serving, targets),
         provenance=provenance.collect({"server": server, "concurrency": concurrency, "seed": seed,
                                        "serving": serving}, inputs))
     if summary_path:
@@ -68,9 +69,18 @@ def replay_once(serving: dict[str, Any], sessions: list[Session], server: str, b
     return summary
 
 
+def score_frame(frame: pd.DataFrame, serving: dict[str, Any], targets: Targets | None) -> Score:
+    return score(frame, deployment(serving), serving["replay"]["window_s"],
+                 serving["replay"]["max_context_overflow_share"], targets)
+
+
 def rescore(records_path: str, serving: dict[str, Any], targets: Targets) -> Score:
     frame = pd.read_parquet(records_path)
-    return score(frame, deployment(serving), serving["replay"]["window_s"], targets)
+    missing = [name for name in replay.RECORD_SCHEMA.names if name not in frame.columns]
+    if missing:
+        raise InputFileError(records_path, f"replay records lack {', '.join(missing)} (written by an older replay "
+                                           "client); delete them and rerun the replay")
+    return score_frame(frame, serving, targets)
 
 
 def input_hashes(*paths: str) -> dict[str, str]:

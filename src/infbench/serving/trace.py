@@ -118,6 +118,10 @@ class Session(BaseModel):
         return sum(r.input_tokens for r in self.requests)
 
     @property
+    def main_chain(self) -> Chain:
+        return next(c for c in self.chains if c.kind == "main")
+
+    @property
     def n_subagents(self) -> int:
         return sum(c.kind == "subagent" for c in self.chains)
 

@@ -5,6 +5,10 @@ token counts. Only *completed* requests count: sent inside the window,
 well-formed (see :mod:`infbench.serving.replay`) with finite TTFT and TPOT.
 ``q_i = 1`` iff TTFT <= tau_first and TPOT <= tau_token.
 ``D = sum q_i v_i / (d r W / 3600)``, ``G = sum v_i / (d r W / 3600)``, ``f = D / G``.
+
+A run is *invalid* (as AgentX marks it) when more than ``max_overflow_share`` of
+the requests sent in the window were refused for not fitting the server's
+context: its ``D`` is 0 and ``invalid_reason`` says why.
 """
 
 from __future__ import annotations
@@ -50,6 +54,10 @@ class Score(BaseModel):
     p90_tpot_s: float | None
     output_tokens: int
     input_tokens: int
+    context_overflows: int
+    overflow_share: float
+    valid: bool
+    invalid_reason: str
 
 
 def request_value(x: np.ndarray | float, y: np.ndarray | float, dep: Deployment):
@@ -64,23 +72,30 @@ def _p90(values: pd.Series) -> float | None:
     return float(np.percentile(values, 90)) if len(values) else None
 
 
-def score(frame: pd.DataFrame, dep: Deployment, window_s: float, targets: Targets | None = None) -> Score:
+def score(frame: pd.DataFrame, dep: Deployment, window_s: float, max_overflow_share: float,
+          targets: Targets | None = None) -> Score:
     """Score one replay's records; without targets only G and the latency percentiles."""
     win = frame[frame["in_window"]]
     done = frame[completed_mask(frame)]
     values = request_value(done["input_tokens"].to_numpy(float), done["output_tokens"].to_numpy(float), dep)
     cost = dep.devices * dep.usd_per_device_hour * window_s / 3600.0
     gross = float(values.sum())
+    overflows = int(win["context_overflow"].sum())
+    share = overflows / len(win) if len(win) else 0.0
+    invalid_reason = (f"{overflows} of {len(win)} requests in the window ({100 * share:.1f}%) overflowed the "
+                      f"server's context (at most {100 * max_overflow_share:g}% allowed)"
+                      if share > max_overflow_share else "")
     qualified_usd = n_q = D = f = None
     if targets is not None:
         q = ((done["ttft"] <= targets.tau_first_s) & (done["tpot"] <= targets.tau_token_s)).to_numpy()
         qualified_usd = float(values[q].sum())
         n_q = int(q.sum())
-        D = qualified_usd / cost
+        D = 0.0 if invalid_reason else qualified_usd / cost
         f = qualified_usd / gross if gross > 0 else None
     return Score(
         D=D, G=gross / cost, f=f, window_s=window_s, cost_usd=cost, gross_usd=gross, qualified_usd=qualified_usd,
         requests_in_window=len(win), completed=len(done), qualified=n_q, failed=int((~win["ok"]).sum()),
         p90_ttft_s=_p90(done["ttft"]), p90_tpot_s=_p90(done["tpot"]),
         output_tokens=int(done["output_tokens"].sum()), input_tokens=int(done["input_tokens"].sum()),
+        context_overflows=overflows, overflow_share=share, valid=not invalid_reason, invalid_reason=invalid_reason,
     )

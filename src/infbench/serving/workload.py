@@ -6,6 +6,11 @@
 - Eligibility keeps or drops whole sessions against the context limit; prompts
   are never truncated.
 - A draw is a seeded, endless sequence of sessions (fresh permutation per pass).
+- A lane's first session starts at a sampled point of its trace (as AgentX
+  does, ``trajectory_start_{min,max}_ratio``): a fraction ``u`` drawn per seed
+  and lane from ``start_ratio`` picks main-chain request ``floor(u * n_main)``;
+  every request recorded before it counts as already done and is not sent, so
+  the replay starts with grown contexts rather than every lane at turn one.
 - Prompts are token ids: block ``h`` of a prefix scope is a fixed seeded token
   block (equal hash ids give identical blocks); the first ``marker_tokens`` of
   every prompt are a marker unique to the replayed session instance, so two
@@ -117,6 +122,44 @@ def check_disjoint(seed_sets: dict[str, list[int]]) -> None:
             common = set(seed_sets[a]) & set(seed_sets[b])
             if common:
                 raise ConfigError(f"serving.seeds.{b}", f"shares seeds {sorted(common)[:5]} with {a}")
+
+
+class LaneStart(BaseModel):
+    """Where a lane's first session starts: the requests taken as already done, and the recorded time ``t*``."""
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    fraction: float
+    t_star: float
+    skipped: frozenset[str]
+
+    def offset(self, request: TraceRequest) -> float:
+        """When a request none of whose sent dependencies remain is due, relative to the lane's start."""
+        return max(0.0, request.t - self.t_star)
+
+    def ready(self, request: TraceRequest) -> bool:
+        """Sent, and waiting for no response: ready to advance when the replay begins (after its offset)."""
+        return request.id not in self.skipped and all(d in self.skipped for d in request.depends_on)
+
+
+FROM_BEGINNING = LaneStart(fraction=0.0, t_star=0.0, skipped=frozenset())
+
+
+def start_fraction(seed: int, lane: int, start_ratio: tuple[float, float]) -> float:
+    lo, hi = start_ratio
+    return float(np.random.default_rng(derive_seed(seed, "lane-start", lane)).uniform(lo, hi)) if hi > lo else lo
+
+
+def lane_start(session: Session, fraction: float) -> LaneStart:
+    """Skip the requests recorded before main-chain request ``floor(fraction * n_main)`` (never the last one)."""
+    main = sorted((r for r in session.requests if r.chain == session.main_chain.id), key=lambda r: r.t)
+    k = min(int(fraction * len(main)), len(main) - 1)
+    t_star = main[k].t
+    return LaneStart(fraction=fraction, t_star=t_star,
+                     skipped=frozenset(r.id for r in session.requests if r.t < t_star))
+
+
+def initial_streams(session: Session, start: LaneStart) -> int:
+    """Chains of ``session`` with a request ready to advance when a lane begins at ``start``."""
+    return len({r.chain for r in session.requests if start.ready(r)})
 
 
 class PromptBuilder(BaseModel):

@@ -9,6 +9,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from infbench.serving import calibrate, runs
+from infbench.serving.value import Score
 from infbench.tables.io import write_table
 
 
@@ -33,6 +34,13 @@ def mean_present(xs):
     return statistics.fmean(xs) if xs else None
 
 
+def d_at_c(D: float, c: int, scores: list[Score]) -> str:
+    """``D @ c``, and why if a replay was invalid (its D counts as 0 in the mean)."""
+    invalid = [x for x in scores if not x.valid]
+    note = f" ({len(invalid)} of {len(scores)} replays invalid: {invalid[0].invalid_reason})" if invalid else ""
+    return f"{D:.3g} @{c}{note}"
+
+
 def rows(serving: dict[str, Any], targets: calibrate.TargetsRecord, summaries: list[str]) -> list[ServingRow]:
     dep = serving["deployment"]["name"]
     groups: dict[tuple[str, int], list[runs.RunSummary]] = {}
@@ -51,7 +59,7 @@ def rows(serving: dict[str, Any], targets: calibrate.TargetsRecord, summaries: l
         tpot = mean_present(x.p90_tpot_s for x in scores)
         out.append(ServingRow(
             deployment=dep, system=server, concurrency=c, seeds=",".join(str(s.seed) for s in group), D=D,
-            D_at_c=f"{D:.3g} @{c}", G=statistics.fmean(x.G for x in scores), f=mean_present(x.f for x in scores),
+            D_at_c=d_at_c(D, c, scores), G=statistics.fmean(x.G for x in scores), f=mean_present(x.f for x in scores),
             p90_ttft_s=mean_present(x.p90_ttft_s for x in scores), p90_tpot_ms=None if tpot is None else 1e3 * tpot,
             completed=sum(x.completed for x in scores), failed=sum(x.failed for x in scores)))
     return out

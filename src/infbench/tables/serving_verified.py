@@ -16,7 +16,7 @@ from pydantic import BaseModel
 from infbench.serving import calibrate, runs
 from infbench.serving.verify.verdict import VerificationRecord
 from infbench.tables.io import write_table
-from infbench.tables.serving import mean_present
+from infbench.tables.serving import d_at_c, mean_present
 
 
 class VerifiedRow(BaseModel):
@@ -61,7 +61,7 @@ def rows(serving: dict[str, Any], targets: calibrate.TargetsRecord, record_paths
         tpot = mean_present(x.p90_tpot_s for x in scores)
         out.append(VerifiedRow(
             deployment=dep, system=rec.submission, concurrency=rec.concurrency, seeds=seeds, verdict="verified",
-            D=D, D_at_c=f"{D:.3g} @{rec.concurrency}", G=statistics.fmean(x.G for x in scores),
+            D=D, D_at_c=d_at_c(D, rec.concurrency, scores), G=statistics.fmean(x.G for x in scores),
             f=mean_present(x.f for x in scores), p90_ttft_s=mean_present(x.p90_ttft_s for x in scores),
             p90_tpot_ms=None if tpot is None else 1e3 * tpot, completed=sum(x.completed for x in scores),
             failed=sum(x.failed for x in scores), checks_passed=passed, cause=""))

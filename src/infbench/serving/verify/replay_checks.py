@@ -24,7 +24,6 @@ from collections.abc import Callable
 
 import pandas as pd
 
-from infbench.serving.trace import Session
 from infbench.serving.verify.common import CheckResult
 
 CUT = ("timed out", "cancelled at replay end")
@@ -102,12 +101,11 @@ def streaming_consistency(frame: pd.DataFrame, decode: Callable[[list[int]], str
                   "examples": [f"{r.session_id}#{r.instance}/{r.request_id}: {p}" for r, p in problems[:5]]})
 
 
-def session_progress(frame: pd.DataFrame, sessions: list[Session], issue_end: float | None = None) -> CheckResult:
-    size = {s.id: len(s.requests) for s in sessions}
+def session_progress(frame: pd.DataFrame, issue_end: float | None = None) -> CheckResult:
     win = frame[frame["in_window"]]
     completed = frame["ok"]
-    by_instance = frame.groupby(["instance", "session_id"])["ok"].agg(["sum", "count"]).reset_index()
-    sessions_done = int(sum(row["sum"] == size.get(row["session_id"], -1) for _, row in by_instance.iterrows()))
+    by_instance = frame.groupby("instance").agg(ok=("ok", "sum"), size=("instance_requests", "first"))
+    sessions_done = int((by_instance["ok"] == by_instance["size"]).sum())
     transport = frame[frame["error"].map(_transport)]
     timeouts = frame[frame["error"].str.startswith("timed out")]
     evidence = {"requests": len(frame), "requests_in_window": len(win), "completed": int(completed.sum()),

@@ -20,7 +20,7 @@ from pydantic import BaseModel
 from infbench import atomic, provenance
 from infbench.compression.answers.settings import AnswerSettings
 from infbench.serving import replay, runs, workload
-from infbench.serving.value import Score, score
+from infbench.serving.value import Score
 from infbench.serving.verify import answers, fidelity, probes, reference, replay_checks, submission
 from infbench.serving.verify.common import CheckResult, VerifySettings
 
@@ -134,7 +134,7 @@ def verify(directory: str, serving: dict[str, Any], answer_settings: AnswerSetti
                     frame = replay.write_records(recs, path)
                     frames.append(frame)
                     replays.append(SeedReplay(seed=seed, records=path, requests=len(frame),
-                                              score=score(frame, runs.deployment(serving), st.window_s)))
+                                              score=runs.score_frame(frame, serving, None)))
 
                 def context_check():
                     result, comps = probes.context_probes(
@@ -182,7 +182,7 @@ def verify(directory: str, serving: dict[str, Any], answer_settings: AnswerSetti
         checks.append(_guard("streaming_consistency",
                              lambda: replay_checks.streaming_consistency(records, decode_fn, special)))
     checks.append(_guard("session_progress", lambda: replay_checks.session_progress(
-        records if not records.empty else pd.DataFrame(columns=list(replay.RequestRecord.model_fields)), sessions,
+        records if not records.empty else pd.DataFrame(columns=list(replay.RequestRecord.model_fields)),
         serving["replay"]["warmup_s"] + serving["replay"]["window_s"])))
 
     def fidelity_check():
