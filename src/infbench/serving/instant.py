@@ -94,8 +94,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--seconds-per-token", type=float, default=0.0)
     p.add_argument("--context-limit", type=int, default=0, help="refuse longer prompt + max_tokens (0: no limit)")
     a = p.parse_args(argv)
-    uvicorn.run(app(a.mode, a.seconds_per_token, a.after, a.context_limit), host=a.host, port=a.port, log_level="warning",
-                backlog=4096, timeout_keep_alive=60, timeout_graceful_shutdown=2)
+    uvicorn.run(app(a.mode, a.seconds_per_token, a.after, a.context_limit), host=a.host, port=a.port,
+                log_level="warning", backlog=4096, timeout_keep_alive=60, timeout_graceful_shutdown=2)
 
 
 if __name__ == "__main__":
