@@ -167,3 +167,25 @@ def test_a_lane_starts_its_first_session_at_the_sampled_point(tmp_path):
     assert {r.instance_requests for r in first} == {3} and all(r.ok for r in first)
     second = [r for r in recs if r.instance == 1]
     assert second and second[0].request_id == "main/0" and {r.instance_requests for r in second} == {7}
+
+
+def test_coverage_counts_the_streams_ready_at_the_lanes_start_points():
+    from infbench.serving import coverage
+
+    s = trace.session_from_weka(HAND)
+    at_start = coverage.draw_stats([s], seed=3, n=4, concurrency=2, start_ratio=(0.0, 0.0), seed_set="x")
+    assert at_start.initial_streams == 2 and at_start.requests == 4 * 7   # one main chain ready per lane
+    # fraction 0.4: main request floor(0.4 * 3) = 1 at t* = 3, after the fan-out: main/1 alone is ready
+    mid = coverage.draw_stats([s], seed=3, n=4, concurrency=2, start_ratio=(0.4, 0.4), seed_set="x")
+    assert mid.initial_streams == 2
+    fanout = trace.session_from_weka({"id": "fan", "block_size": BS, "requests": [
+        {"t": 0, "in": 8, "out": 2, "hash_ids": [0, 1], "think_time": 0},
+        {"type": "subagent", "requests": [{"t": 1, "in": 8, "out": 2, "hash_ids": [0, 2], "think_time": 0},
+                                          {"t": 5, "in": 8, "out": 2, "hash_ids": [0, 2], "think_time": 0}]},
+        {"type": "subagent", "requests": [{"t": 1, "in": 8, "out": 2, "hash_ids": [0, 3], "think_time": 0},
+                                          {"t": 5, "in": 8, "out": 2, "hash_ids": [0, 3], "think_time": 0}]},
+        {"t": 4, "in": 12, "out": 2, "hash_ids": [0, 1, 4], "think_time": 0},
+        {"t": 9, "in": 12, "out": 2, "hash_ids": [0, 1, 4], "think_time": 0}]})
+    # starting at main/1 (t* = 4): both branches' second requests are still to come and ready, main/1 waits for them
+    start = workload.lane_start(fanout, 0.5)
+    assert start.t_star == 4 and workload.initial_streams(fanout, start) == 2
