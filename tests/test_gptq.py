@@ -96,3 +96,32 @@ def test_quantized_package_fits_and_runs(smollm2_source, contexts_file, tmp_path
     ids = np.arange(100, 112, dtype=np.int64)[None]
     logits = runner.logits(ids, 3)
     assert logits.shape == (1, 3, 49152) and np.isfinite(logits).all()
+
+
+def test_generation_dequantizes_once_per_call_and_keeps_nothing(untied, contexts_file, tmp_path, monkeypatch):
+    """The hf runtime lets GPTQModel's TorchLinear keep its dequantized weights for one generation call only: the
+    tokens are those of dequantizing on every pass, and once a call ends, even one stopped early, no layer holds
+    a dequantized copy (resident storage is what it was after load)."""
+    import contextlib
+
+    from infbench.compression.runtimes import hf
+    from infbench.compression.storage import live_cpu_bytes
+
+    gptq.package(untied, "untied", 1.0, tmp_path / "pkg", corpus={"type": "embedded"},
+                 contexts_parquet=str(contexts_file), bit_widths=[3], group_size=32, damp_percent=0.01,
+                 act_order=True, calibration_samples=2, calibration_tokens=32, calibration_seed=0)
+    runner = HFRunner(tmp_path / "pkg" / "model", "cpu")
+    layers = [m for m in runner.model.modules() if type(m).__name__ == "TorchLinear"]
+    assert layers and all(m.bits == 3 for m in layers)
+    prompt = list(range(100, 110))
+    tokens = list(runner.generate(prompt, 6))
+    with monkeypatch.context() as m:
+        m.setattr(hf, "_dequantized_once_per_call", lambda model: contextlib.nullcontext())
+        assert list(runner.generate(prompt, 6)) == tokens
+    after_load = live_cpu_bytes()
+    stream = runner.generate(prompt, 6)
+    next(stream)
+    assert any(m._cached_weights for m in layers)  # the call's workspace, while it runs
+    stream.close()
+    assert not any(m._cached_weights or m._cache_enabled for m in layers)
+    assert live_cpu_bytes() == after_load

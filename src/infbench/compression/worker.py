@@ -128,11 +128,16 @@ class Worker:
     def cmd_generate(self, req):
         tokens, stamps = [], []
         stop_ids, stop_texts = set(req.get("stop_ids", [])), [s for s in req.get("stop_texts", []) if s]
-        for token in self.runner.generate([int(t) for t in req["ids"]], int(req["max_new_tokens"])):
-            stamps.append(time.perf_counter())
-            tokens.append(int(token))
-            if len(tokens) >= int(req["max_new_tokens"]) or self._stopped(tokens, stop_ids, stop_texts):
-                break
+        stream = self.runner.generate([int(t) for t in req["ids"]], int(req["max_new_tokens"]))
+        try:
+            for token in stream:
+                stamps.append(time.perf_counter())
+                tokens.append(int(token))
+                if len(tokens) >= int(req["max_new_tokens"]) or self._stopped(tokens, stop_ids, stop_texts):
+                    break
+        finally:  # a generator stopped early runs its clean-up now, before anything is measured
+            if hasattr(stream, "close"):
+                stream.close()
         return {"tokens": tokens, "times": stamps}
 
     def cmd_release(self, req):
