@@ -73,13 +73,14 @@ def test_tables_and_outputs(finished):
 def test_compression_table(finished):
     workdir, _ = finished
     table = pd.read_csv(workdir / "results/tables/compression.csv")
-    candidates = {"starter", "gguf-Q4_0", REFERENCE_RUN}
+    candidates = {"bf16", "starter", "gguf-Q4_0", REFERENCE_RUN}
     for task in ["smollm2-135m-0.1gib", "smollm2-135m-0.12gib"]:
         assert set(table[table["task"] == task]["method"]) == candidates
     rows = table.set_index(["task", "method"])
-    starter = rows.loc[("smollm2-135m-0.12gib", "starter")]
-    assert abs(starter["f_v"] - 1) < 1e-3  # BF16 against itself
-    assert starter["verdict"] == "failed: storage_package" and starter["score"] == 0
+    for name, runtime in [("bf16", "hf"), ("starter", "python")]:  # the BF16 checkpoint, two runtimes
+        row = rows.loc[("smollm2-135m-0.12gib", name)]
+        assert abs(row["f_v"] - 1) < 1e-3 and row["runtime"] == runtime  # BF16 against itself
+        assert row["verdict"] == "failed: storage_package" and row["score"] == 0
     gguf = rows.loc[("smollm2-135m-0.12gib", "gguf-Q4_0")]
     assert 0.08 < gguf["package_gib"] < 0.1 and gguf["f_v"] < 1
     for r in table.itertuples():
@@ -112,7 +113,7 @@ def test_seed_change_reruns_sampling_and_downstream_only(finished):
     workdir, _ = finished
     proc = run_snakemake(workdir, "-n", "--configfile", str(_config(workdir, seed=1)))
     assert planned_jobs(proc) == {"sample_continuations": 2, "score_reference": 2, "tables": 1,
-                                  "plot_reference": 1, "measure_candidate": 3, "verify": 6,
+                                  "plot_reference": 1, "measure_candidate": 4, "verify": 8,
                                   "compression_table": 1, "reference_search": 1, "ingest_run": 1,
                                   "runs_analysis": 1, "all": 1}
 

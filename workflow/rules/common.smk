@@ -56,7 +56,8 @@ SUBMISSIONS = compression_tasks.submission_dirs(COMPRESSION["submissions_dir"])
 
 def candidates(source):
     """Candidate names verified for ``source``: baselines, then user submissions."""
-    names = ["starter"] if COMPRESSION["starter"] else []
+    names = ["bf16"] if COMPRESSION["bf16"] else []
+    names += ["starter"] if COMPRESSION["starter"] else []
     names += [f"gguf-{t}" for t in COMPRESSION["gguf_types"]]
     names += [
         f"released-{n}"

@@ -1,6 +1,23 @@
 # CompressionBench candidates (PROTOCOL A6), final verification (A5) and tables.
 
 
+rule bf16_package:
+    input:
+        checkpoint=source_dir,
+    output:
+        directory("results/candidates/{source}/bf16"),
+    log:
+        "logs/bf16_package/{source}.log",
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=10,
+    conda:
+        "../../envs/compression-cpu.yaml"
+    script:
+        "../scripts/bf16_package.py"
+
+
 rule starter_submission:
     input:
         checkpoint=source_dir,

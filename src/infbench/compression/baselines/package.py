@@ -60,3 +60,10 @@ def starter(example_dir: str | Path, checkpoint: str | Path, source: str, out_di
         shutil.copytree(checkpoint, tmp / manifest.weights)
 
     write_package(out_dir, manifest, fill)
+
+
+def bf16(checkpoint: str | Path, source: str, out_dir: str | Path) -> None:
+    """The BF16 row of the tables: the source checkpoint itself as an ``hf`` package (``F = 1`` against itself)."""
+    manifest = Manifest(name="bf16", source=source, runtime="hf", weights="model", tokenizer="model",
+                        description=f"{source}'s BF16 checkpoint, unchanged, through transformers")
+    write_package(out_dir, manifest, lambda tmp: shutil.copytree(checkpoint, tmp / manifest.weights))
