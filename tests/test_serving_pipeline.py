@@ -38,6 +38,7 @@ def test_embedded_plan(tmp_path):
     ({"serving.servers": {"S0": {"command": ["x", "{nope}"]}, "llamacpp": {"command": ["y"]}}},
      "config key 'serving.servers.S0.command': bad placeholder"),
     ({"serving.source": "gpt"}, "config key 'serving.source': unknown source 'gpt'"),
+    ({"serving.replay.start_ratio": [0.8, 0.2]}, "config key 'serving.replay.start_ratio': [0.8, 0.2] is not a range"),
 ])
 def test_bad_serving_config_stops_before_any_job(tmp_path, changes, message):
     proc = run_snakemake(tmp_path, "-n", *SERVING_TARGETS, "--configfile", str(_config(tmp_path, **changes)),

@@ -49,3 +49,6 @@ def check_serving(config: dict[str, Any]) -> None:
     low, high = serving["workload"]["token_id_range"]
     if not low < high:
         raise ConfigError("serving.workload.token_id_range", f"empty range [{low}, {high})")
+    first, last = serving["replay"]["start_ratio"]
+    if first > last:
+        raise ConfigError("serving.replay.start_ratio", f"[{first}, {last}] is not a range (first > last)")
