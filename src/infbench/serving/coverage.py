@@ -40,10 +40,10 @@ class CoverageRow(BaseModel):
 
 def draw_stats(sessions: list[Session], seed: int, n: int, concurrency: int, start_ratio: tuple[float, float],
                seed_set: str) -> CoverageRow:
-    lanes = list(itertools.islice(workload.draw(sessions, seed), concurrency))
+    drawn = list(itertools.islice(workload.draw(sessions, seed), max(n, concurrency)))
     streams = sum(workload.initial_streams(s, workload.lane_start(s, workload.start_fraction(seed, lane, start_ratio)))
-                  for lane, s in enumerate(lanes))
-    drawn = list(itertools.islice(workload.draw(sessions, seed), n))
+                  for lane, s in enumerate(drawn[:concurrency]))
+    drawn = drawn[:n]
     return CoverageRow(seed_set=seed_set, seed=seed, initial_streams=streams,
                        input_tokens=sum(s.total_input_tokens for s in drawn),
                        branches=sum(s.n_subagents for s in drawn),
@@ -56,7 +56,8 @@ def scan(sessions_path: str, serving: dict, out_csv: str, out_json: str) -> pd.D
     cov = serving["coverage"]
     n, c = cov["sessions"], cov["concurrency"]
     start_ratio = tuple(serving["replay"]["start_ratio"])
-    extra = [draw_stats(sessions, s, n, c, start_ratio, "scan") for s in range(cov["first_seed"], cov["first_seed"] + cov["seeds"])]
+    extra = [draw_stats(sessions, s, n, c, start_ratio, "scan")
+             for s in range(cov["first_seed"], cov["first_seed"] + cov["seeds"])]
     ref = pd.DataFrame([r.model_dump() for r in extra])
     rows = []
     for name, seeds in serving["seeds"].items():

@@ -127,7 +127,6 @@ def check_disjoint(seed_sets: dict[str, list[int]]) -> None:
 class LaneStart(BaseModel):
     """Where a lane's first session starts: the requests taken as already done, and the recorded time ``t*``."""
     model_config = ConfigDict(extra="forbid", frozen=True)
-    fraction: float
     t_star: float
     skipped: frozenset[str]
 
@@ -140,7 +139,7 @@ class LaneStart(BaseModel):
         return request.id not in self.skipped and all(d in self.skipped for d in request.depends_on)
 
 
-FROM_BEGINNING = LaneStart(fraction=0.0, t_star=0.0, skipped=frozenset())
+FROM_BEGINNING = LaneStart(t_star=0.0, skipped=frozenset())
 
 
 def start_fraction(seed: int, lane: int, start_ratio: tuple[float, float]) -> float:
@@ -153,8 +152,7 @@ def lane_start(session: Session, fraction: float) -> LaneStart:
     main = sorted((r for r in session.requests if r.chain == session.main_chain.id), key=lambda r: r.t)
     k = min(int(fraction * len(main)), len(main) - 1)
     t_star = main[k].t
-    return LaneStart(fraction=fraction, t_star=t_star,
-                     skipped=frozenset(r.id for r in session.requests if r.t < t_star))
+    return LaneStart(t_star=t_star, skipped=frozenset(r.id for r in session.requests if r.t < t_star))
 
 
 def initial_streams(session: Session, start: LaneStart) -> int:
