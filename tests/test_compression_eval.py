@@ -19,9 +19,10 @@ from infbench.compression.submission import GIB
 pytestmark = pytest.mark.slow
 
 SETTINGS = EvaluationSettings(
-    device="cpu", threads=1, timeout_s=120, score_batch_size=4, bootstrap_resamples=100, seed=0,
+    device="cpu", threads=1, timeout_s=120, runtime_allowance_mib=16, score_batch_size=4, bootstrap_resamples=100, seed=0,
     decode={"prompt_tokens": 8, "output_tokens": 4, "rounds": 1, "requests_per_round": 2, "warmup": 0},
     integrity={"sequences": 2, "tolerance": 0.05, "tie_margin": 0.01, "greedy_tokens": 6},
+    sandbox={"allow_unsandboxed": False, "tmp_mb": 256},
 )
 
 HONEST = '''

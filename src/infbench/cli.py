@@ -46,7 +46,8 @@ def _reward(args) -> None:
         raise ConfigError("--task", f"unknown task '{args.task}' (tasks in {args.config}: {', '.join(known)})")
     package = from_template(args.submission, Path(args.results), known[args.task].source)
     record = verification.reward(str(package), known[args.task], results=Path(args.results),
-                                 settings=config["verification"], threads=args.threads, log_path=Path(args.log))
+                                 settings=config["verification"], sandbox=config["sandbox"], threads=args.threads,
+                                 log_path=Path(args.log))
     summary = {k: getattr(record, k) for k in ("task", "submission", "reward", "f", "ppl", "s_pkg_bytes",
                                                "s_res_bytes", "failed_check", "failure", "wall_s")}
     summary["tps"] = record.decode.tps if record.decode else None

@@ -107,6 +107,7 @@ rule measure_candidate:
     params:
         package=candidate_dir,
         settings=config["verification"],
+        sandbox=config["sandbox"],
         answers=config["answers"],
     log:
         "logs/measure_candidate/{source}/{candidate}.log",

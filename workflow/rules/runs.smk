@@ -24,6 +24,7 @@ if REFERENCE_TASK is not None:
             task=REFERENCE_TASK.model_dump(),
             search=config["runs"]["reference_search"],
             settings=config["verification"],
+            sandbox=config["sandbox"],
         log:
             "logs/reference_search/reference_search.log",
         threads: 2

@@ -13,6 +13,7 @@ verification.measure_for_pipeline(
     continuations=snakemake.input.continuations,
     reference_scores=snakemake.input.reference,
     settings=dict(snakemake.params.settings),
+    sandbox=dict(snakemake.params.sandbox),
     threads=snakemake.threads,
     out=snakemake.output[0],
     worker_log=snakemake.log[0],

@@ -15,6 +15,7 @@ reference_search.run(
     budget_hours=search["budget_hours"],
     results="results",
     settings=dict(snakemake.params.settings),
+    sandbox=dict(snakemake.params.sandbox),
     threads=snakemake.threads,
     worker_log=snakemake.log[0],
 )

@@ -1,8 +1,9 @@
 """The accuracy gate run through a submission's own greedy generation.
 
 Prompts are tokenized with the source tokenizer (the package's is checked to
-be identical) as the reference run did; generation stops at EOS or a stop
-sequence, and the driver cuts completions at the first stop, as for A(p).
+be identical) as the reference run did. The pipeline decides when generation
+stops (EOS, or the decoded text holding a stop sequence) and tells the worker,
+and the driver cuts completions at the first stop, as for A(p).
 """
 
 from __future__ import annotations
@@ -23,12 +24,18 @@ def make_gate(settings: dict, reference_json: str | Path, source_checkpoint: str
 
     def gate(proc) -> dict:
         def generate_fn(prompts: list[str], max_new_tokens: int, stop: list[str]) -> list[str]:
+            texts = [s for s in stop if s]
+
+            def stopped(tokens: list[int]) -> bool:
+                if tokens[-1] in eos_ids:
+                    return True
+                return bool(texts) and any(s in tokenizer.decode(tokens, skip_special_tokens=True) for s in texts)
+
             completions = []
             for prompt in prompts:
-                tokens, _ = proc.generate(tokenizer(prompt)["input_ids"], max_new_tokens, stop_ids=eos_ids,
-                                          stop_texts=stop)
-                if tokens and tokens[-1] in eos_ids:
-                    tokens = tokens[:-1]
+                tokens = proc.stream(tokenizer(prompt)["input_ids"], max_new_tokens, stop=stopped).tokens
+                if eos_ids and eos_ids[0] in tokens:
+                    tokens = tokens[:tokens.index(eos_ids[0])]
                 completions.append(tokenizer.decode(tokens, skip_special_tokens=True))
             return completions
 

@@ -1,8 +1,12 @@
-"""The pipeline's side of the worker protocol: a submission in its own process.
+"""The pipeline's side of the worker protocol: a submission in its own sandboxed process.
 
-Every request has a deadline; a worker that crashes, hangs or answers
-nonsense raises :class:`WorkerFailure` with the reason and the tail of its
-stderr, and the process group is always killed on exit.
+The worker runs under :mod:`infbench.sandbox` (bubblewrap: it sees its package read-only, the Python runtime
+with its model files hidden, a private ``/tmp`` and the IPC directory; no network, its own PID namespace). Every
+figure a verdict uses is taken here, outside it: memory from ``/proc`` (:meth:`SubmissionProcess.memory`, a
+10 ms peak sampler), and the arrival time of every generated token as its line crosses the pipe.
+
+Every request has a deadline; a worker that crashes, hangs or answers nonsense raises :class:`WorkerFailure`
+with the reason and the tail of its stderr, and everything in the sandbox is always killed on exit.
 """
 
 from __future__ import annotations
@@ -10,19 +14,28 @@ from __future__ import annotations
 import json
 import os
 import queue
-import signal
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import torch
+from pydantic import BaseModel
 
 from infbench.errors import InfbenchError
+from infbench.sandbox import meter
+from infbench.sandbox.launch import SandboxRecord, Sandboxed, SandboxSettings, SandboxUnavailable
+from infbench.sandbox.policy import Policy, base_env, python_policy
+
+# glibc: allocations of 64 KiB and more are their own mappings, unmapped when freed (no heap growth that
+# outlives a call), and the threshold does not adapt upwards after a large free. Applied to the baseline and
+# the measured worker alike.
+MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": str(64 << 10), "MALLOC_TRIM_THRESHOLD_": str(128 << 10)}
 
 
 class WorkerFailure(InfbenchError):
@@ -31,37 +44,86 @@ class WorkerFailure(InfbenchError):
         super().__init__(f"{cause}{': ' + detail if detail else ''}")
 
 
+class Generation(BaseModel):
+    """Greedy tokens with the parent's clock: when the request was sent and when each token arrived."""
+
+    tokens: list[int]
+    sent_at: float
+    arrivals: list[float]
+
+
 class SubmissionProcess:
-    def __init__(self, package: str | Path, *, device: str = "cpu", threads: int = 1, timeout_s: float = 3600.0,
-                 log_path: str | Path | None = None):
-        self.package = Path(package).resolve()
+    def __init__(self, package: str | Path | None, *, sandbox: SandboxSettings, preload: list[str],
+                 device: str = "cpu", threads: int = 1, timeout_s: float = 3600.0,
+                 log_path: str | Path | None = None, baseline: bool = False):
+        self.package = Path(package).resolve() if package else None
+        self.sandbox_settings, self.preload, self.baseline = sandbox, list(preload), baseline
         self.device, self.threads, self.timeout_s = device, threads, timeout_s
         self.log_path = Path(log_path) if log_path else None
         self.deadline = time.monotonic() + timeout_s
-        self.proc: subprocess.Popen | None = None
+        self.box: Sandboxed | None = None
+        self.sampler: meter.PeakSampler | None = None
+
+    # -- start and stop --------------------------------------------------------------------------------
+    def _policy(self) -> Policy:
+        return python_policy(read_only=[str(self.package)] if self.package else [], writable=[str(self.ipc_dir)],
+                             env={**base_env(self.threads), **MALLOC_ENV}, cuda=self.device.startswith("cuda"),
+                             tmp_bytes=self.sandbox_settings.tmp_mb << 20)
+
+    def _command(self) -> list[str]:
+        cmd = [sys.executable, "-m", "infbench.compression.worker", "--ipc", str(self.ipc_dir), "--device",
+               self.device, "--threads", str(self.threads), "--preload", ",".join(self.preload)]
+        return cmd + (["--baseline"] if self.baseline else ["--package", str(self.package)])
 
     def __enter__(self) -> "SubmissionProcess":
-        self._ipc = tempfile.TemporaryDirectory(prefix="infbench-ipc-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
+        shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
+        self._ipc = tempfile.TemporaryDirectory(prefix="infbench-ipc-", dir=shm)
         self.ipc_dir = Path(self._ipc.name)
         self._stderr = open(self.log_path, "ab") if self.log_path else tempfile.TemporaryFile()
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "TRANSFORMERS_"))}
-        env.update(HF_HUB_OFFLINE="1", HF_HOME=str(self.ipc_dir / "hf"), TOKENIZERS_PARALLELISM="false",
-                   OMP_NUM_THREADS=str(self.threads), PYTHONUNBUFFERED="1")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "infbench.compression.worker", str(self.package), str(self.ipc_dir),
-             self.device, str(self.threads)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr, env=env,
-            cwd=self.ipc_dir, start_new_session=True, text=True, bufsize=1,
-        )
+        self.policy = self._policy()
+        self.box = Sandboxed(self.policy, self._command(), allow_unsandboxed=self.sandbox_settings.allow_unsandboxed,
+                             network="none (own network namespace, loopback only)", stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=self._stderr)
+        try:
+            self.box.__enter__()
+        except SandboxUnavailable as exc:
+            self._cleanup()
+            raise WorkerFailure("sandbox", str(exc)) from None
         self._replies: queue.Queue = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
+        self.sampler = meter.PeakSampler(self.box.pids).__enter__()
+        self.sampler.phase("start")
+        self._reply("start")
         return self
 
     def _read(self) -> None:
-        for line in self.proc.stdout:
-            self._replies.put(line)
-        self._replies.put(None)
+        for line in self.box.proc.stdout:
+            self._replies.put((time.perf_counter(), line))
+        self._replies.put((time.perf_counter(), None))
 
+    def _cleanup(self) -> None:
+        self._stderr.close()
+        self._ipc.cleanup()
+
+    def __exit__(self, *exc) -> None:
+        if self.box and self.box.alive():
+            try:
+                self.box.proc.stdin.write(b'{"cmd": "exit"}\n')
+                self.box.proc.stdin.flush()
+                self.box.proc.wait(timeout=10)
+            except (OSError, subprocess.TimeoutExpired):
+                pass
+        if self.sampler:
+            self.sampler.__exit__(None, None, None)
+        if self.box:
+            self.box.__exit__(None, None, None)
+        self._cleanup()
+
+    @property
+    def sandbox_record(self) -> SandboxRecord | None:
+        return self.box.record if self.box else None
+
+    # -- the protocol ----------------------------------------------------------------------------------
     def stderr_tail(self, n: int = 2000) -> str:
         self._stderr.flush()
         self._stderr.seek(0, os.SEEK_END)
@@ -69,28 +131,41 @@ class SubmissionProcess:
         self._stderr.seek(max(0, size - n))
         return self._stderr.read().decode(errors="replace")
 
-    def request(self, cmd: str, **args) -> dict:
+    def _send(self, line: bytes) -> None:
+        try:
+            self.box.proc.stdin.write(line)
+            self.box.proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            raise WorkerFailure("crash", f"worker exited ({self.box.proc.poll()}) {self.stderr_tail()}") from None
+
+    def _line(self, cmd: str) -> tuple[float, dict]:
         remaining = self.deadline - time.monotonic()
         if remaining <= 0:
             raise WorkerFailure("timeout", f"the {self.timeout_s:.0f} s budget is spent")
         try:
-            self.proc.stdin.write(json.dumps({"cmd": cmd, **args}) + "\n")
-            self.proc.stdin.flush()
-        except (BrokenPipeError, OSError):
-            raise WorkerFailure("crash", f"worker exited ({self.proc.poll()}) {self.stderr_tail()}") from None
-        try:
-            line = self._replies.get(timeout=remaining)
+            stamp, line = self._replies.get(timeout=remaining)
         except queue.Empty:
             raise WorkerFailure("timeout", f"'{cmd}' did not answer within the {self.timeout_s:.0f} s budget") from None
         if line is None:
-            raise WorkerFailure("crash", f"worker exited ({self.proc.wait()}) during '{cmd}': {self.stderr_tail()}")
+            raise WorkerFailure("crash", f"worker exited ({self.box.proc.wait()}) during '{cmd}': {self.stderr_tail()}")
         try:
             reply = json.loads(line)
         except json.JSONDecodeError:
             raise WorkerFailure("protocol", f"unreadable reply to '{cmd}': {line[:200]!r}") from None
+        if not isinstance(reply, dict):
+            raise WorkerFailure("protocol", f"reply to '{cmd}' is not an object: {line[:200]!r}")
+        return stamp, reply
+
+    def _reply(self, cmd: str) -> dict:
+        _, reply = self._line(cmd)
         if not reply.get("ok"):
-            raise WorkerFailure(f"{cmd} failed", reply.get("error", "") + "\n" + reply.get("traceback", ""))
+            raise WorkerFailure(f"{cmd} failed", str(reply.get("error", "")) + "\n" + str(reply.get("traceback", "")))
         return reply
+
+    def request(self, cmd: str, **args) -> dict:
+        self.sampler.phase(cmd)
+        self._send((json.dumps({"cmd": cmd, **args}) + "\n").encode())
+        return self._reply(cmd)
 
     def load(self) -> dict:
         return self.request("load")
@@ -100,11 +175,13 @@ class SubmissionProcess:
         reply = self.request("logits", ids=np.asarray(input_ids).tolist(), n_last=int(n_last), out=name)
         path = self.ipc_dir / name
         try:
-            array = np.load(path)
+            array = np.load(path, allow_pickle=False)
+        except (OSError, ValueError) as exc:
+            raise WorkerFailure("protocol", f"logits file unreadable: {exc}") from None
         finally:
             path.unlink(missing_ok=True)
-        if list(array.shape) != reply["shape"]:
-            raise WorkerFailure("protocol", f"logits file shape {array.shape} != reported {reply['shape']}")
+        if list(array.shape) != reply.get("shape"):
+            raise WorkerFailure("protocol", f"logits file shape {array.shape} != reported {reply.get('shape')}")
         return array
 
     def logits_fn(self):
@@ -115,12 +192,34 @@ class SubmissionProcess:
 
         return fn
 
-    def generate(self, input_ids: list[int], max_new_tokens: int, *, stop_ids: list[int] = (),
-                 stop_texts: list[str] = ()) -> tuple[list[int], list[float]]:
-        """Greedy tokens and their arrival times; EOS and stop texts end it only when given."""
-        reply = self.request("generate", ids=[int(t) for t in input_ids], max_new_tokens=int(max_new_tokens),
-                             stop_ids=list(stop_ids), stop_texts=list(stop_texts))
-        return reply["tokens"], reply["times"]
+    def stream(self, input_ids: list[int], max_new_tokens: int,
+               stop: Callable[[list[int]], bool] | None = None) -> Generation:
+        """Greedy tokens, each stamped by this process as it arrives; ``stop(tokens)`` ends it early."""
+        self.sampler.phase("prefill")
+        sent_at = time.perf_counter()
+        self._send((json.dumps({"cmd": "generate", "ids": [int(t) for t in input_ids],
+                                "max_new_tokens": int(max_new_tokens)}) + "\n").encode())
+        tokens, arrivals, stopping = [], [], False
+        while True:
+            stamp, reply = self._line("generate")
+            if "token" in reply and not reply.keys() - {"token"}:
+                if not isinstance(reply["token"], int) or len(tokens) >= max_new_tokens:
+                    raise WorkerFailure("protocol", f"generate sent {reply!r} after {len(tokens)} tokens")
+                self.sampler.phase("decode")
+                tokens.append(reply["token"])
+                arrivals.append(stamp)
+                if not stopping and stop is not None and stop(tokens):
+                    stopping = True
+                    self._send(b"stop\n")
+                continue
+            if not reply.get("ok"):
+                raise WorkerFailure("generate failed", str(reply.get("error", "")) + "\n" + str(reply.get("traceback", "")))
+            return Generation(tokens=tokens, sent_at=sent_at, arrivals=arrivals)
+
+    def generate(self, input_ids: list[int], max_new_tokens: int) -> tuple[list[int], list[float]]:
+        """Greedy tokens and their arrival times (this process's clock), no early stop."""
+        g = self.stream(input_ids, max_new_tokens)
+        return g.tokens, g.arrivals
 
     def release(self) -> dict:
         return self.request("release")
@@ -128,16 +227,11 @@ class SubmissionProcess:
     def access(self) -> dict:
         return self.request("access")
 
-    def __exit__(self, *exc) -> None:
-        if self.proc and self.proc.poll() is None:
-            try:
-                self.proc.stdin.write(json.dumps({"cmd": "exit"}) + "\n")
-                self.proc.stdin.flush()
-                self.proc.wait(timeout=10)
-            except (OSError, subprocess.TimeoutExpired):
-                pass
-        if self.proc and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
-        self._stderr.close()
-        self._ipc.cleanup()
+    # -- measurements from outside -----------------------------------------------------------------------
+    def memory(self) -> meter.MemoryUse:
+        """Memory of every process in the sandbox now, and what it wrote into its private /tmp and IPC dir."""
+        runtime = [p for p in self.policy.read_only if self.package is None or p != str(self.package)]
+        return meter.measure(self.box.pids(), runtime, self.box.writable_dirs())
+
+    def peaks(self) -> dict[str, int]:
+        return dict(self.sampler.peaks)

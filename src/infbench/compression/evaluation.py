@@ -22,7 +22,10 @@ from infbench.compression.decode import DecodeTiming, measure as measure_decode
 from infbench.compression.client import SubmissionProcess, WorkerFailure
 from infbench.compression.integrity import Check
 from infbench.compression.likelihood import read_continuations, stack
+from infbench.compression.runtimes import preload_modules
+from infbench.compression.storage import ResidentMeasure
 from infbench.compression.submission import GIB, SubmissionError, check_tokenizer, content_hash, load_manifest, package_bytes
+from infbench.sandbox.launch import SandboxRecord, SandboxSettings
 
 
 class DecodeSettings(BaseModel):
@@ -48,11 +51,13 @@ class EvaluationSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
     device: str
     timeout_s: float
+    runtime_allowance_mib: float
     score_batch_size: int
     bootstrap_resamples: int
     seed: int
     decode: DecodeSettings
     integrity: IntegritySettings
+    sandbox: SandboxSettings
     threads: int = 1
 
 
@@ -86,6 +91,9 @@ class EvaluationRecord(BaseModel):
     accuracy_mean: float | None = None
     accuracy_ref: float | None = None
     decode: DecodeTiming | None = None
+    resident: ResidentMeasure | None = None  # every figure behind S_res, measured from outside the worker
+    sandbox: SandboxRecord | None = None
+    diagnostics: dict[str, Any] = {}  # reported, never judged (the in-process audit of reads and connections)
     checks: list[Check] = []
     failed_check: str | None = None
     failure: str | None = None
@@ -138,10 +146,16 @@ def measure(kind: str, package: str | Path, source: str, *, source_checkpoint: s
         record.s_pkg_bytes = package_bytes(package)
         record.s_pkg_gib = record.s_pkg_bytes / GIB
         record.package_bits_per_param = 8 * record.s_pkg_bytes / n_params
-        with SubmissionProcess(package, device=settings.device, threads=settings.threads,
-                               timeout_s=settings.timeout_s, log_path=log_path) as proc:
+        preload = preload_modules(package, manifest)
+        process = dict(sandbox=settings.sandbox, preload=preload, device=settings.device, threads=settings.threads,
+                       timeout_s=settings.timeout_s, log_path=log_path)
+        with SubmissionProcess(None, baseline=True, **process) as empty:
+            baseline = empty.memory()
+        with SubmissionProcess(package, **process) as proc:
+            record.sandbox = proc.sandbox_record
             with _timed(record, "load"):
-                record.s_res_load_bytes = proc.load()["resident_bytes"]
+                loaded = proc.load()
+                after_load = proc.memory()
             with _timed(record, "likelihood"):
                 result = _likelihood(proc, continuations, ref, settings)
             lp = result["logprobs"]
@@ -155,9 +169,17 @@ def measure(kind: str, package: str | Path, source: str, *, source_checkpoint: s
             with _timed(record, "decode"):
                 record.decode = measure_decode(proc.generate, vocab_size=vocab_size, seed=settings.seed,
                                                **settings.decode.model_dump())
-            record.s_res_after_inference_bytes = proc.release()["resident_bytes"]
+            released = proc.release()
+            after_inference = proc.memory()
+            record.resident = ResidentMeasure(
+                baseline=baseline, after_load=after_load, after_inference=after_inference,
+                inprocess_after_load=int(loaded["inprocess_resident_bytes"]),
+                inprocess_after_inference=int(released["inprocess_resident_bytes"]), peak_rss_bytes=proc.peaks(),
+                runtime_allowance_bytes=int(settings.runtime_allowance_mib * 2**20))
+            record.s_res_load_bytes = record.resident.s_res_after_load
+            record.s_res_after_inference_bytes = record.resident.s_res_after_inference
             if kind == "verification":
-                record.checks.extend(integrity.access(proc.access()))
+                record.diagnostics["in_process_audit"] = proc.access()
         record.s_res_bytes = max(record.s_res_load_bytes, record.s_res_after_inference_bytes)
         record.s_res_gib = record.s_res_bytes / GIB
     except SubmissionError as exc:
@@ -165,7 +187,8 @@ def measure(kind: str, package: str | Path, source: str, *, source_checkpoint: s
         _fail(record, "package", {"error": str(exc)})
     except WorkerFailure as exc:
         record.failure = str(exc)[:4000]
-        _fail(record, "execution", {"cause": exc.cause, "error": str(exc)[:4000]})
+        _fail(record, "sandbox" if exc.cause == "sandbox" else "execution",
+              {"cause": exc.cause, "error": str(exc)[:4000]})
     record.wall_s = time.monotonic() - start
     record.provenance = collect_provenance({"kind": kind, "source": source, "settings": settings.model_dump()},
                                            {"submission": record.content_hash or ""})

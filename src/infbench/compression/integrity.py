@@ -6,9 +6,10 @@ Each check returns a named pass/fail with its evidence:
 - ``greedy_matches_argmax``: greedy generation equals the argmax of the scored
   logits on the same sequence (near-ties within ``tie_margin`` excepted);
 - ``batch_invariance``: a sequence's log-probs alone and inside a batch agree;
-- ``determinism``: the same call twice gives the same log-probs;
-- ``file_access`` / ``network``: the process read no file outside its package and
-  the runtime's libraries, and opened no connection.
+- ``determinism``: the same call twice gives the same log-probs.
+
+What the package can read, write or reach is not checked here but made impossible by the sandbox
+(:mod:`infbench.sandbox`).
 """
 
 from __future__ import annotations
@@ -75,8 +76,3 @@ def batch_invariance_and_determinism(logits: Callable, ids: np.ndarray, n_last: 
             Check(name="determinism", passed=repeat_diff <= tol,
                   evidence={"max_abs_logprob_diff": repeat_diff, "tolerance": tol})]
 
-
-def access(report: dict) -> list[Check]:
-    return [Check(name="file_access", passed=not report["reads"], evidence={"outside_reads": report["reads"][:20]}),
-            Check(name="network", passed=not report["connections"],
-                  evidence={"connections": report["connections"][:20]})]

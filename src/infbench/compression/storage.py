@@ -1,12 +1,25 @@
 """Storage accounting (PROTOCOL A2).
 
 ``S_pkg`` is every byte of the package (:func:`submission.package_bytes`).
-``S_res`` is the model storage still allocated after loading and after
-inference with caches released. On CUDA it is the device allocator's
-``memory_allocated`` plus the host-side storage below; on the CPU it is every live tensor and NumPy array
-reachable from Python objects in the submission's process, each underlying
-storage counted once (views and tied weights share storage), plus bytes a
-runtime holds natively (llama.cpp's tensors). Measured in the worker process.
+
+``S_res`` is the model storage still held after loading and after inference with caches released, measured by
+the pipeline from outside the sandboxed worker (:mod:`infbench.sandbox.meter`): the PSS of every process in the
+sandbox (library code excluded, every other page counted once, a helper child's too) plus the files it wrote to
+its private ``/tmp`` or IPC directory, minus the same figure of a baseline worker started in the same job that
+imported the same runtime modules and loaded nothing. On CUDA the device memory of the sandbox's processes (NVML,
+:mod:`infbench.gpu_memory`) minus the baseline's (its CUDA context) is added. What could inflate the figure
+(allocator caches, fragmentation, a package that skips trimming) is the package's to avoid: the worker trims the
+heap before each measurement and large allocations are unmapped when freed. What could deflate it is not in the
+package's hands: the meter runs in the parent.
+
+Runtime state that the empty baseline cannot have, because the runtime creates it only once it has a model
+(per-layer bookkeeping at load, lazily initialised kernels and caches at the first inference), is covered by a
+stated allowance, ``verification.runtime_allowance_mib`` (default 16 MiB). Measured beyond the in-process tensor
+count on the embedded baselines: llama.cpp Q4_0 15.6 MiB, 4-bit GPTQ 11.8 MiB after load and 21.9 after
+inference, BF16 18.1 MiB. A package can therefore hide at most the allowance.
+
+The in-process count of live tensors and arrays (:func:`resident_bytes`, run inside the worker) stays as a
+second figure; ``S_res = max(in-process count, outside figure - allowance)``.
 """
 
 from __future__ import annotations
@@ -16,6 +29,9 @@ from typing import Any
 
 import numpy as np
 import torch
+from pydantic import BaseModel
+
+from infbench.sandbox.meter import MemoryUse
 
 
 def _storage_key(obj: Any) -> tuple[tuple, int] | None:
@@ -37,10 +53,9 @@ def _storage_key(obj: Any) -> tuple[tuple, int] | None:
     return None
 
 
-def live_cpu_bytes(exclude: list[Any] = ()) -> int:
-    """Bytes of every distinct CPU storage behind live tensors and arrays, except ``exclude``'s."""
+def live_cpu_bytes() -> int:
+    """Bytes of every distinct CPU storage behind live tensors and arrays."""
     gc.collect()
-    skip = {found[0] for found in map(_storage_key, exclude) if found}
     seen: dict[tuple, int] = {}
     for obj in gc.get_objects():
         for candidate in (obj, *gc.get_referents(obj)):
@@ -48,19 +63,17 @@ def live_cpu_bytes(exclude: list[Any] = ()) -> int:
             if found is None or found[0][0] == "cuda":
                 continue
             key, nbytes = found
-            if key in skip:
-                continue
             seen[key] = max(seen.get(key, 0), nbytes)
     return sum(seen.values())
 
 
-def resident_bytes(device: str, native_bytes: int = 0, workspace: list[Any] = ()) -> int:
-    """``workspace``: buffers of the pipeline's own runtimes (llama.cpp's logits array), not model storage.
+def resident_bytes(device: str, native_bytes: int = 0) -> int:
+    """The in-process figure: live tensors and arrays plus bytes a runtime holds natively (llama.cpp's model).
 
     On CUDA the device allocator's bytes plus every live host-side storage: a copy kept in host memory
     (a full-precision twin, offloaded weights) is model storage too.
     """
-    host = live_cpu_bytes(workspace) + native_bytes
+    host = live_cpu_bytes() + native_bytes
     if device.startswith("cuda"):
         torch.cuda.synchronize()
         # cuBLAS keeps its matmul workspaces (32 MiB per handle by default) in the caching allocator:
@@ -68,3 +81,35 @@ def resident_bytes(device: str, native_bytes: int = 0, workspace: list[Any] = ()
         torch._C._cuda_clearCublasWorkspaces()
         return int(torch.cuda.memory_allocated()) + host
     return host
+
+
+class ResidentMeasure(BaseModel):
+    """Every figure behind ``S_res``; the two ``s_res_*`` properties are what the storage check uses."""
+
+    baseline: MemoryUse
+    after_load: MemoryUse
+    after_inference: MemoryUse
+    inprocess_after_load: int
+    inprocess_after_inference: int
+    device_baseline: int | None = None  # NVML bytes of the baseline worker (its CUDA context)
+    device_after_load: int | None = None
+    device_after_inference: int | None = None
+    peak_rss_bytes: dict[str, int] = {}  # sampled every 10 ms, per request kind (load, logits, prefill, decode)
+    runtime_allowance_bytes: int
+
+    def outside(self, use: MemoryUse, device: int | None) -> int:
+        """The sandbox's memory beyond the baseline's, on the host and (CUDA) the device."""
+        host = use.counted_bytes - self.baseline.counted_bytes
+        gpu = device - (self.device_baseline or 0) if device is not None else 0
+        return max(0, host) + max(0, gpu)
+
+    def _s_res(self, use: MemoryUse, device: int | None, inprocess: int) -> int:
+        return max(self.outside(use, device) - self.runtime_allowance_bytes, inprocess, 0)
+
+    @property
+    def s_res_after_load(self) -> int:
+        return self._s_res(self.after_load, self.device_after_load, self.inprocess_after_load)
+
+    @property
+    def s_res_after_inference(self) -> int:
+        return self._s_res(self.after_inference, self.device_after_inference, self.inprocess_after_inference)

@@ -34,6 +34,7 @@ class Manifest(BaseModel):
     weights: str
     tokenizer: str
     entrypoint: str | None = None
+    preload: list[str] = []  # runtime python: modules imported before the package, in the baseline worker too
     description: str = ""
 
 

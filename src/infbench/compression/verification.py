@@ -18,18 +18,19 @@ from infbench.compression.evaluation import EvaluationRecord, EvaluationSettings
 from infbench.sources import read_record
 
 
-def _settings(settings: dict, threads: int) -> EvaluationSettings:
+def _settings(settings: dict, sandbox: dict, threads: int) -> EvaluationSettings:
     return EvaluationSettings.model_validate({**settings, "device": resolve(settings["device"]),
-                                              "threads": threads})
+                                              "sandbox": sandbox, "threads": threads})
 
 
 def measure_for_pipeline(package: str, source: str, *, source_checkpoint: str, source_record: str,
-                         continuations: str, reference_scores: str, settings: dict, threads: int, out: str,
+                         continuations: str, reference_scores: str, settings: dict, sandbox: dict, threads: int,
+                         out: str,
                          worker_log: str | None = None, accuracy_gate=None) -> EvaluationRecord:
     record = read_record(source_record)
     measured = measure("verification", package, source, source_checkpoint=source_checkpoint,
                        n_params=record.n_params, vocab_size=record.vocab_size, continuations=continuations,
-                       reference_scores=reference_scores, settings=_settings(settings, threads),
+                       reference_scores=reference_scores, settings=_settings(settings, sandbox, threads),
                        accuracy_gate=accuracy_gate, log_path=worker_log)
     atomic.write_json(out, measured.model_dump(mode="json"))
     return measured
@@ -42,7 +43,7 @@ def verdict_for_pipeline(measured_json: str, task: dict, out: str) -> Evaluation
     return record
 
 
-def reward(package: str, task: Task, *, results: Path, settings: dict, threads: int, log_path: Path,
+def reward(package: str, task: Task, *, results: Path, settings: dict, sandbox: dict, threads: int, log_path: Path,
            worker_log: str | None = None) -> EvaluationRecord:
     """Search-time reward ``10 F_s`` (0 unless it runs and both storage limits hold), logged as JSONL."""
     src = results / "sources" / task.source
@@ -52,7 +53,7 @@ def reward(package: str, task: Task, *, results: Path, settings: dict, threads: 
                        n_params=record.n_params, vocab_size=record.vocab_size,
                        continuations=str(lk / "continuations.parquet"),
                        reference_scores=str(lk / "reference_scores.parquet"),
-                       settings=_settings(settings, threads), log_path=worker_log)
+                       settings=_settings(settings, sandbox, threads), log_path=worker_log)
     judged = verdict(measured, task)
     judged.finished_at = datetime.now(timezone.utc)
     log_path.parent.mkdir(parents=True, exist_ok=True)

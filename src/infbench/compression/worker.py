@@ -1,32 +1,58 @@
-"""The process a submission runs in: ``python -m infbench.compression.worker PACKAGE``.
+"""The process a submission runs in, inside the sandbox: ``python -m infbench.compression.worker ...``.
 
-The pipeline talks to it over a line protocol (one JSON request on stdin, one
-JSON reply on a private copy of stdout; the submission's own prints go to
-stderr). Before the submission is imported, an audit hook records every file
-it opens for reading outside its package and the runtime's libraries, and
-every network connection. Logits travel as ``.npy`` files in a directory the
-pipeline owns, so the pipeline itself computes log-probs from raw logits.
+Nothing this process says about itself is part of a verdict: the pipeline measures its memory from outside
+(:mod:`infbench.sandbox.meter`) and stamps every generated token as it arrives on the pipe. The process
+only runs the package's forward pass and passes on what it returns.
+
+Protocol: one JSON request per line on stdin; replies on a private copy of stdout (the submission's own prints
+go to stderr). ``generate`` replies with one ``{"token": id}`` line per token as the runtime yields it, then a
+final reply; the pipeline ends a generation early by writing ``stop`` (a line) while it runs. Logits travel as
+``.npy`` files in the IPC directory, so the pipeline computes log-probs from the raw logits itself.
+
+Before anything of the package is read, the worker imports its runtime's modules (``--preload``) and trims the
+heap, exactly as the baseline worker (``--baseline``: no package at all) does, so the two differ by what the
+package loads. An in-process audit hook records reads outside the package and network connections: a
+diagnostic only (a package can reach and empty it).
 """
 
 from __future__ import annotations
 
+import argparse
+import ctypes
+import ctypes.util
+import gc
+import importlib
 import json
 import os
+import select
 import sys
 import time
 import traceback
 from pathlib import Path
 
+# The worker's own imports, made in the baseline worker too (so neither side is charged for them): numpy and
+# torch through the in-process storage count, the manifest and runtime loaders.
+import numpy as np
+import torch
+
+from infbench.compression import runtimes, storage
+from infbench.compression.submission import load_manifest
+
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT
 
 
-class AccessLog:
-    """Audit hook state: reads outside the allowed roots and network connections.
+def trim_heap() -> None:
+    """Return freed memory to the OS before the parent measures (glibc ``malloc_trim``; a no-op elsewhere)."""
+    gc.collect()
+    name = ctypes.util.find_library("c")
+    if name:
+        libc = ctypes.CDLL(name)
+        if hasattr(libc, "malloc_trim"):
+            libc.malloc_trim(0)
 
-    Files and directories the process creates itself (a runtime's own scratch
-    files, e.g. GPTQModel's offload directory) may be read back: they hold only
-    what the process wrote, not data from outside its package.
-    """
+
+class AccessLog:
+    """Audit hook state (diagnostic): reads outside the allowed roots and network connections."""
 
     def __init__(self, allowed: list[Path]):
         self.allowed = [str(p.resolve()) for p in allowed]
@@ -64,106 +90,142 @@ def allowed_roots(package: Path, ipc_dir: Path) -> list[Path]:
 
     roots = {Path(sys.prefix), Path(sys.base_prefix), Path(sys.exec_prefix), Path(infbench.__file__).parent,
              package, ipc_dir, Path("/usr"), Path("/lib"), Path("/lib64"), Path("/etc"), Path("/proc"),
-             Path("/sys"), Path("/dev")}
+             Path("/sys"), Path("/dev"), Path("/tmp")}
     return sorted(roots)
 
 
+class Requests:
+    """Lines from stdin, read unbuffered so a ``stop`` can be polled for while a generation runs."""
+
+    def __init__(self, fd: int = 0):
+        self.fd, self._buffer = fd, b""
+
+    def _line(self) -> bytes | None:
+        if b"\n" in self._buffer:
+            line, self._buffer = self._buffer.split(b"\n", 1)
+            return line
+        return None
+
+    def next(self) -> dict | None:
+        while (line := self._line()) is None:
+            chunk = os.read(self.fd, 1 << 16)
+            if not chunk:
+                return None
+            self._buffer += chunk
+        return json.loads(line) if line.strip() not in (b"stop", b"") else {"cmd": "stop"}
+
+    def stop_requested(self) -> bool:
+        """True if a ``stop`` line is waiting (consumed); never blocks."""
+        while select.select([self.fd], [], [], 0)[0]:
+            chunk = os.read(self.fd, 1 << 16)
+            if not chunk:
+                return True
+            self._buffer += chunk
+        line = self._line()
+        if line is None:
+            return False
+        if line.strip() == b"stop":
+            return True
+        self._buffer = line + b"\n" + self._buffer  # not ours: leave it for the next request
+        return False
+
+
 class Worker:
-    def __init__(self, package: Path, ipc_dir: Path, device: str, threads: int, access: AccessLog):
+    def __init__(self, package: Path, ipc_dir: Path, device: str, threads: int, access: AccessLog,
+                 protocol, requests: Requests):
         self.package, self.ipc_dir, self.device, self.threads = package, ipc_dir, device, threads
-        self.access = access
+        self.access, self.protocol, self.requests = access, protocol, requests
         self.runner = None
         self.runtime = None
-        self.tokenizer = None
 
-    def _resident(self) -> int:
-        from infbench.compression.storage import resident_bytes
-
+    def _inprocess_resident(self) -> int:
+        """The package's live tensors and arrays, counted in this process: a second figure only."""
         native = getattr(self.runner, "native_resident_bytes", None)
-        # Only the pipeline's own runtimes may declare workspace; a python-runtime
-        # submission's every live array counts.
-        workspace = getattr(self.runner, "workspace", None) if self.runtime != "python" else None
-        return resident_bytes(self.device, int(native()) if native else 0, workspace() if workspace else [])
+        return storage.resident_bytes(self.device, int(native()) if native else 0)
 
     def cmd_load(self, req):
-        import torch
-
-        from infbench.compression.runtimes import load_runner
-        from infbench.compression.submission import load_manifest
-
-        torch.set_num_threads(self.threads)
         manifest = load_manifest(self.package)
         self.runtime = manifest.runtime
         start = time.perf_counter()
-        self.runner = load_runner(self.package, manifest, self.device, self.threads)
-        return {"load_s": time.perf_counter() - start, "resident_bytes": self._resident()}
+        self.runner = runtimes.load_runner(self.package, manifest, self.device, self.threads)
+        load_s = time.perf_counter() - start
+        inprocess = self._inprocess_resident()
+        trim_heap()
+        return {"load_s": load_s, "inprocess_resident_bytes": inprocess}
 
     def cmd_logits(self, req):
-        import numpy as np
-
         ids = np.asarray(req["ids"], dtype=np.int64)
         logits = np.asarray(self.runner.logits(ids, int(req["n_last"])))
-        expected = (ids.shape[0], int(req["n_last"]))
-        if logits.ndim != 3 or logits.shape[:2] != expected:
-            raise ValueError(f"logits() returned shape {logits.shape}, expected {expected + ('V',)}")
-        out = self.ipc_dir / req["out"]
+        out = self.ipc_dir / Path(req["out"]).name
         np.save(out, logits.astype(np.float32, copy=False))
-        return {"shape": list(logits.shape), "path": str(out)}
-
-    def _stopped(self, tokens: list[int], stop_ids: set[int], stop_texts: list[str]) -> bool:
-        """Answer generation stops at EOS or once the generated text holds a stop sequence."""
-        if tokens[-1] in stop_ids:
-            return True
-        if not stop_texts:
-            return False
-        if self.tokenizer is None:
-            from transformers import AutoTokenizer
-
-            from infbench.compression.submission import load_manifest
-
-            self.tokenizer = AutoTokenizer.from_pretrained(self.package / load_manifest(self.package).tokenizer)
-        text = self.tokenizer.decode(tokens, skip_special_tokens=True)
-        return any(s in text for s in stop_texts)
+        return {"shape": list(logits.shape)}
 
     def cmd_generate(self, req):
-        tokens, stamps = [], []
-        stop_ids, stop_texts = set(req.get("stop_ids", [])), [s for s in req.get("stop_texts", []) if s]
-        stream = self.runner.generate([int(t) for t in req["ids"]], int(req["max_new_tokens"]))
+        n_max = int(req["max_new_tokens"])
+        n = 0
+        stream = self.runner.generate([int(t) for t in req["ids"]], n_max)
         try:
             for token in stream:
-                stamps.append(time.perf_counter())
-                tokens.append(int(token))
-                if len(tokens) >= int(req["max_new_tokens"]) or self._stopped(tokens, stop_ids, stop_texts):
+                self.protocol.write(json.dumps({"token": int(token)}) + "\n")
+                n += 1
+                if n >= n_max or self.requests.stop_requested():
                     break
         finally:  # a generator stopped early runs its clean-up now, before anything is measured
             if hasattr(stream, "close"):
                 stream.close()
-        return {"tokens": tokens, "times": stamps}
+        return {"done": True, "generated": n}
 
     def cmd_release(self, req):
         self.runner.release()
-        return {"resident_bytes": self._resident()}
+        inprocess = self._inprocess_resident()
+        trim_heap()
+        return {"inprocess_resident_bytes": inprocess}
 
     def cmd_access(self, req):
         return {"reads": sorted(set(self.access.reads)), "connections": self.access.connections}
 
 
+def _parse(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m infbench.compression.worker")
+    p.add_argument("--package", type=Path)
+    p.add_argument("--ipc", type=Path, required=True)
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--preload", default="", help="comma-separated modules imported before anything else")
+    p.add_argument("--baseline", action="store_true", help="import the runtime, load nothing, wait for exit")
+    return p.parse_args(argv)
+
+
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    package, ipc_dir, device, threads = Path(argv[0]).resolve(), Path(argv[1]).resolve(), argv[2], int(argv[3])
+    args = _parse(sys.argv[1:] if argv is None else argv)
     protocol = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)  # the submission's prints go to stderr
     sys.stdout = sys.stderr
+    for module in filter(None, args.preload.split(",")):
+        importlib.import_module(module)
+    torch.set_num_threads(args.threads)
+    if args.device.startswith("cuda"):
+        torch.cuda.init()  # the CUDA context is the runtime's, in the baseline as in the measured worker
+    trim_heap()
+    requests = Requests()
+    if args.baseline:
+        protocol.write(json.dumps({"ok": True, "ready": True}) + "\n")
+        while (req := requests.next()) is not None and req["cmd"] != "exit":
+            pass
+        return 0
+    package, ipc_dir = args.package.resolve(), args.ipc.resolve()
     access = AccessLog(allowed_roots(package, ipc_dir))
     sys.addaudithook(access)
-    worker = Worker(package, ipc_dir, device, threads, access)
-    for line in sys.stdin:
-        req = json.loads(line)
+    worker = Worker(package, ipc_dir, args.device, args.threads, access, protocol, requests)
+    protocol.write(json.dumps({"ok": True, "ready": True}) + "\n")
+    while (req := requests.next()) is not None:
         if req["cmd"] == "exit":
             break
+        if req["cmd"] == "stop":  # a stop that arrived after its generation had ended
+            continue
         try:
             reply = {"ok": True, **getattr(worker, f"cmd_{req['cmd']}")(req)}
-        except Exception as exc:  # reported to the pipeline as a failure record
+        except Exception as exc:  # reported to the pipeline, which writes the failure record
             reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
         protocol.write(json.dumps(reply) + "\n")
     return 0

@@ -70,7 +70,8 @@ class _Log:
 
 
 def run(out_dir: str | Path, *, f16_gguf: str, checkpoint: str, task: Task, candidates: list[dict],
-        budget_hours: float, results: str, settings: dict, threads: int, worker_log: str | None = None) -> str:
+        budget_hours: float, results: str, settings: dict, sandbox: dict, threads: int,
+        worker_log: str | None = None) -> str:
     """Search, leaving a run directory at ``out_dir``; returns the name of the best version."""
     plan = [Candidate.model_validate(c) for c in candidates]
     start = _now()
@@ -96,7 +97,7 @@ def run(out_dir: str | Path, *, f16_gguf: str, checkpoint: str, task: Task, cand
                                                              "local_metrics": {"weight_rel_mse": mse}})
             events.event(type="tool_call", name="infbench reward")
             record = reward(str(versions / version), task, results=Path(results), settings=settings,
-                            threads=threads, log_path=tmp / "reward_log.jsonl", worker_log=worker_log)
+                            sandbox=sandbox, threads=threads, log_path=tmp / "reward_log.jsonl", worker_log=worker_log)
             if record.reward > 0 and (best is None or record.reward > best[0]):
                 best = (record.reward, version)
         if best is None:

@@ -9,15 +9,44 @@ Every runtime returns a *runner* with the interface of docs/submission.md:
 - ``release() -> None``: drop KV caches and other per-request state;
 - optionally ``native_resident_bytes() -> int``: model bytes held outside Python
   objects (llama.cpp's tensors), added to the live-tensor count;
-- optionally (built-in runtimes only) ``workspace() -> list``: scratch buffers that
-  are not model storage (llama.cpp's logits array), left out of the count.
 """
 
 from __future__ import annotations
 
+import importlib.util
+import json
 from pathlib import Path
 
 from infbench.compression.submission import Manifest
+
+
+def _transformers_modules(checkpoint: Path) -> list[str]:
+    """What loading the transformers checkpoint ``checkpoint`` imports (its model code alone is about
+    110 MiB of heap): none if it is not one."""
+    try:
+        config = json.loads((checkpoint / "config.json").read_text())
+    except (OSError, ValueError):
+        return []
+    modules = ["transformers", "transformers.modeling_utils"]
+    model_type = str(config.get("model_type", ""))
+    if model_type.isidentifier() and importlib.util.find_spec(f"transformers.models.{model_type}") is not None:
+        modules.append(f"transformers.models.{model_type}.modeling_{model_type}")
+    if (config.get("quantization_config") or {}).get("quant_method") == "gptq":
+        # GPTQModel wraps its kernels in torch.compile at load, which imports inductor (about 50 MB of heap)
+        modules += ["gptqmodel", "torch._dynamo", "torch._inductor.compile_fx"]
+    return modules
+
+
+def preload_modules(package: Path, manifest: Manifest) -> list[str]:
+    """What the worker imports before it reads anything of the package: the same list for the baseline worker
+    and the measured one, so their memory differs by what the package loads (storage.py). The runtime's
+    modules, those of a transformers checkpoint in ``weights``, and a ``python`` package's own ``preload``."""
+    if manifest.runtime == "llama.cpp":
+        return ["numpy", "llama_cpp", "llama_cpp._internals"]
+    modules = ["numpy", "torch", *_transformers_modules(package / manifest.weights)]
+    if manifest.runtime == "python":
+        modules += manifest.preload
+    return list(dict.fromkeys(modules))
 
 
 def load_runner(package: Path, manifest: Manifest, device: str, threads: int):

@@ -20,7 +20,14 @@ def _load(checkpoint: Path, device: str):
     if method == "gptq":
         from gptqmodel import BACKEND, GPTQModel
 
-        return GPTQModel.load(str(checkpoint), device=device, backend=BACKEND.TORCH).model
+        if device == "cpu":
+            # GPTQModel's CPU kernel (TorchLinear) torch.compiles its dequantization at load; the compiled graphs
+            # kept about 64 MB of tensors alive after the first call and wrote about 150 MB of inductor cache
+            # to /tmp (S_res 109 -> 173 MB for the 4-bit SmolLM2 package). Eager dequantization instead.
+            torch._dynamo.config.disable = True
+        model = GPTQModel.load(str(checkpoint), device=device, backend=BACKEND.TORCH).model
+        model.__dict__.pop("tokenizer", None)  # GPTQModel hangs its tokenizer on the model; the pipeline tokenizes
+        return model
     from transformers import AutoModelForCausalLM
 
     return AutoModelForCausalLM.from_pretrained(checkpoint, dtype="auto").to(device)
