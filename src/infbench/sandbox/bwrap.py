@@ -71,7 +71,7 @@ def argv(policy: Policy, command: list[str], *, info_fd: int | None = None) -> l
     for path in policy.writable:
         args += ["--bind", path, path]
     for path in policy.hidden:
-        # a hidden file reads as empty, a hidden directory as an empty read-only directory
+        # a hidden file becomes /dev/null on a nodev mount (unreadable), a hidden directory an empty one
         args += ["--ro-bind", "/dev/null", path] if not os.path.isdir(path) else ["--tmpfs", path,
                                                                                   "--remount-ro", path]
     for dev in policy.devices:

@@ -126,18 +126,21 @@ class Sandboxed:
         return self.proc is not None and self.proc.poll() is None
 
     def kill(self) -> None:
-        """Kill everything in the sandbox (its PID namespace dies with its first process)."""
+        """Kill everything in the sandbox: its PID namespace dies with its first process, which bwrap (waiting
+        on it) then reaps; unsandboxed, every process of the command's session."""
         if self.proc is None:
             return
-        targets = self.pids() if self.record and self.record.kind == "none" else []
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
         if self.record and self.record.kind == "bwrap":
             with contextlib.suppress(ProcessLookupError):
                 os.kill(self.init_pid, signal.SIGKILL)
-        for pid in targets:  # unsandboxed: children that left the process group but not the session
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGKILL)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=10)
+        else:
+            for pid in self.pids():  # children that left the process group but not the session
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
         self.proc.wait()
 
     def __exit__(self, *exc) -> None:
