@@ -18,14 +18,17 @@
 {context_limit} {devices}. The verifier copies the directory into a fresh temporary working copy
 and launches the command there (cwd = the copy), so a submission's own files are found by
 relative path; it never talks to a process the submitter started.
+
+The command runs in the sandbox (:mod:`infbench.sandbox.server`): it sees the runtime, its copy and
+the model files it names ({model_dir}, {gguf}) read-only, a private /tmp, the allowlisted environment
+plus ``env``; it has its own PID and network namespaces and is reached through a relayed port on
+the host's loopback ({port} is the port it listens on inside).
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -38,6 +41,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from infbench.errors import ConfigError, InfbenchError, InputFileError
+from infbench.sandbox.launch import SandboxRecord, SandboxSettings, SandboxUnavailable
+from infbench.sandbox.server import sandboxed as sandboxed_server
 from infbench.serving import servers
 
 SPEC_FILE = "submission.yaml"
@@ -123,21 +128,13 @@ def missing_requirements(sub: ServerSubmission, python: str, cwd: str | Path) ->
     return [line for line in out.stdout.splitlines() if line.strip()]
 
 
-def port_in_use(host: str, port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind((host, port))
-        except OSError:
-            return True
-    return False
-
-
 @dataclass
 class Running:
     base_url: str
     proc: subprocess.Popen
     log_path: Path
     command: list[str]
+    sandbox: SandboxRecord
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -146,34 +143,41 @@ class Running:
         return self.proc.poll()
 
 
+INNER_PORT = 8000  # where a submission listens inside its own network namespace when it names no port
+
+
+def _declared_files(cmd_template: list[str], launch: servers.LaunchVars) -> list[str]:
+    """The model files the command names: bound read-only into its sandbox."""
+    text = " ".join(cmd_template)
+    return [path for key, path in (("{model_dir}", launch.model_dir), ("{gguf}", launch.gguf))
+            if key in text and path]
+
+
 @contextlib.contextmanager
-def running(sub: ServerSubmission, launch: servers.LaunchVars, workdir: str | Path,
-            log_path: str | Path) -> Iterator[Running]:
-    """Launch the submission from ``workdir``, wait until healthy, yield it; always tear its process group down."""
-    if sub.port is not None and port_in_use(launch.host, sub.port):
-        raise LaunchError(f"port {sub.port} (field 'port' of {sub.name}/{SPEC_FILE}) is in use on {launch.host}")
-    launch = launch.model_copy(update={"port": sub.port or servers.free_port(launch.host)})
-    cmd = render(sub, launch, f"{sub.name}/{SPEC_FILE}")
+def running(sub: ServerSubmission, launch: servers.LaunchVars, workdir: str | Path, log_path: str | Path,
+            sandbox: SandboxSettings, cuda: bool = False) -> Iterator[Running]:
+    """Launch the submission in its sandbox from ``workdir``, wait until healthy, yield it; always kill the
+    whole sandbox afterwards."""
+    inner = launch.model_copy(update={"host": "127.0.0.1", "port": sub.port or INNER_PORT})
+    cmd = render(sub, inner, f"{sub.name}/{SPEC_FILE}")
     log_path = Path(log_path)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log:
         log.write(f"$ (cd {workdir}) {' '.join(cmd)}\n".encode())
         log.flush()
         try:
-            proc = subprocess.Popen(cmd, cwd=workdir, stdout=log, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, env={**os.environ, **sub.env},
-                                    start_new_session=True)
-        except OSError as exc:
-            raise LaunchError(f"launch command failed: {exc}") from None
-        try:
-            try:
-                servers._wait_healthy(sub.name, proc, f"http://{launch.host}:{launch.port}{sub.health_path}",
-                                      sub.startup_timeout_s, log_path)
-            except servers.ServerFailed as exc:
-                raise LaunchError(str(exc)) from None
-            yield Running(f"http://{launch.host}:{launch.port}", proc, log_path, cmd)
-        finally:
-            servers.stop(proc)
+            with sandboxed_server(cmd, inner_port=inner.port, host=launch.host,
+                                  read_only=[str(workdir), *_declared_files(sub.command, launch)], env=sub.env,
+                                  cwd=str(workdir), cuda=cuda, threads=launch.threads, settings=sandbox,
+                                  log=log) as (base_url, box):
+                try:
+                    servers._wait_healthy(sub.name, box.proc, base_url + sub.health_path, sub.startup_timeout_s,
+                                          log_path)
+                except servers.ServerFailed as exc:
+                    raise LaunchError(str(exc)) from None
+                yield Running(base_url, box.proc, log_path, cmd, box.record)
+        except (SandboxUnavailable, OSError) as exc:
+            raise LaunchError(f"launch failed: {exc}") from None
 
 
 @contextlib.contextmanager
