@@ -20,6 +20,7 @@ from conftest import REPO, planned_jobs, run_snakemake
 import verify_helpers as vh
 
 CONTEXT = 512
+SANDBOX = {"allow_unsandboxed": False, "tmp_mb": 512}
 
 
 def _run(env, directory, serving=None, model_dir=None, gguf="", ref=None):
@@ -28,7 +29,7 @@ def _run(env, directory, serving=None, model_dir=None, gguf="", ref=None):
     out = env["root"] / "out" / Path(directory).name
     return verdict.run_job(str(directory), serving or env["serving"], env["answers"], str(model_dir or env["tiny"]),
                            gguf, str(ref or env["ref"]), str(env["sessions"]), str(out), str(out) + ".json",
-                           str(out) + ".server.log")
+                           str(out) + ".server.log", sandbox=SANDBOX)
 
 
 def _checks(record):
@@ -148,7 +149,7 @@ def _fake_env(tmp_path):
             "tiny": tmp_path / "no-model", "ref": tmp_path / "no-ref.json", "sessions": tmp_path / "no-sessions"}
 
 
-SLEEPER = ["{python}", "-c", "import os, sys, time; open(sys.argv[1], 'w').write(str(os.getpid())); time.sleep(600)"]
+SLEEPER = ["{python}", "-c", "import time; time.sleep(600)", "infbench-test-sleeper-{port}"]
 
 
 @pytest.mark.parametrize("spec, check, cause", [
@@ -159,7 +160,7 @@ SLEEPER = ["{python}", "-c", "import os, sys, time; open(sys.argv[1], 'w').write
     ({"command": ["x"], "model": "smollm2-135m", "concurrency": 1, "requires": ["no_such_module_xyz"]},
      "requirements", "not importable: no_such_module_xyz"),
     ({"command": ["/nonexistent/server", "{port}"], "model": "smollm2-135m", "concurrency": 1}, "launch",
-     "launch command failed"),
+     "launch command failed: [Errno 2] No such file or directory: '/nonexistent/server'"),
     ({"command": ["{python}", "-c", "import sys; sys.exit(7)"], "model": "smollm2-135m", "concurrency": 1}, "launch",
      "exited with 7 before it was healthy"),
 ])
@@ -170,22 +171,44 @@ def test_bad_submission_gives_a_record_naming_the_cause(tmp_path, spec, check, c
     assert saved["failing_check"] == check
 
 
-def test_port_in_use_and_never_healthy(tmp_path):
+def _processes_with(marker: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and marker in (entry / "cmdline").read_bytes().decode(errors="replace"):
+                found.append(int(entry.name))
+        except OSError:
+            pass
+    return found
+
+
+def test_a_declared_port_is_its_own_and_a_silent_server_is_reaped(tmp_path):
+    """In its own network namespace a submission's declared port cannot clash with the host's; one that never
+    becomes healthy fails 'launch' and leaves no process behind."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         s.listen()
-        port = s.getsockname()[1]
-        spec = {"command": ["x"], "model": "smollm2-135m", "concurrency": 1, "port": port}
-        record = _run(_fake_env(tmp_path), vh.submission_dir(tmp_path / "subs", "busy", spec))
-    assert record.failing_check == "launch" and f"port {port}" in record.cause and "in use" in record.cause
-
-    pidfile = tmp_path / "pid"
-    spec = {"command": [*SLEEPER, str(pidfile)], "model": "smollm2-135m", "concurrency": 1, "startup_timeout_s": 2}
-    t = time.monotonic()
-    record = _run(_fake_env(tmp_path), vh.submission_dir(tmp_path / "subs", "sleepy", spec))
+        port = s.getsockname()[1]  # busy on the host
+        spec = {"command": SLEEPER, "model": "smollm2-135m", "concurrency": 1, "port": port, "startup_timeout_s": 2}
+        t = time.monotonic()
+        record = _run(_fake_env(tmp_path), vh.submission_dir(tmp_path / "subs", "sleepy", spec))
     assert record.failing_check == "launch" and "not healthy" in record.cause and time.monotonic() - t < 30
-    pid = int(pidfile.read_text())
-    assert not Path(f"/proc/{pid}").exists(), "the server process was not reaped"
+    assert record.sandbox.kind == "bwrap" and "relay" in record.sandbox.network
+    assert not _processes_with(f"infbench-test-sleeper-{port}"), "the server process was not reaped"
+
+
+@pytest.mark.slow
+def test_server_reading_the_verifiers_files_is_rejected(env, tmp_path):
+    """A server that opens the verification reference (held-out answers, probe prompts) to answer from it: the
+    file does not exist in its sandbox, so it never comes up."""
+    sub = vh.example(tmp_path / "subs", "S0", startup_timeout_s=120)
+    (sub / "cheat.py").write_text(f"import runpy, sys\nanswers = open({str(env['ref'])!r}).read()\n"
+                                  "sys.argv[0] = 'server.py'\nrunpy.run_path('server.py', run_name='__main__')\n")
+    spec = yaml.safe_load((sub / "submission.yaml").read_text())
+    spec["command"] = [a.replace("server.py", "cheat.py") for a in spec["command"]]
+    (sub / "submission.yaml").write_text(yaml.safe_dump(spec))
+    record = _run(env, sub)
+    assert record.failing_check == "launch" and "No such file or directory" in record.cause, record.cause
 
 
 def test_examples_are_valid_submissions():

@@ -49,6 +49,7 @@ rule serving_verify:
     params:
         serving=SERVING_VERIFY,
         answers=config["answers"],
+        sandbox=config["sandbox"],
         directory=lambda wc: SERVING_SUBMISSIONS[wc.submission],
     log:
         run="logs/serving/verify/{submission}.log",

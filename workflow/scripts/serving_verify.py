@@ -16,6 +16,7 @@ record = verdict.run_job(
     snakemake.output.runs,
     snakemake.output.record,
     snakemake.log.server,
+    sandbox=dict(snakemake.params.sandbox),
     threads=snakemake.threads,
 )
 print(f"{record.submission}: verified={record.verified} failing={record.failing_check} cause={record.cause}",

@@ -61,7 +61,11 @@ def main(argv: list[str] | None = None) -> int:
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     listener = socket.socket(fileno=args.listen_fd)
     listener.setblocking(False)
-    server = subprocess.Popen(command, pass_fds=())
+    try:
+        server = subprocess.Popen(command, pass_fds=())
+    except OSError as exc:
+        print(f"launch command failed: {exc}", file=sys.stderr, flush=True)
+        return 127
     signal.signal(signal.SIGTERM, lambda *_: server.terminate())
     try:
         import uvloop

@@ -41,7 +41,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from infbench.errors import ConfigError, InfbenchError, InputFileError
-from infbench.sandbox.launch import SandboxRecord, SandboxSettings, SandboxUnavailable
+from infbench.sandbox.launch import Sandboxed, SandboxRecord, SandboxSettings, SandboxUnavailable
+from infbench.sandbox.policy import base_env, python_policy
 from infbench.sandbox.server import sandboxed as sandboxed_server
 from infbench.serving import servers
 
@@ -64,7 +65,11 @@ class ServerSubmission(BaseModel):
 
 
 class LaunchError(InfbenchError):
-    """The submission could not be started or never became healthy."""
+    """The submission could not be started or never became healthy (``sandbox``: how it was isolated)."""
+
+    def __init__(self, message: str, sandbox: SandboxRecord | None = None):
+        self.sandbox = sandbox
+        super().__init__(message)
 
 
 def spec_path(directory: str | Path) -> Path:
@@ -112,8 +117,9 @@ def fresh_copy(directory: str | Path, parent: str | Path) -> Path:
     return dest
 
 
-def missing_requirements(sub: ServerSubmission, python: str, cwd: str | Path) -> list[str]:
-    """The modules of ``requires`` that ``python`` cannot import from ``cwd`` (found, not imported)."""
+def missing_requirements(sub: ServerSubmission, python: str, cwd: str | Path, sandbox: SandboxSettings) -> list[str]:
+    """The modules of ``requires`` that ``python`` cannot import from ``cwd`` (found, not imported). Finding a
+    submodule runs its package's ``__init__``, the submission's own code: so this runs in its sandbox too."""
     if not sub.requires:
         return []
     code = ("import importlib.util, sys\n"
@@ -121,11 +127,16 @@ def missing_requirements(sub: ServerSubmission, python: str, cwd: str | Path) ->
             "    try:\n        ok = importlib.util.find_spec(m) is not None\n"
             "    except (ImportError, ValueError):\n        ok = False\n"
             "    print(m if not ok else '')\n")
-    out = subprocess.run([python, "-c", code, *sub.requires], cwd=cwd, capture_output=True, text=True,
-                         timeout=120)
-    if out.returncode != 0:
-        return [f"(could not check: {out.stderr.strip()[-300:]})"]
-    return [line for line in out.stdout.splitlines() if line.strip()]
+    policy = python_policy(read_only=[str(cwd)], env=base_env(1), cwd=str(cwd))
+    try:
+        with Sandboxed(policy, [python, "-c", code, *sub.requires], allow_unsandboxed=sandbox.allow_unsandboxed,
+                       network="none", stdout=subprocess.PIPE, stderr=subprocess.PIPE) as box:
+            out, err = box.proc.communicate(timeout=120)
+    except (SandboxUnavailable, subprocess.TimeoutExpired) as exc:
+        return [f"(could not check: {exc})"]
+    if box.proc.returncode != 0:
+        return [f"(could not check: {err.decode(errors='replace').strip()[-300:]})"]
+    return [line for line in out.decode().splitlines() if line.strip()]
 
 
 @dataclass
@@ -174,7 +185,7 @@ def running(sub: ServerSubmission, launch: servers.LaunchVars, workdir: str | Pa
                     servers._wait_healthy(sub.name, box.proc, base_url + sub.health_path, sub.startup_timeout_s,
                                           log_path)
                 except servers.ServerFailed as exc:
-                    raise LaunchError(str(exc)) from None
+                    raise LaunchError(str(exc), box.record) from None
                 yield Running(base_url, box.proc, log_path, cmd, box.record)
         except (SandboxUnavailable, OSError) as exc:
             raise LaunchError(f"launch failed: {exc}") from None

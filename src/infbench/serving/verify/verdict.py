@@ -19,6 +19,7 @@ from pydantic import BaseModel
 
 from infbench import atomic, provenance
 from infbench.compression.answers.settings import AnswerSettings
+from infbench.sandbox.launch import SandboxRecord, SandboxSettings
 from infbench.serving import replay, runs, workload
 from infbench.serving.value import Score
 from infbench.serving.verify import answers, fidelity, probes, reference, replay_checks, submission
@@ -48,6 +49,7 @@ class VerificationRecord(BaseModel):
     replays: list[SeedReplay]
     server_log: str
     command: list[str]
+    sandbox: SandboxRecord | None = None  # how the server was isolated (kind "none": unsandboxed, marked)
     wall_s: float
     provenance: provenance.Provenance
 
@@ -62,7 +64,8 @@ def _guard(name: str, fn: Callable[[], CheckResult]) -> CheckResult:
 
 def verify(directory: str, serving: dict[str, Any], answer_settings: AnswerSettings, model_dir: str, gguf: str,
            reference_path: str, sessions_path: str, out_dir: str, record_path: str, server_log: str,
-           load_reference_model: Callable[[], tuple[Any, Any]] | None = None) -> VerificationRecord:
+           sandbox: SandboxSettings, load_reference_model: Callable[[], tuple[Any, Any]] | None = None
+           ) -> VerificationRecord:
     t0 = time.perf_counter()
     settings = VerifySettings.model_validate(serving["verification"])
     out = Path(out_dir)
@@ -74,6 +77,7 @@ def verify(directory: str, serving: dict[str, Any], answer_settings: AnswerSetti
     eos_completions: list[tuple[list[int], probes.Completion]] = []
     context_completions: list[tuple[list[int], probes.Completion]] = []
     command: list[str] = []
+    isolation: list[SandboxRecord] = []
     sub = None
     inputs = runs.input_hashes(sessions_path, reference_path,
                                *(str(p) for p in sorted(Path(directory).rglob("*")) if p.is_file()))
@@ -85,7 +89,8 @@ def verify(directory: str, serving: dict[str, Any], answer_settings: AnswerSetti
             concurrency=sub.concurrency if sub else None, verified=not failed and bool(checks),
             failing_check=failed[0].name if failed else None, cause=failed[0].summary if failed else None,
             checks=sorted(checks, key=lambda c: CHECK_ORDER.index(c.name) if c.name in CHECK_ORDER else 99),
-            replays=replays, server_log=str(server_log), command=command, wall_s=time.perf_counter() - t0,
+            replays=replays, server_log=str(server_log), command=command,
+            sandbox=isolation[0] if isolation else None, wall_s=time.perf_counter() - t0,
             provenance=provenance.collect({"submission": name, "serving": serving}, inputs))
         atomic.write_json(record_path, record.model_dump(mode="json"))
         return record
@@ -110,7 +115,7 @@ def verify(directory: str, serving: dict[str, Any], answer_settings: AnswerSetti
     model_name = dep["name"]
 
     with submission.workspace(directory) as copy:
-        missing = submission.missing_requirements(sub, submission.python(), copy)
+        missing = submission.missing_requirements(sub, submission.python(), copy, sandbox)
         checks.append(CheckResult(name="requirements", passed=not missing,
                                   summary=("all required modules importable" if not missing else
                                            f"not importable: {', '.join(missing)} (field 'requires'; "
@@ -121,8 +126,10 @@ def verify(directory: str, serving: dict[str, Any], answer_settings: AnswerSetti
         # absolute: the server runs in the fresh copy, not where the pipeline runs
         launch = runs.launch_vars(serving, str(Path(model_dir).resolve()), str(Path(gguf).resolve()) if gguf else "")
         try:
-            with submission.running(sub, launch, copy, server_log) as server:
+            with submission.running(sub, launch, copy, server_log, sandbox,
+                                    cuda=dep["accelerator"] == "gpu") as server:
                 command = server.command
+                isolation.append(server.sandbox)
                 checks.append(CheckResult(name="launch", passed=True, summary=f"healthy at {server.base_url}",
                                           evidence={"workdir": str(copy), "command": command}))
                 ref = reference.read(reference_path)
@@ -165,6 +172,7 @@ def verify(directory: str, serving: dict[str, Any], answer_settings: AnswerSetti
                     f"server exited with {server.returncode()} during the checks; log {server_log}",
                     evidence={"returncode": server.returncode()}))
         except submission.LaunchError as exc:
+            isolation.extend([exc.sandbox] if exc.sandbox else [])
             checks.append(CheckResult(name="launch", passed=False, summary=str(exc)[:3000]))
             return finish()
 
@@ -201,7 +209,7 @@ def verify(directory: str, serving: dict[str, Any], answer_settings: AnswerSetti
 
 def run_job(directory: str, serving: dict[str, Any], answer_settings: AnswerSettings, model_dir: str, gguf: str,
             reference_path: str, sessions_path: str, out_dir: str, record_path: str, server_log: str,
-            threads: int | None = None) -> VerificationRecord:
+            sandbox: dict[str, Any], threads: int | None = None) -> VerificationRecord:
     """The rule's entry point: a record is written whatever happens (an internal error names itself)."""
     import torch
 
@@ -210,7 +218,7 @@ def run_job(directory: str, serving: dict[str, Any], answer_settings: AnswerSett
     Path(out_dir).mkdir(parents=True, exist_ok=True)
     try:
         return verify(directory, serving, answer_settings, model_dir, gguf, reference_path, sessions_path, out_dir,
-                      record_path, server_log)
+                      record_path, server_log, SandboxSettings.model_validate(sandbox))
     except Exception as exc:
         check = CheckResult(name="verifier", passed=False, summary=f"verification crashed: {type(exc).__name__}: {exc}",
                             evidence={"traceback": traceback.format_exc()[-3000:]})
