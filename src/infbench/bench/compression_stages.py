@@ -133,7 +133,8 @@ def comparison(this: Path, other: Path, source: str) -> str:
                         ["continuation_ids"], np.int32) for run in (this, other))
         rows += [
             {"what": f"{set_name}: reference PPL", "a": a["ppl"], "b": b["ppl"]},
-            {"what": f"{set_name}: reference PPL of b's continuations", "a": cross["ppl"], "b": b["ppl"]},
+            {"what": f"{set_name}: reference PPL of b's continuations (a's scorer)", "a": cross["ppl"],
+             "b": b["ppl"]},
             {"what": f"{set_name}: sampler PPL", "a": a["sampler_ppl"], "b": b["sampler_ppl"]},
             {"what": f"{set_name}: F_self", "a": a["f_self"], "b": b["f_self"]},
             {"what": f"{set_name}: continuations identical in a and b (share of contexts)",
@@ -142,8 +143,9 @@ def comparison(this: Path, other: Path, source: str) -> str:
              "a": float(np.mean([np.argmax(r != s) if np.any(r != s) else len(r) for r, s in zip(ta, tb)])
                         / ta.shape[1]), "b": None},
         ]
-    ans_a, ans_b = (_json(run / "answers" / source / "reference.json") for run in (this, other))
-    rows.append({"what": "A(p)", "a": ans_a["mean_accuracy"], "b": ans_b["mean_accuracy"]})
+    answers = [run / "answers" / source / "reference.json" for run in (this, other)]
+    rows.append({"what": "A(p)", **{k: _json(p)["mean_accuracy"] if p.exists() else None
+                                    for k, p in zip("ab", answers)}})
     for candidate in CANDIDATES:
         a, b = (_json(run / "compression" / source / "measured" / f"{candidate}.json") for run in (this, other))
         for key in ("f", "ppl", "accuracy_mean", "s_res_bytes"):
