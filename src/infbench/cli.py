@@ -31,7 +31,7 @@ def _bench_stages(args) -> None:
 
     print(bench.run(args.config, args.out_dir, device=args.device,
                     origin=json.loads(args.origin) if args.origin else None, contexts_from=args.contexts_from,
-                    compare=args.compare, threads=args.threads))
+                    compare=args.compare, likelihood_only=args.likelihood_only, threads=args.threads))
 
 
 def _source(args) -> None:
@@ -154,6 +154,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="sample and score these contexts.parquet (another run's: the embedded corpus is the "
                         "Python build's own standard library) instead of the ones built here")
     p.add_argument("--compare", default=None, help="another run's --out-dir")
+    p.add_argument("--likelihood-only", action="store_true",
+                   help="stop after the reference likelihood (no answers reference, no verification)")
     p.add_argument("--threads", type=int, default=2)
     p.set_defaults(func=_bench_stages)
 

@@ -43,12 +43,10 @@ def _config(path: str, device: str, origin: dict | None) -> dict:
 
 
 def run(config_path: str, out_dir: str, *, device: str, origin: dict | None = None,
-        contexts_from: str | None = None, compare: str | None = None, threads: int = 2) -> str:
+        contexts_from: str | None = None, compare: str | None = None, likelihood_only: bool = False,
+        threads: int = 2) -> str:
     from infbench import sources
-    from infbench.compression import contexts, likelihood, verification
-    from infbench.compression.accuracy import make_gate
-    from infbench.compression.answers import reference, settings
-    from infbench.compression.baselines import package
+    from infbench.compression import contexts, likelihood
 
     out = Path(out_dir)
     config = _config(config_path, device, origin)
@@ -92,6 +90,22 @@ def run(config_path: str, out_dir: str, *, device: str, origin: dict | None = No
                 name, checkpoint, str(other), str(cross / "reference_scores.parquet"), str(cross / "reference.json"),
                 batch_size=lc["score_batch_size"], bootstrap_resamples=lc["bootstrap_resamples"], seed=lc["seed"],
                 **common))
+    if not likelihood_only:
+        _answers_and_verification(config, out, name, checkpoint, record, lk / "verification", threads, stage)
+    atomic.write_json(out / "stages.json", {"device": device, "seconds": seconds})
+    text = pd.DataFrame([{"stage": k, "seconds": v} for k, v in seconds.items()]).to_markdown(index=False)
+    if compare:
+        text += "\n\n" + comparison(out, Path(compare), name)
+    atomic.write_text(out / "summary.md", text + "\n")
+    return text
+
+
+def _answers_and_verification(config, out, name, checkpoint, record, verification_set, threads, stage) -> None:
+    from infbench.compression import verification
+    from infbench.compression.accuracy import make_gate
+    from infbench.compression.answers import reference, settings
+    from infbench.compression.baselines import package
+
     answers_ref = out / "answers" / name / "reference.json"
     stage("answers reference", lambda: reference.compute_reference(
         name, checkpoint, settings.from_config({"answers": config["answers"]}), str(answers_ref),
@@ -99,7 +113,6 @@ def run(config_path: str, out_dir: str, *, device: str, origin: dict | None = No
     packages = {"bf16": out / "candidates" / name / "bf16", "starter": out / "candidates" / name / "starter"}
     stage("packages", lambda: (package.bf16(checkpoint, name, packages["bf16"]),
                                package.starter(STARTER_CODE, checkpoint, name, packages["starter"])))
-    verification_set = lk / "verification"
     for candidate, pkg in packages.items():
         measured = out / "compression" / name / "measured" / f"{candidate}.json"
         measured.parent.mkdir(parents=True, exist_ok=True)  # the worker's log is written there from the start
@@ -109,12 +122,6 @@ def run(config_path: str, out_dir: str, *, device: str, origin: dict | None = No
             reference_scores=str(verification_set / "reference_scores.parquet"), settings=config["verification"],
             threads=threads, out=str(measured), worker_log=str(measured.with_suffix(".log")),
             accuracy_gate=make_gate(config["answers"], answers_ref, checkpoint, label=candidate)))
-    atomic.write_json(out / "stages.json", {"device": device, "seconds": seconds})
-    text = pd.DataFrame([{"stage": k, "seconds": v} for k, v in seconds.items()]).to_markdown(index=False)
-    if compare:
-        text += "\n\n" + comparison(out, Path(compare), name)
-    atomic.write_text(out / "summary.md", text + "\n")
-    return text
 
 
 def _json(path: Path) -> dict:
@@ -147,7 +154,10 @@ def comparison(this: Path, other: Path, source: str) -> str:
     rows.append({"what": "A(p)", **{k: _json(p)["mean_accuracy"] if p.exists() else None
                                     for k, p in zip("ab", answers)}})
     for candidate in CANDIDATES:
-        a, b = (_json(run / "compression" / source / "measured" / f"{candidate}.json") for run in (this, other))
+        measured = [run / "compression" / source / "measured" / f"{candidate}.json" for run in (this, other)]
+        if not all(p.exists() for p in measured):
+            continue
+        a, b = (_json(p) for p in measured)
         for key in ("f", "ppl", "accuracy_mean", "s_res_bytes"):
             rows.append({"what": f"{candidate}: {key}", "a": a.get(key), "b": b.get(key)})
         rows.append({"what": f"{candidate}: decode TPS", "a": (a.get("decode") or {}).get("tps"),
@@ -155,4 +165,4 @@ def comparison(this: Path, other: Path, source: str) -> str:
     frame = pd.DataFrame(rows)
     frame["a / b - 1"] = [x / y - 1 if isinstance(x, float) and isinstance(y, (int, float)) and y else None
                          for x, y in zip(frame["a"], frame["b"])]
-    return (f"a: {this}, b: {other}\n\n" + frame.to_markdown(index=False, floatfmt=".6g"))
+    return (f"a: {this}, b: {other}\n\n" + frame.to_markdown(index=False, floatfmt=".8g"))
