@@ -6,17 +6,28 @@ from infbench.compression import sampling
 from infbench.errors import ConfigError
 
 
-def _gens(n, seed=0):
-    return [torch.Generator().manual_seed(seed + i) for i in range(n)]
-
-
 def test_draw_follows_softmax():
     probs = torch.tensor([0.5, 0.25, 0.15, 0.1, 0.0])
     logp = torch.log(probs).expand(20000, -1)
-    tokens = sampling.draw(logp, _gens(20000))
+    uniforms = torch.as_tensor(np.random.default_rng(0).random(20000))
+    tokens = sampling.draw(logp, uniforms)
     freq = np.bincount(tokens.numpy(), minlength=5) / 20000
     assert np.allclose(freq, probs.numpy(), atol=0.012)
     assert freq[4] == 0.0
+
+
+def test_draw_is_the_inverse_cdf_at_the_uniform():
+    logp = torch.log(torch.tensor([[0.0, 0.5, 0.0, 0.5]]))
+    for u, token in [(0.0, 1), (0.4999, 1), (0.5, 3), (0.999999, 3)]:
+        assert int(sampling.draw(logp, torch.tensor([u], dtype=torch.float64))) == token
+
+
+def test_context_streams_depend_on_the_context_alone():
+    both = sampling.context_uniforms(0, "search", [3, 7], 50)
+    assert np.array_equal(both[1], sampling.context_uniforms(0, "search", [7], 50)[0])
+    assert np.array_equal(both[:, :20], sampling.context_uniforms(0, "search", [3, 7], 20))
+    assert not np.array_equal(both[0], sampling.context_uniforms(0, "verification", [3], 50)[0])
+    assert not np.array_equal(both[0], sampling.context_uniforms(1, "search", [3], 50)[0])
 
 
 def _sample(model, ctx, **kw):

@@ -12,9 +12,11 @@ from infbench.errors import InfbenchError
 def _bench(args) -> None:
     from infbench.bench import likelihood as bench
 
-    print(bench.run(args.checkpoint, contexts=args.contexts, context_tokens=args.context_tokens,
-                    continuation_tokens=args.continuation_tokens, batch_size=args.batch_size,
-                    dtype=args.dtype, repeats=args.repeats, threads=args.threads, out_md=args.out))
+    print(bench.run(args.model, contexts=args.contexts, context_tokens=args.context_tokens,
+                    continuation_tokens=args.continuation_tokens, batch_sizes=args.batch_sizes,
+                    sample_contexts=args.sample_contexts or args.contexts, sample_batch_size=args.sample_batch_size,
+                    dtype=args.dtype, repeats=args.repeats, device=args.device, threads=args.threads,
+                    out_md=args.out))
 
 
 def _bench_replay(args) -> None:
@@ -22,6 +24,14 @@ def _bench_replay(args) -> None:
 
     print(bench.run(tuple(args.concurrency), window_s=args.window, input_tokens=args.input_tokens,
                     output_tokens=args.output_tokens, think_time_s=args.think_time, out_md=args.out))
+
+
+def _bench_stages(args) -> None:
+    from infbench.bench import compression_stages as bench
+
+    print(bench.run(args.config, args.out_dir, device=args.device,
+                    origin=json.loads(args.origin) if args.origin else None, contexts_from=args.contexts_from,
+                    compare=args.compare, likelihood_only=args.likelihood_only, threads=args.threads))
 
 
 def _source(args) -> None:
@@ -86,13 +96,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dtype", default="bfloat16")
     p.set_defaults(func=_source)
 
-    p = sub.add_parser("bench-likelihood", help="scorer vs bare forward throughput, and sampling throughput")
-    p.add_argument("checkpoint")
-    p.add_argument("--contexts", type=int, default=16)
+    p = sub.add_parser("bench-likelihood", help="scorer vs bare forward throughput, and sampling throughput, "
+                                               "against the device's measured matmul rate and copy bandwidth")
+    p.add_argument("model", help="a checkpoint directory, or random:NAME (random weights: "
+                                 "random:llama-1b, random:smollm2-135m)")
+    p.add_argument("--contexts", type=int, default=16, help="contexts scored")
     p.add_argument("--context-tokens", type=int, default=128)
     p.add_argument("--continuation-tokens", type=int, default=256)
-    p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--batch-sizes", type=int, nargs="+", default=[8], help="scorer batch sizes")
+    p.add_argument("--sample-contexts", type=int, default=None, help="contexts sampled (default: --contexts)")
+    p.add_argument("--sample-batch-size", type=int, default=None,
+                   help="default: chosen by memory on CUDA, the largest --batch-sizes on the CPU")
     p.add_argument("--dtype", default="bfloat16")
+    p.add_argument("--device", default="auto")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--out", default=None, help="also write the table (Markdown) here")
@@ -127,6 +143,22 @@ def main(argv: list[str] | None = None) -> int:
                    help="mean seconds between a session's requests (0 saturates the client: queueing, not overhead)")
     p.add_argument("--out", default=None, help="also write the table (Markdown) here")
     p.set_defaults(func=_bench_replay)
+    p = sub.add_parser("bench-stages", help="CompressionBench's stages run directly on one device, timed, and "
+                                           "compared with another run of them")
+    p.add_argument("--config", default="config/config.yaml",
+                   help="the pipeline's YAML, or the config.json a previous run wrote")
+    p.add_argument("--out-dir", required=True)
+    p.add_argument("--device", required=True, help="cpu or cuda (likelihood, verification and answers)")
+    p.add_argument("--origin", default=None, help='JSON replacing every source\'s origin, e.g. '
+                                                  '{"type": "local", "path": "model.gguf"}')
+    p.add_argument("--contexts-from", default=None,
+                   help="sample and score these contexts.parquet (another run's: the embedded corpus is the "
+                        "Python build's own standard library) instead of the ones built here")
+    p.add_argument("--compare", default=None, help="another run's --out-dir")
+    p.add_argument("--likelihood-only", action="store_true",
+                   help="stop after the reference likelihood (no answers reference, no verification)")
+    p.add_argument("--threads", type=int, default=2)
+    p.set_defaults(func=_bench_stages)
 
     args = parser.parse_args(argv)
     try:

@@ -40,6 +40,7 @@ rule sample_continuations:
         temperature=config["likelihood"]["temperature"],
         seed=config["likelihood"]["seed"],
         batch_size=config["likelihood"]["sample_batch_size"],
+        cuda_graphs=config["likelihood"]["cuda_graphs"],
         dtype=config["likelihood"]["dtype"],
         device=config["likelihood"]["device"],
         tensor_parallel=config["likelihood"]["tensor_parallel"],

@@ -92,7 +92,7 @@ def check_devices(backend: str, device: str, tensor_parallel: int) -> None:
 
 def sample_set(source: str, checkpoint: str, contexts_parquet: str, set_name: str, out_parquet: str,
                out_summary: str, *, backend: str, n_tokens: int, temperature: float, seed: int,
-               batch_size: int, dtype: str, device: str, tensor_parallel: int = 1,
+               batch_size: int, dtype: str, device: str, tensor_parallel: int = 1, cuda_graphs: bool = True,
                threads: int | None = None) -> SamplingSummary:
     if threads:
         torch.set_num_threads(threads)
@@ -109,7 +109,8 @@ def sample_set(source: str, checkpoint: str, contexts_parquet: str, set_name: st
         model = load_causal_lm(checkpoint, dtype, device)
         used_device = str(next(model.parameters()).device)
         result = sampling.sample_transformers(model, contexts, indices, set_name=set_name, n_tokens=n_tokens,
-                                              temperature=temperature, seed=seed, batch_size=batch_size)
+                                              temperature=temperature, seed=seed, batch_size=batch_size,
+                                              cuda_graphs=cuda_graphs)
     frame = pd.DataFrame({
         "set": set_name, "index": table["index"].astype("int32"), "family": table["family"],
         "doc_id": table["doc_id"], "context_ids": list(contexts), "continuation_ids": list(result.tokens),
@@ -123,7 +124,7 @@ def sample_set(source: str, checkpoint: str, contexts_parquet: str, set_name: st
         cross_entropy=scoring.cross_entropy(result.logprobs), ppl=scoring.perplexity(result.logprobs),
         provenance=provenance.collect(
             {"backend": backend, "n_tokens": n_tokens, "temperature": temperature, "seed": seed,
-             "batch_size": batch_size, "dtype": dtype, "device": device},
+             "batch_size": batch_size, "dtype": dtype, "device": device, "cuda_graphs": cuda_graphs},
             {"contexts.parquet": sha256_file(contexts_parquet)}),
     )
     atomic.write_json(out_summary, summary.model_dump(mode="json"))

@@ -2,14 +2,17 @@
 
 Each context gets ``M`` tokens sampled at temperature ``T`` with no top-k or
 top-p, EOS not stopping the continuation. Every context has its own random
-stream (seeded from the base seed, the set and the context index), and a
-token is drawn by the Gumbel-max rule ``argmax(log_softmax(z / T) + G)`` with
-float64 Gumbel noise, an exact draw from ``softmax(z / T)``. So a context's
-continuation does not depend on which other contexts share its batch (up to
-the floating-point effects of batching). The stored log-prob of each token is
-the source's own, ``log_softmax(z)`` of the raw logits.
+stream: ``M`` float64 uniforms from NumPy's generator seeded by the base seed,
+the set and the context index, one per token, and the token is the inverse
+CDF of ``softmax(z / T)`` (float64 cumulative sum over the vocabulary in
+token-id order) at that uniform, an exact draw. So a context's continuation
+does not depend on which other contexts share its batch, nor on the device
+(up to the floating-point effects of batching and kernels on the logits).
+The stored log-prob of each token is the source's own, ``log_softmax(z)`` of
+the raw logits.
 
-Backends: ``transformers`` (CPU or CUDA) and ``vllm`` (optional extra).
+Backends: ``transformers`` (CPU or CUDA; ``batched_decoding`` with a static
+cache, and CUDA graphs on CUDA) and ``vllm`` (optional extra).
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from infbench.compression.hf_runtime import cache_kwargs
+from infbench.compression import batched_decoding
 from infbench.errors import ConfigError
 from infbench.seeding import derive_seed
 
@@ -35,38 +38,68 @@ def context_seed(seed: int, set_name: str, index: int) -> int:
     return derive_seed(seed, "continuation", set_name, index)
 
 
-def draw(log_probs: torch.Tensor, generators: list[torch.Generator]) -> torch.Tensor:
-    """One token per row from ``softmax(log_probs)``, row ``i`` using ``generators[i]`` (Gumbel-max)."""
-    vocab, device = log_probs.shape[-1], log_probs.device
-    u = torch.stack([torch.rand(vocab, generator=g, dtype=torch.float64, device=device) for g in generators])
-    gumbel = -torch.log(-torch.log(u.clamp_min(torch.finfo(torch.float64).tiny)))
-    return (log_probs.double() + gumbel).argmax(-1)
+def context_uniforms(seed: int, set_name: str, indices: list[int], n_tokens: int) -> np.ndarray:
+    """``[len(indices), n_tokens]`` float64 uniforms in [0, 1), row ``i`` from context ``indices[i]``'s stream."""
+    return np.stack([np.random.default_rng(context_seed(seed, set_name, i)).random(n_tokens) for i in indices])
+
+
+def draw(log_probs: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
+    """One token per row from ``softmax(log_probs)``: the first token whose cumulative probability exceeds
+    ``uniforms[i]`` times the row's total (a zero-probability token is never drawn)."""
+    cdf = log_probs.double().exp().cumsum(-1)
+    point = (uniforms.to(cdf.dtype) * cdf[:, -1]).unsqueeze(-1)
+    return torch.searchsorted(cdf, point, right=True).squeeze(-1).clamp_max(log_probs.shape[-1] - 1)
+
+
+def _next_token(logits: torch.Tensor, uniforms: torch.Tensor, temperature: float):
+    logits = logits.float()
+    logp = torch.log_softmax(logits, dim=-1)
+    scaled = logp if temperature == 1.0 else torch.log_softmax(logits / temperature, dim=-1)
+    token = draw(scaled, uniforms)
+    return token, logp.gather(-1, token.unsqueeze(-1)).squeeze(-1)
+
+
+def batch_rows(model, n: int, context_len: int, max_len: int, batch_size: int | None) -> int:
+    """``batch_size``, or with None as many rows as fit in the free memory of the model's CUDA device."""
+    device = next(model.parameters()).device
+    if batch_size is not None:
+        return batch_size
+    if device.type != "cuda":
+        raise ValueError("a sampling batch size chosen by memory needs a CUDA device")
+    free, _ = torch.cuda.mem_get_info(device)
+    return min(n, batched_decoding.rows_that_fit(model, context_len, max_len, free))
 
 
 @torch.inference_mode()
 def sample_transformers(model, contexts: np.ndarray, indices: list[int], *, set_name: str, n_tokens: int,
-                        temperature: float, seed: int, batch_size: int, progress: bool = True) -> Samples:
+                        temperature: float, seed: int, batch_size: int | None, progress: bool = True,
+                        kv_window: int = 256, cuda_graphs: bool = True) -> Samples:
     device = next(model.parameters()).device
-    n = contexts.shape[0]
+    n, context_len = contexts.shape
+    max_len = context_len + n_tokens
+    uniforms = context_uniforms(seed, set_name, indices, n_tokens)
+    rows_per_batch = batch_rows(model, n, context_len, max_len, batch_size)
     tokens = np.empty((n, n_tokens), dtype=np.int32)
     logprobs = np.empty((n, n_tokens), dtype=np.float32)
     bar = tqdm(total=n * n_tokens, desc=f"sample {set_name}", unit="tok", disable=not progress)
-    for start in range(0, n, batch_size):
-        rows = slice(start, min(n, start + batch_size))
-        generators = [torch.Generator(device=device).manual_seed(context_seed(seed, set_name, i))
-                      for i in indices[rows]]
-        out = model(input_ids=torch.as_tensor(contexts[rows], dtype=torch.long, device=device), use_cache=True,
-                    logits_to_keep=1)
-        for step in range(n_tokens):
-            logits = out.logits[:, -1].float()
-            logp = torch.log_softmax(logits, dim=-1)
-            scaled = logp if temperature == 1.0 else torch.log_softmax(logits / temperature, dim=-1)
-            token = draw(scaled, generators)
-            tokens[rows, step] = token.cpu().numpy()
-            logprobs[rows, step] = logp.gather(-1, token.unsqueeze(-1)).squeeze(-1).cpu().numpy()
-            bar.update(len(generators))
-            if step + 1 < n_tokens:
-                out = model(input_ids=token.unsqueeze(-1), use_cache=True, **cache_kwargs(out))
+    for start in range(0, n, rows_per_batch):
+        rows = slice(start, min(n, start + rows_per_batch))
+        b = rows.stop - rows.start
+        u = torch.as_tensor(uniforms[rows], device=device)
+        out_tokens = torch.empty((b, n_tokens), dtype=torch.long, device=device)
+        out_logprobs = torch.empty((b, n_tokens), dtype=torch.float32, device=device)
+        dec = batched_decoding.decoder(model, b, max_len, window=kv_window, cuda_graphs=cuda_graphs)
+        try:
+            logits = dec.prefill(torch.as_tensor(contexts[rows], dtype=torch.long, device=device))
+            for step in range(n_tokens):
+                out_tokens[:, step], out_logprobs[:, step] = _next_token(logits, u[:, step], temperature)
+                if step + 1 < n_tokens:
+                    logits = dec.step(out_tokens[:, step])
+                bar.update(b)
+        finally:
+            dec.close()
+        tokens[rows] = out_tokens.cpu().numpy()
+        logprobs[rows] = out_logprobs.cpu().numpy()
     bar.close()
     return Samples(tokens, logprobs)
 
