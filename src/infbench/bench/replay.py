@@ -19,6 +19,7 @@ import pandas as pd
 
 from infbench import atomic
 from infbench.serving import replay, servers, trace
+from infbench.serving.traces import weka
 from infbench.serving.workload import draw
 
 
@@ -33,7 +34,7 @@ def _sessions(n: int, input_tokens: int, output_tokens: int, think_time_s: float
         reqs = [{"t": float(think[:k].sum()), "in": input_tokens * (k + 1), "out": output_tokens,
                  "hash_ids": list(range(-(-input_tokens * (k + 1) // bs))), "think_time": float(think[k]) * (k > 0)}
                 for k in range(8)]
-        out.append(trace.session_from_weka({"id": f"b{i}", "block_size": bs, "requests": reqs}))
+        out.append(weka.session({"id": f"b{i}", "block_size": bs, "requests": reqs}))
     return out
 
 
