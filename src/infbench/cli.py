@@ -238,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--wall-s", type=float, required=True, help="seconds the replay took")
     p.set_defaults(func=_replay_log)
     p = sub.add_parser("bench-replay", help="latency and CPU the replay client adds, against an instant server")
-    p.add_argument("--concurrency", type=int, nargs="+", default=[1, 64, 512])
+    p.add_argument("--concurrency", type=int, nargs="+", default=[4, 64, 512])
     p.add_argument("--window", type=float, default=5.0)
     p.add_argument("--input-tokens", type=int, default=256)
     p.add_argument("--output-tokens", type=int, default=32)

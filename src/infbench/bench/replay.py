@@ -38,7 +38,7 @@ def _sessions(n: int, input_tokens: int, output_tokens: int, think_time_s: float
     return out
 
 
-def run(concurrencies=(1, 64, 512), window_s: float = 5.0, input_tokens: int = 256, output_tokens: int = 32,
+def run(concurrencies=(4, 64, 512), window_s: float = 5.0, input_tokens: int = 256, output_tokens: int = 32,
         think_time_s: float = 0.0, warmup_s: float = 2.0, out_md: str | None = None) -> str:
     sessions = _sessions(64, input_tokens, output_tokens, think_time_s)
     spec = servers.ServerSpec(command=["{python}", "-m", "infbench.serving.instant", "--port", "{port}"])
