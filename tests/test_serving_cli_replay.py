@@ -146,7 +146,7 @@ def test_idle_cap_off_keeps_the_recorded_delay(tmp_path):
 def test_replay_against_the_llamacpp_server_on_loopback(tmp_path):
     gguf = sources.resolve_gguf("smollm2-135m", sources.SourceOrigin(**EMBEDDED_ORIGIN))
     spec = servers.ServerSpec(command=["{python}", "-m", "infbench.serving.llamacpp_server", "--model", "{gguf}",
-                                       "--port", "{port}", "--threads", "2", "--n-ctx", "512",
+                                       "--port", "{port}", "--threads", "1", "--n-ctx", "512",
                                        "--served-model-name", "{model_name}"], startup_timeout_s=300)
     trace = _mooncake(tmp_path / "mt.jsonl", sessions=2, turns=2)
     with servers.launched("llamacpp", spec, servers.LaunchVars(gguf=str(gguf), model_name="smollm2"),
@@ -160,3 +160,20 @@ def test_replay_against_the_llamacpp_server_on_loopback(tmp_path):
     assert len(frame) == 4 and frame["ok"].all(), frame["error"].tolist()
     assert (frame["output_tokens"] == 4).all() and (frame["usage_prompt_tokens"] == frame["input_tokens"]).all()
     assert "ended: trace" in proc.stdout and "G (gross $ per GPU $)" in proc.stdout
+
+
+def test_pipeline_takes_a_weka_directory_and_no_idle_cap(tmp_path):
+    from conftest import planned_jobs, run_snakemake
+    from test_serving_pipeline import SERVING_TARGETS, _config
+
+    d = tmp_path / "traces"
+    d.mkdir()
+    (d / "a.json").write_text(json.dumps({"id": "a", "block_size": 4, "requests": [
+        {"t": 0, "type": "n", "in": 8, "out": 2, "hash_ids": [0, 1], "think_time": None}]}, indent=2))
+    good = _config(tmp_path, **{"serving.workload.trace": {"format": "weka", "path": str(d)},
+                                "serving.replay.idle_cap_s": None})
+    proc = run_snakemake(tmp_path, "-n", *SERVING_TARGETS, "--configfile", str(good))
+    assert planned_jobs(proc)["serving_workload"] == 1 and "serving_synthetic" not in planned_jobs(proc)
+    bad = _config(tmp_path, **{"serving.replay.idle_cap_s": 0})
+    proc = run_snakemake(tmp_path, "-n", *SERVING_TARGETS, "--configfile", str(bad), check=False)
+    assert proc.returncode != 0 and "idle_cap_s" in proc.stdout + proc.stderr

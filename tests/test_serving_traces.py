@@ -221,27 +221,26 @@ def test_mooncake_first_turn_names_more_blocks_than_its_prompt(tmp_path):
 
 # --- the AgentX harness's generator ------------------------------------------------------------------
 
-def _pypi_reachable(pip: Path) -> bool:
-    probe = subprocess.run([str(pip), "index", "versions", "agentx-harness"], capture_output=True, text=True,
-                           timeout=120)
-    return probe.returncode == 0
+def _uv(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "uv", *args], capture_output=True, text=True, timeout=timeout)
 
 
 @pytest.fixture(scope="session")
 def aiperf(tmp_path_factory):
-    """``aiperf`` of PyPI's agentx-harness, in a venv of its own (pip's wheel cache keeps a rerun quick);
-    ``INFBENCH_AGENTX_VENV`` names a venv to create once and reuse across test runs."""
+    """``aiperf`` of PyPI's agentx-harness, in a venv of its own made by uv (its cache keeps a rerun to
+    seconds); ``INFBENCH_AGENTX_VENV`` names a venv to create once and reuse across test runs."""
     venv = Path(os.environ.get("INFBENCH_AGENTX_VENV") or tmp_path_factory.mktemp("agentx") / "venv")
     exe = venv / "bin" / "aiperf"
     if not exe.exists():
-        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-        pip = venv / "bin" / "pip"
-        install = subprocess.run([str(pip), "install", "-q", AGENTX_HARNESS], capture_output=True, text=True,
-                                 timeout=1200)
+        made = _uv("venv", "--quiet", "--python", sys.executable, str(venv))
+        assert made.returncode == 0, made.stderr
+        python = str(venv / "bin" / "python")
+        install = _uv("pip", "install", "--quiet", "--python", python, AGENTX_HARNESS, timeout=1200)
         if install.returncode != 0:
-            if not _pypi_reachable(pip):
-                pytest.skip(f"PyPI unreachable: cannot install {AGENTX_HARNESS}")
-            raise AssertionError(f"pip install {AGENTX_HARNESS} failed:\n{install.stderr[-4000:]}")
+            probe = _uv("pip", "install", "--dry-run", "--no-deps", "--python", python, AGENTX_HARNESS)
+            if probe.returncode != 0:
+                pytest.skip(f"PyPI unreachable: cannot install {AGENTX_HARNESS} ({probe.stderr.strip()[-300:]})")
+            raise AssertionError(f"uv pip install {AGENTX_HARNESS} failed:\n{install.stderr[-4000:]}")
     return exe
 
 
@@ -284,3 +283,12 @@ def test_generator_traces_read_as_its_own_statistics(aiperf, tmp_path):
     for s in sessions:      # every turn's blocks start with the previous turn's
         for prev, r in zip(s.requests, s.requests[1:]):
             assert r.hash_ids[: len(prev.hash_ids)] == prev.hash_ids
+
+
+def test_workload_prepares_a_weka_directory(tmp_path):
+    d = _weka_dir(tmp_path)
+    summary = workload.prepare(str(d), "weka", length_scale=1.0, context_limit=10_000, block_size=512,
+                               out_sessions=str(tmp_path / "w.jsonl"), out_summary=str(tmp_path / "w.json"))
+    assert summary.sessions_read == 3 and len(workload.load(tmp_path / "w.jsonl")) == 3
+    inputs = json.loads((tmp_path / "w.json").read_text())["provenance"]["inputs"]
+    assert {Path(p).name for p in inputs} == {"a.json", "b.json", "c.jsonl", "notes.txt"}   # the directory's files

@@ -261,11 +261,12 @@ class Replay:
         self._start(lane, session, FROM_BEGINNING)
 
     def stop(self) -> None:
-        """Stop sending now (first call), or also cancel what is in flight (later calls); the records
-        of everything sent are kept."""
-        if self.stopped:
+        """Stop sending now; once sending has stopped, also cancel what is in flight. The records of
+        everything sent are kept."""
+        if not self.issuing or self.stopped:
             for task in list(self.tasks):
                 task.cancel()
+            return
         self.stopped = True
         self.end = min(self.end, self.now())
         self.wake.set()

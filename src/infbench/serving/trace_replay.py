@@ -93,7 +93,7 @@ async def _replay_with_progress(rep: replay.Replay, show: bool) -> list[replay.R
 
     def interrupt() -> None:
         tqdm.write("infbench replay: stopping: no new requests; waiting for those in flight "
-                   "(Ctrl-C again cancels them)" if not rep.stopped else
+                   "(Ctrl-C again cancels them)" if rep.issuing and not rep.stopped else
                    "infbench replay: cancelling the requests in flight", file=sys.stderr)
         rep.stop()
 
