@@ -7,9 +7,10 @@ import time
 import pytest
 from serving_helpers import instant_server, settings
 
-from infbench.serving import replay, servers, trace, workload
+from infbench.serving import replay, servers, workload
+from infbench.serving.traces import weka
 
-SESSION = trace.session_from_weka({"id": "f", "block_size": 4, "requests": [
+SESSION = weka.session({"id": "f", "block_size": 4, "requests": [
     {"t": 0, "in": 8, "out": 4, "hash_ids": [0, 1], "think_time": 0},
     {"t": 1, "in": 12, "out": 4, "hash_ids": [0, 1, 2], "think_time": 0.05},
     {"t": 2, "in": 16, "out": 4, "hash_ids": [0, 1, 2, 3], "think_time": 0.05}]})

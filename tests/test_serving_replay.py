@@ -7,7 +7,8 @@ import httpx
 import pytest
 from serving_helpers import instant_server, settings
 
-from infbench.serving import replay, trace, workload
+from infbench.serving import replay, workload
+from infbench.serving.traces import weka
 
 BS = 4
 HAND = {"id": "hand", "block_size": BS, "requests": [
@@ -26,7 +27,7 @@ SPT = 0.05  # the server's seconds per output token, so requests take measurable
 
 
 def test_hand_trace_structure():
-    s = trace.session_from_weka(HAND)
+    s = weka.session(HAND)
     chains = {c.id: c for c in s.chains}
     deps = {r.id: set(r.depends_on) for r in s.requests}
     assert deps["main/1"] == {"main/0", "main.s0/1", "main.s1/0"}
@@ -38,7 +39,7 @@ def test_hand_trace_structure():
 
 @pytest.mark.slow
 def test_hand_trace_replay(tmp_path):
-    session = trace.session_from_weka(HAND)
+    session = weka.session(HAND)
     with instant_server(tmp_path / "server.log", "--seconds-per-token", str(SPT)) as base:
         t = time.monotonic()
         recs = replay.run(workload.draw([session], 0), settings(base, window_s=13.5, request_timeout_s=5.0))
@@ -99,7 +100,7 @@ def test_hand_trace_replay(tmp_path):
 @pytest.mark.slow
 def test_concurrency_bounds_top_level_sessions(tmp_path):
     """c=2 lanes: at most 2 session instances active at any moment, subagents not counted."""
-    session = trace.session_from_weka(HAND)
+    session = weka.session(HAND)
     # 0.2 s per token: a subagent's request outlives the 0.1 s gap before its sibling's, so the
     # two fan-out branches overlap whatever the machine's load
     with instant_server(tmp_path / "server.log", "--seconds-per-token", "0.2") as base:
@@ -123,7 +124,7 @@ def test_a_lane_reuses_its_keep_alive_connection(tmp_path):
              "requests": [{"t": 0.0, "in": 32 * (k + 1), "out": 4, "hash_ids": list(range(2 * (k + 1))),
                            "think_time": 0.05 * (k > 0)} for k in range(6)]}
     with instant_server(tmp_path / "server.log") as base:
-        recs = replay.run(workload.draw([trace.session_from_weka(chain)], 0), settings(base, window_s=1.0))
+        recs = replay.run(workload.draw([weka.session(chain)], 0), settings(base, window_s=1.0))
         received = httpx.get(base + "/debug/requests").json()
     assert len(recs) >= 6 and all(r.ok for r in recs), [r.error for r in recs if not r.ok]
     assert len({r["client_port"] for r in received}) == 1
@@ -140,7 +141,7 @@ def test_replay_records_have_a_declared_schema(tmp_path):
 
 
 def test_lane_start_skips_what_was_recorded_before_the_sampled_point():
-    s = trace.session_from_weka(HAND)
+    s = weka.session(HAND)
     start = workload.lane_start(s, 0.5)           # main chain main/0, main/1, main/2: floor(0.5 * 3) = 1
     assert start.t_star == 3 and start.skipped == {"main/0", "main.s0/0", "main.s0/1", "main.s1/0"}
     assert [r.id for r in s.requests if start.ready(r)] == ["main/1"]
@@ -159,7 +160,7 @@ def test_a_lane_starts_its_first_session_at_the_sampled_point(tmp_path):
     """start_ratio (0.5, 0.5): the lane's first instance sends main/1 at once with its full grown prompt (what came
     before counts as done), then the rest; the lane's next instance starts from main/0."""
     with instant_server(tmp_path / "server.log") as base:
-        recs = replay.run(workload.draw([trace.session_from_weka(HAND)], 0),
+        recs = replay.run(workload.draw([weka.session(HAND)], 0),
                           settings(base, window_s=3.0, idle_cap_s=0.2, start_ratio=(0.5, 0.5)))
     first = [r for r in recs if r.instance == 0]
     assert [r.request_id for r in first] == ["main/1", "main/2", "main.s2/0"]
@@ -172,13 +173,13 @@ def test_a_lane_starts_its_first_session_at_the_sampled_point(tmp_path):
 def test_coverage_counts_the_streams_ready_at_the_lanes_start_points():
     from infbench.serving import coverage
 
-    s = trace.session_from_weka(HAND)
+    s = weka.session(HAND)
     at_start = coverage.draw_stats([s], seed=3, n=4, concurrency=2, start_ratio=(0.0, 0.0), seed_set="x")
     assert at_start.initial_streams == 2 and at_start.requests == 4 * 7   # one main chain ready per lane
     # fraction 0.4: main request floor(0.4 * 3) = 1 at t* = 3, after the fan-out: main/1 alone is ready
     mid = coverage.draw_stats([s], seed=3, n=4, concurrency=2, start_ratio=(0.4, 0.4), seed_set="x")
     assert mid.initial_streams == 2
-    fanout = trace.session_from_weka({"id": "fan", "block_size": BS, "requests": [
+    fanout = weka.session({"id": "fan", "block_size": BS, "requests": [
         {"t": 0, "in": 8, "out": 2, "hash_ids": [0, 1], "think_time": 0},
         {"type": "subagent", "requests": [{"t": 1, "in": 8, "out": 2, "hash_ids": [0, 2], "think_time": 0},
                                           {"t": 5, "in": 8, "out": 2, "hash_ids": [0, 2], "think_time": 0}]},

@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from infbench.errors import InfbenchError
+from infbench.errors import ConfigError, InfbenchError
 
 
 def _bench(args) -> None:
@@ -32,6 +32,126 @@ def _bench_stages(args) -> None:
     print(bench.run(args.config, args.out_dir, device=args.device,
                     origin=json.loads(args.origin) if args.origin else None, contexts_from=args.contexts_from,
                     compare=args.compare, likelihood_only=args.likelihood_only, threads=args.threads))
+
+
+def _replay(args) -> None:
+    from pydantic import ValidationError
+
+    from infbench.serving import trace_replay
+    from infbench.serving.value import Targets
+
+    if (args.tau_first is None) != (args.tau_token is None):
+        raise ConfigError("--tau-first/--tau-token", "give both latency targets, or neither")
+    targets = (trace_replay.targets_file(args.targets) if args.targets else
+               Targets(tau_first_s=args.tau_first, tau_token_s=args.tau_token) if args.tau_first is not None else None)
+    model = args.model or trace_replay.served_model(args.url)
+    try:
+        settings, deployment = _replay_settings(args, model)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        raise ConfigError(".".join(map(str, err["loc"])), err["msg"]) from None
+    summary = trace_replay.run(args.trace, args.format, settings, deployment, targets, args.order, args.out,
+                               block_size=args.block_size, context_limit=args.context_limit,
+                               max_context_overflow_share=args.max_context_overflow_share,
+                               progress=not args.no_progress and sys.stderr.isatty())
+    print(trace_replay.report(summary, args.out))
+
+
+def _replay_settings(args, model: str):
+    from infbench.serving.replay import ReplaySettings
+    from infbench.serving.value import Deployment
+
+    settings = ReplaySettings(
+        base_url=args.url, model=model, concurrency=args.concurrency, seed=args.seed, warmup_s=args.warmup,
+        window_s=args.window, request_timeout_s=args.request_timeout, idle_cap_s=args.idle_cap,
+        token_low=args.token_range[0], token_high=args.token_range[1], marker_tokens=args.marker_tokens,
+        temperature=args.temperature, start_ratio=tuple(args.start_ratio), request_fields=dict(args.request_field),
+        api=args.api, tokenizer=args.tokenizer)
+    deployment = Deployment(name=model, devices=args.devices, accelerator=args.accelerator,
+                            usd_per_device_hour=args.usd_per_device_hour, input_usd_per_mtok=args.input_usd_per_mtok,
+                            output_usd_per_mtok=args.output_usd_per_mtok,
+                            context_limit=args.context_limit or sys.maxsize)
+    return settings, deployment
+
+
+def _idle_cap(value: str) -> float | None:
+    if value.lower() in ("none", "off"):
+        return None
+    cap = float(value)
+    if not cap > 0:
+        raise argparse.ArgumentTypeError("a number of seconds > 0, or none")
+    return cap
+
+
+def _json_field(value: str) -> tuple[str, object]:
+    key, sep, raw = value.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError("KEY=JSON, e.g. logit_bias='{\"2\": -100}'")
+    try:
+        return key, json.loads(raw)
+    except json.JSONDecodeError:
+        return key, raw
+
+
+def _add_replay(sub) -> None:
+    from infbench.config_io import schema_default
+
+    def d(key: str):
+        return schema_default(f"serving.{key}")
+
+    p = sub.add_parser("replay", help="replay a trace (Weka/AgentX, Mooncake) against any OpenAI-compatible endpoint",
+                       description="Closed-loop replay of a trace against a running server, scored as the pipeline "
+                                   "scores (D, G, f). Defaults are the paper's (the config schema's).")
+    p.add_argument("--trace", required=True, help="a trace file, or a directory of Weka session files")
+    p.add_argument("--format", choices=["auto", "weka", "mooncake"], default="auto",
+                   help="auto: Weka if the first record has 'requests', Mooncake if it has 'input_length'")
+    p.add_argument("--url", required=True, help="the server's base URL, e.g. http://127.0.0.1:8080")
+    p.add_argument("--model", default=None, help="model name sent (default: the first of GET /v1/models)")
+    p.add_argument("--api", choices=["completions", "chat"], default="completions",
+                   help="completions: token-id prompts (exact lengths); chat: text prompts (needs --tokenizer)")
+    p.add_argument("--tokenizer", default=None, help="chat: the model's tokenizer.json, or a directory holding it")
+    p.add_argument("--out", required=True, help="directory for records.parquet and summary.json")
+    g = p.add_argument_group("replay")
+    g.add_argument("--concurrency", type=int, default=1, help="lanes: top-level sessions at once (default 1)")
+    g.add_argument("--order", choices=["draw", "trace"], default="draw",
+                   help="draw: a seeded endless draw (the pipeline's); trace: trace order, each session once")
+    g.add_argument("--seed", type=int, default=0, help="the draw's and the lanes' start points' seed (default 0)")
+    g.add_argument("--warmup", type=float, default=d("replay.warmup_s"), help="seconds (default %(default)s)")
+    g.add_argument("--window", type=float, default=d("replay.window_s"), help="seconds scored (default %(default)s)")
+    g.add_argument("--start-ratio", type=float, nargs=2, default=d("replay.start_ratio"), metavar=("LO", "HI"),
+                   help="a lane's first session starts at a fraction of its main chain drawn from [LO, HI] "
+                        "(default %(default)s; 0 0: at turn one)")
+    g.add_argument("--idle-cap", type=_idle_cap, default=d("replay.idle_cap_s"),
+                   help="cap idle gaps at this many seconds, or none (default %(default)s)")
+    g.add_argument("--request-timeout", type=float, default=d("replay.request_timeout_s"),
+                   help="a request's whole life, seconds (default %(default)s)")
+    g.add_argument("--temperature", type=float, default=d("replay.temperature"), help="(default %(default)s)")
+    g.add_argument("--context-limit", type=int, default=None,
+                   help="drop sessions with a request (prompt + output) longer than this, whole (default: keep all)")
+    g.add_argument("--block-size", type=int, default=d("workload.trace.mooncake_block_size"),
+                   help="Mooncake hash-id block size in tokens (default %(default)s; Weka traces carry theirs)")
+    g.add_argument("--token-range", type=int, nargs=2, default=d("workload.token_id_range"), metavar=("LOW", "HIGH"),
+                   help="prompt filler token ids, [LOW, HIGH), no special tokens (default %(default)s)")
+    g.add_argument("--marker-tokens", type=int, default=d("workload.marker_tokens"),
+                   help="per-session-instance cache-bust marker at the start of each prompt (default %(default)s)")
+    g.add_argument("--request-field", type=_json_field, action="append", default=[], metavar="KEY=JSON",
+                   help="an extra JSON field of every request (repeatable)")
+    g.add_argument("--no-progress", action="store_true", help="no progress bar")
+    g = p.add_argument_group("deployment and score")
+    g.add_argument("--devices", type=int, default=d("deployment.devices"), help="GPUs d (default %(default)s)")
+    g.add_argument("--accelerator", choices=["gpu", "cpu"], default=d("deployment.accelerator"))
+    g.add_argument("--usd-per-device-hour", type=float, default=d("deployment.usd_per_device_hour"),
+                   help="r (default %(default)s)")
+    g.add_argument("--input-usd-per-mtok", type=float, default=d("deployment.input_usd_per_mtok"),
+                   help="(default %(default)s)")
+    g.add_argument("--output-usd-per-mtok", type=float, default=d("deployment.output_usd_per_mtok"),
+                   help="(default %(default)s)")
+    g.add_argument("--tau-first", type=float, default=None, help="TTFT target, seconds (D needs targets)")
+    g.add_argument("--tau-token", type=float, default=None, help="TPOT target, seconds")
+    g.add_argument("--targets", default=None, help="or the pipeline's results/serving/calibration/targets.json")
+    g.add_argument("--max-context-overflow-share", type=float, default=d("replay.max_context_overflow_share"),
+                   help="more overflows among the window's requests make the run invalid (default %(default)s)")
+    p.set_defaults(func=_replay)
 
 
 def _source(args) -> None:
@@ -135,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--wall-s", type=float, required=True, help="seconds the replay took")
     p.set_defaults(func=_replay_log)
     p = sub.add_parser("bench-replay", help="latency and CPU the replay client adds, against an instant server")
-    p.add_argument("--concurrency", type=int, nargs="+", default=[1, 64, 512])
+    p.add_argument("--concurrency", type=int, nargs="+", default=[4, 64, 512])
     p.add_argument("--window", type=float, default=5.0)
     p.add_argument("--input-tokens", type=int, default=256)
     p.add_argument("--output-tokens", type=int, default=32)
@@ -159,6 +279,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="stop after the reference likelihood (no answers reference, no verification)")
     p.add_argument("--threads", type=int, default=2)
     p.set_defaults(func=_bench_stages)
+    _add_replay(sub)
 
     args = parser.parse_args(argv)
     try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -14,6 +15,19 @@ Model = TypeVar("Model", bound=BaseModel)
 
 REPO = Path(__file__).resolve().parents[2]
 SCHEMA = REPO / "workflow" / "schemas" / "config.schema.yaml"
+
+
+@functools.cache
+def _schema(path: Path) -> dict:
+    return yaml.safe_load(path.read_text())
+
+
+def schema_default(dotted: str, schema: str | Path = SCHEMA) -> Any:
+    """The schema's default of a config key, e.g. ``serving.replay.idle_cap_s`` (the paper's value)."""
+    node = _schema(Path(schema))
+    for key in dotted.split("."):
+        node = node["properties"][key]
+    return node["default"]
 
 
 def load_config(path: str | Path, schema: str | Path = SCHEMA) -> dict:

@@ -19,6 +19,7 @@ import pandas as pd
 
 from infbench import atomic
 from infbench.serving import replay, servers, trace
+from infbench.serving.traces import weka
 from infbench.serving.workload import draw
 
 
@@ -33,11 +34,11 @@ def _sessions(n: int, input_tokens: int, output_tokens: int, think_time_s: float
         reqs = [{"t": float(think[:k].sum()), "in": input_tokens * (k + 1), "out": output_tokens,
                  "hash_ids": list(range(-(-input_tokens * (k + 1) // bs))), "think_time": float(think[k]) * (k > 0)}
                 for k in range(8)]
-        out.append(trace.session_from_weka({"id": f"b{i}", "block_size": bs, "requests": reqs}))
+        out.append(weka.session({"id": f"b{i}", "block_size": bs, "requests": reqs}))
     return out
 
 
-def run(concurrencies=(1, 64, 512), window_s: float = 5.0, input_tokens: int = 256, output_tokens: int = 32,
+def run(concurrencies=(4, 64, 512), window_s: float = 5.0, input_tokens: int = 256, output_tokens: int = 32,
         think_time_s: float = 0.0, warmup_s: float = 2.0, out_md: str | None = None) -> str:
     sessions = _sessions(64, input_tokens, output_tokens, think_time_s)
     spec = servers.ServerSpec(command=["{python}", "-m", "infbench.serving.instant", "--port", "{port}"])

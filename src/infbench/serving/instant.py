@@ -3,6 +3,8 @@
 It streams ``max_tokens`` token ids (``seconds_per_token`` apart; 0 = instantly, all events in one write)
 with usage, and stamps its own receive and first-token times (``time.perf_counter``,
 CLOCK_MONOTONIC, comparable with the client's on one machine) in the first chunk.
+``POST /v1/chat/completions`` streams the same as chat chunks (``delta.content``, no token ids); its
+``usage.prompt_tokens`` counts the words of the messages. ``GET /v1/models`` names ``instant``.
 ``GET /debug/requests`` lists what it received (prompt, max_tokens, receive time, the client's port).
 ``mode`` makes it misbehave on purpose: ``die`` (exits after ``after`` requests),
 ``hang`` (never answers after ``after`` requests), ``malformed`` (broken SSE),
@@ -33,9 +35,20 @@ def app(mode: str = "ok", seconds_per_token: float = 0.0, after: int = 0, contex
     received: list[dict] = []
 
     async def completions(request: Request) -> Response:
+        return await stream(request, chat=False)
+
+    async def chat_completions(request: Request) -> Response:
+        return await stream(request, chat=True)
+
+    def choice(i: int, chat: bool) -> dict:
+        if chat:
+            return {"index": 0, "delta": {"content": f" t{i}"}, "finish_reason": None}
+        return {"index": 0, "text": f" t{i}", "token_ids": [i % 1000], "finish_reason": None}
+
+    async def stream(request: Request, chat: bool) -> Response:
         t_recv = time.perf_counter()
         body = await request.json()
-        prompt = body["prompt"]
+        prompt = " ".join(m["content"] for m in body["messages"]).split() if chat else body["prompt"]
         n = int(body["max_tokens"])
         received.append({"prompt": prompt, "max_tokens": n, "receive_time": t_recv,
                          "client_port": request.client.port if request.client else None})
@@ -54,8 +67,7 @@ def app(mode: str = "ok", seconds_per_token: float = 0.0, after: int = 0, contex
             for i in range(n_send):
                 if seconds_per_token and i:
                     await asyncio.sleep(seconds_per_token)
-                chunk = {"object": "text_completion", "choices": [
-                    {"index": 0, "text": f" t{i}", "token_ids": [i % 1000], "finish_reason": None}]}
+                chunk = {"object": "chat.completion.chunk" if chat else "text_completion", "choices": [choice(i, chat)]}
                 if i == 0:
                     chunk["server_receive_time"] = t_recv
                     chunk["server_first_token_time"] = time.perf_counter()
@@ -81,8 +93,12 @@ def app(mode: str = "ok", seconds_per_token: float = 0.0, after: int = 0, contex
     async def debug(request: Request) -> Response:
         return JSONResponse(received)
 
+    async def models(request: Request) -> Response:
+        return JSONResponse({"object": "list", "data": [{"id": "instant", "object": "model"}]})
+
     return Starlette(routes=[Route("/v1/completions", completions, methods=["POST"]),
-                             Route("/health", health), Route("/debug/requests", debug)])
+                             Route("/v1/chat/completions", chat_completions, methods=["POST"]),
+                             Route("/v1/models", models), Route("/health", health), Route("/debug/requests", debug)])
 
 
 def main(argv: list[str] | None = None) -> None:

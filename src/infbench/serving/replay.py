@@ -8,17 +8,21 @@
 - A request is sent ``delay_s`` after the last request it depends on finished.
 - When nothing is in flight, an idle gap longer than ``idle_cap_s`` until the
   next timed event is capped by moving every pending event earlier by the same
-  amount (a virtual clock shift).
+  amount (a virtual clock shift); ``idle_cap_s`` None keeps every recorded delay.
 - New requests are sent until ``warmup_s + window_s``; requests still in flight
   then get at most ``request_timeout_s`` in total, so a replay always ends within
-  ``warmup_s + window_s + request_timeout_s`` (plus teardown).
-- Streaming ``/v1/completions`` (aiohttp) with a token-id prompt, ``max_tokens`` = the
-  prescribed output, EOS ignored, usage requested. TTFT = first chunk carrying a
-  token - send; TPOT = (last - first) / (n_out - 1) (0 for one output token).
+  ``warmup_s + window_s + request_timeout_s`` (plus teardown). Sending also stops
+  early when the sessions run out (a finite iterator, e.g. a trace in its own
+  order) or on :meth:`Replay.stop`; ``Replay.sending_ended`` says when.
+- Streaming (aiohttp) ``/v1/completions`` with a token-id prompt, or
+  ``/v1/chat/completions`` with it as text (:mod:`infbench.serving.endpoints`),
+  ``max_tokens`` = the prescribed output, EOS ignored, usage requested. TTFT =
+  first chunk carrying a token - send; TPOT = (last - first) / (n_out - 1) (0 for
+  one output token).
 - A request is *well-formed* only if it streamed to ``[DONE]`` with valid SSE,
   produced exactly ``max_tokens`` tokens by the server's token accounting
-  (streamed token ids and usage must agree where both are given) and reported
-  the prompt length if usage is given. Anything else is a failure record.
+  (streamed token ids and usage must agree where both are given) and, for token-id
+  prompts, reported the prompt length if usage is given. Anything else is a failure record.
 - A request the server refuses because it does not fit its context (an HTTP
   error whose message says so) is also marked ``context_overflow``; scoring
   invalidates a run with too many of them (:mod:`infbench.serving.value`).
@@ -34,7 +38,7 @@ import math
 import re
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,6 +50,7 @@ import uvloop
 from pydantic import BaseModel, ConfigDict, Field
 
 from infbench import atomic
+from infbench.serving.endpoints import API, Completions, endpoint
 from infbench.serving.trace import Session, TraceRequest
 from infbench.serving.workload import FROM_BEGINNING, LaneStart, PromptBuilder, lane_start, start_fraction
 
@@ -64,7 +69,7 @@ class ReplaySettings(BaseModel):
     warmup_s: float = Field(ge=0)
     window_s: float = Field(gt=0)
     request_timeout_s: float = Field(gt=0)
-    idle_cap_s: float = Field(gt=0)
+    idle_cap_s: float | None = Field(gt=0, description="None: idle gaps are not capped")
     token_low: int
     token_high: int
     marker_tokens: int = Field(ge=1)
@@ -73,6 +78,8 @@ class ReplaySettings(BaseModel):
                                                          "session, as fractions of its main chain")
     request_fields: dict[str, Any] = Field(default_factory=dict,
                                            description="extra JSON fields a server needs, e.g. logit_bias")
+    api: API = "completions"
+    tokenizer: str | None = Field(default=None, description="chat: the tokenizer.json that turns prompts to text")
 
 
 class RequestRecord(BaseModel):
@@ -128,7 +135,8 @@ class _Event:
 class _Stream:
     """What one streamed response carried."""
 
-    def __init__(self):
+    def __init__(self, piece: Callable[[dict[str, Any]], tuple[str, list[int] | None]] = Completions().piece):
+        self.piece = piece  # (text, token ids) of one streamed choice, as the endpoint lays it out
         self.first: float = math.nan
         self.last: float = math.nan
         self.chunks = 0
@@ -174,8 +182,7 @@ class _Stream:
                 raise ValueError(f"chunk without choices or usage: {str(payload)[:200]}")
             return
         for choice in choices:
-            text = choice.get("text") or ""
-            ids = choice.get("token_ids")
+            text, ids = self.piece(choice)
             if ids is not None:
                 self.saw_ids = True
                 self.ids.extend(int(i) for i in ids)
@@ -187,8 +194,9 @@ class _Stream:
             self.text.append(text)
 
 
-def _check(stream: _Stream, prompt_len: int, max_tokens: int) -> tuple[int, str]:
-    """(client-accounted output tokens, error or '') of a finished stream."""
+def _check(stream: _Stream, prompt_len: int | None, max_tokens: int) -> tuple[int, str]:
+    """(client-accounted output tokens, error or '') of a finished stream; ``prompt_len`` None: the
+    server's prompt token count is not compared (a chat prompt the server tokenizes and templates)."""
     if not stream.done:
         return 0, "stream ended without [DONE]"
     usage_out = stream.usage.get("completion_tokens") if stream.usage else None
@@ -202,7 +210,7 @@ def _check(stream: _Stream, prompt_len: int, max_tokens: int) -> tuple[int, str]
             return n_out, f"usage.completion_tokens={n_out} but {stream.chunks} token chunks streamed"
     else:
         return stream.chunks, "no token accounting (neither token_ids nor usage)"
-    if stream.usage and stream.usage.get("prompt_tokens") not in (None, prompt_len):
+    if prompt_len is not None and stream.usage and stream.usage.get("prompt_tokens") not in (None, prompt_len):
         return n_out, f"usage.prompt_tokens={stream.usage['prompt_tokens']} but the prompt has {prompt_len}"
     if n_out != max_tokens:
         return n_out, f"{n_out} output tokens, {max_tokens} prescribed"
@@ -216,7 +224,8 @@ class Replay:
         self.s = settings
         self.sessions = sessions
         self.http: aiohttp.ClientSession | None = None
-        self.url = settings.base_url.rstrip("/") + "/v1/completions"
+        self.api = endpoint(settings.api, settings.tokenizer)
+        self.url = settings.base_url.rstrip("/") + self.api.path
         self.run_id = uuid.uuid4().hex[:12]
         self.prompts = PromptBuilder(token_low=settings.token_low, token_high=settings.token_high,
                                      marker_tokens=settings.marker_tokens, run_key=self.run_id)
@@ -231,6 +240,10 @@ class Replay:
         self.records: list[RequestRecord] = []
         self.t0 = 0.0
         self.issuing = True
+        self.end = settings.warmup_s + settings.window_s  # sending stops here (earlier on stop())
+        self.busy_lanes = 0
+        self.sending_ended: float | None = None  # when sending stopped, seconds since start
+        self.stopped = False
 
     # clocks: real = seconds since start; virtual = real + shift (pending events live in virtual time)
     def now(self) -> float:
@@ -240,8 +253,23 @@ class Replay:
         return self.now() + self.shift
 
     def _start_session(self, lane: int) -> None:
-        """A lane's next session, from its beginning."""
-        self._start(lane, next(self.sessions), FROM_BEGINNING)
+        """A lane's next session, from its beginning; with none left the lane is done."""
+        session = next(self.sessions, None)
+        if session is None:
+            self.busy_lanes -= 1
+            return
+        self._start(lane, session, FROM_BEGINNING)
+
+    def stop(self) -> None:
+        """Stop sending now; once sending has stopped, also cancel what is in flight. The records of
+        everything sent are kept."""
+        if not self.issuing or self.stopped:
+            for task in list(self.tasks):
+                task.cancel()
+            return
+        self.stopped = True
+        self.end = min(self.end, self.now())
+        self.wake.set()
 
     def _start(self, lane: int, session: Session, start: LaneStart) -> None:
         """Run ``session`` on ``lane``; the requests ``start`` skips are taken as done and never sent."""
@@ -289,18 +317,20 @@ class Replay:
 
     async def _run(self) -> list[RequestRecord]:
         self.t0 = time.perf_counter()
-        end = self.s.warmup_s + self.s.window_s
         for lane in range(self.s.concurrency):
-            session = next(self.sessions)
+            session = next(self.sessions, None)
+            if session is None:
+                break
+            self.busy_lanes += 1
             self._start(lane, session, lane_start(session, start_fraction(self.s.seed, lane, self.s.start_ratio)))
-        while self.now() < end:
+        while self.now() < self.end and self.busy_lanes:
             self.wake.clear()
-            if self.heap and self.in_flight == 0:
+            if self.s.idle_cap_s is not None and self.heap and self.in_flight == 0:
                 gap = self.heap[0].vtime - self.idle_since
                 if gap > self.s.idle_cap_s:
                     self.shift += gap - self.s.idle_cap_s
                     self.idle_since += gap - self.s.idle_cap_s
-            wait = end - self.now()
+            wait = self.end - self.now()
             if self.heap:
                 wait = min(wait, self.heap[0].vtime - self.vnow())
             if wait > 0:
@@ -316,6 +346,7 @@ class Replay:
             self.tasks.add(task)
             task.add_done_callback(self.tasks.discard)
         self.issuing = False
+        self.sending_ended = min(self.now(), self.end)
         if self.tasks:
             await asyncio.wait(set(self.tasks), timeout=self.s.request_timeout_s + 1.0)
         for task in list(self.tasks):
@@ -325,10 +356,10 @@ class Replay:
 
     async def _send(self, inst: _Instance, r: TraceRequest, ready: float) -> None:
         prompt = self.prompts.build(inst.session, inst.number, r)
-        body = {"model": self.s.model, "prompt": prompt, "max_tokens": r.output_tokens, "stream": True,
-                "ignore_eos": True, "stream_options": {"include_usage": True}, "temperature": self.s.temperature,
+        body = {"model": self.s.model, **self.api.prompt_fields(prompt), "max_tokens": r.output_tokens,
+                "stream": True, "ignore_eos": True, "stream_options": {"include_usage": True}, "temperature": self.s.temperature,
                 **self.s.request_fields}
-        stream = _Stream()
+        stream = _Stream(self.api.piece)
         error = ""
         overflow = False
         send = self.now()
@@ -351,7 +382,8 @@ class Replay:
         except (aiohttp.ClientError, ValueError, TypeError, KeyError, AttributeError) as exc:
             error = f"{type(exc).__name__}: {exc}"[:500]
         end = self.now()
-        n_out, check_error = _check(stream, len(prompt), r.output_tokens)
+        n_out, check_error = _check(stream, len(prompt) if self.api.compares_prompt_tokens else None,
+                                    r.output_tokens)
         error = error or check_error
         ttft = stream.first - send
         tpot = 0.0 if n_out == 1 else (stream.last - stream.first) / (n_out - 1) if n_out > 1 else math.nan
@@ -371,11 +403,12 @@ class Replay:
         self._finished(inst, r)
 
 
-async def replay(sessions: Iterator[Session], settings: ReplaySettings) -> list[RequestRecord]:
-    return await Replay(sessions, settings).run()
-
-
 def run(sessions: Iterator[Session], settings: ReplaySettings) -> list[RequestRecord]:
+    return run_tuned(Replay(sessions, settings).run())
+
+
+def run_tuned(main: Coroutine[Any, Any, list[RequestRecord]]) -> list[RequestRecord]:
+    """Run a replay's coroutine on uvloop with the garbage collector tuned for it."""
     # The cyclic garbage collector stops the event loop for tens of ms when it scans the young objects
     # hundreds of streams make (bench-replay saw a 44 ms pause): what exists before the replay is frozen
     # out of its scans and it runs 50x less often; reference counting still frees almost everything.
@@ -385,7 +418,7 @@ def run(sessions: Iterator[Session], settings: ReplaySettings) -> list[RequestRe
     gc.set_threshold(35_000, *threshold[1:])
     try:
         with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-            return runner.run(replay(sessions, settings))
+            return runner.run(main)
     finally:
         gc.set_threshold(*threshold)
         gc.unfreeze()

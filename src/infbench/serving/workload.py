@@ -29,9 +29,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from infbench import atomic, provenance
 from infbench.errors import ConfigError, InputFileError
-from infbench.hashing import sha256_file
+from infbench.hashing import file_hashes, sha256_file
 from infbench.seeding import derive_seed
-from infbench.serving.trace import Session, TraceRequest, read_trace
+from infbench.serving.trace import Session, TraceRequest
+from infbench.serving.traces import read_trace
 
 
 class WorkloadSummary(BaseModel):
@@ -85,11 +86,19 @@ def prepare(trace_path: str, trace_format: str, *, length_scale: float, context_
         context_limit=context_limit, requests=sum(len(s.requests) for s in kept),
         input_tokens=sum(s.total_input_tokens for s in kept),
         output_tokens=sum(r.output_tokens for s in kept for r in s.requests),
-        provenance=provenance.collect(params, {str(trace_path): sha256_file(trace_path)}),
+        provenance=provenance.collect(params, trace_hashes(trace_path)),
     )
     atomic.write_text(out_sessions, "".join(s.model_dump_json() + "\n" for s in kept))
     atomic.write_json(out_summary, summary.model_dump(mode="json"))
     return summary
+
+
+def trace_hashes(trace_path: str | Path) -> dict[str, str]:
+    """sha256 of a trace file, or of every file of a trace directory (keyed by path)."""
+    path = Path(trace_path)
+    if path.is_dir():
+        return {str(path / name): digest for name, digest in file_hashes(path).items()}
+    return {str(path): sha256_file(path)}
 
 
 def load(path: str | Path) -> list[Session]:
