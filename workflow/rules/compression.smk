@@ -176,6 +176,7 @@ rule compression_table:
             category="CompressionBench",
             subcategory="Final verification",
         ),
+        plot_data="results/plots/accuracy_vs_bits.csv",
     log:
         "logs/tables/compression.log",
     threads: 1
