@@ -21,6 +21,7 @@ import matplotlib
 matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 from pydantic import BaseModel  # noqa: E402
@@ -106,14 +107,16 @@ def _style_legend() -> list[Line2D]:
             entry("D", "none", "failed: integrity check"), entry("X", "none", "failed: package / execution")]
 
 
-def _panel(ax, candidates: dict[int, list[CandidatePoint]], value, interval, colors, missing_on_edge: bool) -> list:
-    """Markers (and intervals) of one quantity; a candidate without a value sits on the bottom edge
-    if ``missing_on_edge``, else is left out. Returns the number labels to place and their points."""
+def _panel(ax, candidates: dict[int, list[CandidatePoint]], value, interval, colors, missing_on_edge: bool,
+           lines: tuple[float, ...]) -> list:
+    """Markers (and intervals) of one quantity, on a range that shows the reference ``lines``; a
+    candidate without a value sits on the bottom edge if ``missing_on_edge``, else is left out.
+    Returns the number labels to place and their points."""
     shown = {n: ps for n, ps in candidates.items() if ps[0].bits_per_param is not None}
     finite = [value(ps[0]) for ps in shown.values() if value(ps[0]) is not None]
     lows = [interval(ps[0])[0] for ps in shown.values() if interval(ps[0])[0] is not None]
     highs = [interval(ps[0])[1] for ps in shown.values() if interval(ps[0])[1] is not None]
-    low, high = min([*finite, *lows, 1.0]), max([*finite, *highs, 1.0])
+    low, high = min([*finite, *lows, *lines]), max([*finite, *highs, *lines])
     pad = 0.08 * (high - low or 1.0)
     ax.set_ylim(low - pad, high + pad)
     texts, xs, ys, avoid = [], [], [], []
@@ -146,16 +149,15 @@ def _limit_lines(ax, judged: list[CandidatePoint], label: bool) -> None:
                     ha="left", va="bottom", fontsize=7, color="0.3")
 
 
-def plot(pts: list[CandidatePoint], rho: float, png_path: str, csv_path: str) -> None:
+def draw(pts: list[CandidatePoint], rho: float) -> Figure:
     sources = sorted({p.source for p in pts})
     has_acc = any(p.accuracy_rel is not None for p in pts)
     rows = 2 if has_acc else 1
     fig, axes = plt.subplots(rows, max(1, len(sources)), figsize=(6.2 * max(1, len(sources)), 3.6 * rows + 0.6),
                              squeeze=False, sharex="col")
     if not pts:
-        figure.say_empty(axes[0][0], "no verified candidates")
-        figure.save(fig, png_path, pts, CandidatePoint, csv_path)
-        return
+        figure.say_empty(axes[0][0], "no verification records")
+        return fig
     by_number: dict[int, list[CandidatePoint]] = defaultdict(list)
     for p in pts:
         by_number[p.number].append(p)
@@ -168,7 +170,7 @@ def plot(pts: list[CandidatePoint], rho: float, png_path: str, csv_path: str) ->
         judged = [p for ps in candidates.values() for p in ps]
         top = axes[0][col]
         labels = [_panel(top, candidates, lambda p: p.f_v, lambda p: (p.f_v_ci95_low, p.f_v_ci95_high), colors,
-                         missing_on_edge=True)]
+                         missing_on_edge=True, lines=(1.0,))]
         top.axhline(1.0, color="0.2", lw=0.8, ls="--", zorder=1)
         top.text(0.01, 1.0, "BF16 reference, F = 1", transform=top.get_yaxis_transform(), fontsize=7, va="bottom")
         top.set_ylabel("F_v = PPL(BF16) / PPL(candidate)\n(verification set, 95% bootstrap interval)", fontsize=8)
@@ -177,7 +179,7 @@ def plot(pts: list[CandidatePoint], rho: float, png_path: str, csv_path: str) ->
         if has_acc:
             bottom = axes[1][col]
             labels.append(_panel(bottom, candidates, lambda p: p.accuracy_rel, lambda p: (None, None), colors,
-                                 missing_on_edge=False))
+                                 missing_on_edge=False, lines=(1.0, rho)))
             bottom.axhline(1.0, color="0.2", lw=0.8, ls="--", zorder=1)
             bottom.axhline(rho, color="C3", lw=1, ls="-.", zorder=1)
             bottom.text(0.01, rho, f"gate: A >= {rho:g} A(BF16)", transform=bottom.get_yaxis_transform(), fontsize=7,
@@ -199,9 +201,13 @@ def plot(pts: list[CandidatePoint], rho: float, png_path: str, csv_path: str) ->
                                           + ("" if ps[0].bits_per_param is not None else
                                              " (not plotted: no package size)"), 100, subsequent_indent="     "))
                for n, ps in sorted(by_number.items())]
-    fig.tight_layout()
+    fig.tight_layout(h_pad=2.0, w_pad=2.0)  # tick labels at the panels' ends stay apart
     fig.legend(handles=entries, loc="upper left", bbox_to_anchor=(0.0, 0.0), fontsize=7.5, frameon=False,
                title="candidates (number: name: verdict per storage limit)", title_fontsize=8, alignment="left")
     fig.legend(handles=_style_legend(), loc="upper left", bbox_to_anchor=(1.0, 0.97), fontsize=7.5, frameon=False,
                title="marker", title_fontsize=8, alignment="left")
-    figure.save(fig, png_path, pts, CandidatePoint, csv_path)
+    return fig
+
+
+def plot(pts: list[CandidatePoint], rho: float, png_path: str, csv_path: str) -> None:
+    figure.save(draw(pts, rho), png_path, pts, CandidatePoint, csv_path)

@@ -10,6 +10,7 @@ import matplotlib
 matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
 import numpy as np  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
@@ -49,7 +50,7 @@ def _set_ppl(pts: list[ContextPoint]) -> float:
     return float(np.exp(sum(p.ln_ppl * p.tokens for p in pts) / sum(p.tokens for p in pts)))
 
 
-def plot(pts: list[ContextPoint], png_path: str, csv_path: str) -> None:
+def draw(pts: list[ContextPoint]) -> Figure:
     panels = list(dict.fromkeys((p.source, p.set) for p in pts))
     families = sorted({p.family for p in pts})
     fig, axes = plt.subplots(1, max(1, len(panels)), figsize=(4.8 * max(1, len(panels)), 3.8), squeeze=False,
@@ -74,4 +75,8 @@ def plot(pts: list[ContextPoint], png_path: str, csv_path: str) -> None:
                   frameon=False)
     axes[0][0].set_ylabel("contexts")
     fig.tight_layout()
-    figure.save(fig, png_path, pts, ContextPoint, csv_path)
+    return fig
+
+
+def plot(pts: list[ContextPoint], png_path: str, csv_path: str) -> None:
+    figure.save(draw(pts), png_path, pts, ContextPoint, csv_path)

@@ -17,6 +17,7 @@ import matplotlib
 matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 from pydantic import BaseModel  # noqa: E402
@@ -91,14 +92,15 @@ def _panel(ax, pts: list[ServingPoint]) -> None:
         if d >= g_max:  # G = D / f >= D: the curve never enters the panel
             continue
         ax.plot(f, d / f, color="0.55", lw=0.8, ls="--", zorder=1)
-        ax.text(1.0, d, f" {text}", transform=ax.transData, fontsize=7, color="0.4", ha="left", va="center",
-                clip_on=False)  # where the curve meets f = 1, outside the panel's right edge
+        ax.annotate(text, (1.0, d), xytext=(4, 0), textcoords="offset points", fontsize=7, color="0.4",
+                    ha="left", va="center", annotation_clip=False)  # where the curve meets f = 1, outside
     colors = itertools.cycle(plt.get_cmap("tab10").colors)
     texts, xs, ys, avoid = [], [], [], []
     for p in pts:
         x, y = (0.0 if p.f is None else p.f), p.G
         if p.role == BASELINE:
-            ax.plot(x, y, marker="*", markersize=15, color="black", ls="none", zorder=6, clip_on=False)
+            ax.plot(x, y, marker="*", markersize=16, color="black", markeredgecolor="white", ls="none", zorder=7,
+                    clip_on=False)  # over the systems' markers
             color = "black"
         else:
             color = next(colors)
@@ -118,10 +120,14 @@ def _panel(ax, pts: list[ServingPoint]) -> None:
     ax.grid(alpha=0.25)
 
 
-def plot(pts: list[ServingPoint], png_path: str, csv_path: str) -> None:
+def draw(pts: list[ServingPoint]) -> Figure:
     deployments = sorted({p.deployment for p in pts})
     fig, axes = plt.subplots(1, max(1, len(deployments)), figsize=(7 * max(1, len(deployments)), 5), squeeze=False)
     for ax, dep in zip(axes[0], deployments):
         _panel(ax, [p for p in pts if p.deployment == dep])
     fig.tight_layout()
-    figure.save(fig, png_path, pts, ServingPoint, csv_path)
+    return fig
+
+
+def plot(pts: list[ServingPoint], png_path: str, csv_path: str) -> None:
+    figure.save(draw(pts), png_path, pts, ServingPoint, csv_path)

@@ -3,12 +3,14 @@ every reward evaluation's own PPL is a faint dot, one that failed (reward 0) a c
 
 from __future__ import annotations
 
+from matplotlib.figure import Figure
+
 from infbench.plots import figure
 from infbench.plots.runs import layout
 from infbench.runs.compression_analysis import BestSoFarRow
 
 
-def plot(rows: list[BestSoFarRow], png_path: str, csv_path: str) -> None:
+def draw(rows: list[BestSoFarRow]) -> Figure:
     fig, ax = layout.axes(rows, "no compression runs with reward evaluations")
     k, unit = layout.time_unit([r.t_hours for r in rows])
     for (run, rs), style in zip(layout.by_run(rows), layout.styles()):
@@ -29,4 +31,8 @@ def plot(rows: list[BestSoFarRow], png_path: str, csv_path: str) -> None:
         ax.set_title("Best-so-far PPL of feasible reward evaluations (line); each evaluation (dot, x: reward 0)",
                      fontsize=9)
         layout.legend(ax, "run")
-    figure.save(fig, png_path, rows, BestSoFarRow, csv_path)
+    return fig
+
+
+def plot(rows: list[BestSoFarRow], png_path: str, csv_path: str) -> None:
+    figure.save(draw(rows), png_path, rows, BestSoFarRow, csv_path)

@@ -3,13 +3,15 @@ run labelled with its class: raise & hold, retreat, oscillate, never tuned (PROT
 
 from __future__ import annotations
 
+from matplotlib.figure import Figure
 from matplotlib.ticker import FixedLocator, NullLocator
+
 from infbench.plots import figure
 from infbench.plots.runs import layout
 from infbench.runs.serving_analysis import PathPoint
 
 
-def plot(pts: list[PathPoint], png_path: str, csv_path: str) -> None:
+def draw(pts: list[PathPoint]) -> Figure:
     fig, ax = layout.axes(pts, "no serving runs with load changes or replays")
     k, unit = layout.time_unit([p.active_h for p in pts])
     for (run, ps), style in zip(layout.by_run(pts), layout.styles()):
@@ -26,4 +28,8 @@ def plot(pts: list[PathPoint], png_path: str, csv_path: str) -> None:
         ax.set_ylabel("session concurrency c (log scale)")
         ax.set_title("Concurrency paths: load changes and replays", fontsize=9)
         layout.legend(ax, "run (path class)")
-    figure.save(fig, png_path, pts, PathPoint, csv_path)
+    return fig
+
+
+def plot(pts: list[PathPoint], png_path: str, csv_path: str) -> None:
+    figure.save(draw(pts), png_path, pts, PathPoint, csv_path)

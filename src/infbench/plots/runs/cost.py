@@ -3,6 +3,7 @@ token count (uncached input, cache writes, cache reads and output together)."""
 
 from __future__ import annotations
 
+from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from infbench.plots import figure
@@ -17,7 +18,7 @@ def tokens(n: int) -> str:
     return f"{n} tok"
 
 
-def plot(rows: list[CostRow], png_path: str, csv_path: str) -> None:
+def draw(rows: list[CostRow]) -> Figure:
     fig, ax = layout.axes(rows, "no runs", size=(7.5, 1.4 + 0.45 * max(3, len(rows))))
     for i, r in enumerate(rows):
         ax.barh(i, r.cost_usd, color="C0", height=0.6)
@@ -31,4 +32,8 @@ def plot(rows: list[CostRow], png_path: str, csv_path: str) -> None:
         ax.xaxis.set_major_locator(MaxNLocator(5))
         ax.set_xlabel("estimated API cost (USD)")
         ax.set_title("Agent API cost per run", fontsize=9)
-    figure.save(fig, png_path, rows, CostRow, csv_path)
+    return fig
+
+
+def plot(rows: list[CostRow], png_path: str, csv_path: str) -> None:
+    figure.save(draw(rows), png_path, rows, CostRow, csv_path)

@@ -3,12 +3,14 @@ value D > 0 (PROTOCOL B6); a run without one is marked "none"."""
 
 from __future__ import annotations
 
+from matplotlib.figure import Figure
+
 from infbench.plots import figure
 from infbench.plots.runs import layout
 from infbench.runs.serving_analysis import FirstUsableRow
 
 
-def plot(rows: list[FirstUsableRow], png_path: str, csv_path: str) -> None:
+def draw(rows: list[FirstUsableRow]) -> Figure:
     fig, ax = layout.axes(rows, "no serving runs", size=(7.5, 1.4 + 0.45 * max(3, len(rows))))
     k, unit = layout.time_unit([r.first_usable_h for r in rows])
     for i, r in enumerate(rows):
@@ -25,4 +27,8 @@ def plot(rows: list[FirstUsableRow], png_path: str, csv_path: str) -> None:
         ax.set_xlim(0, 1.35 * longest if longest else 1)
         ax.set_xlabel(f"{unit} from the run's start to its first usable replay")
         ax.set_title("First usable end-to-end replay (completed requests, D > 0)", fontsize=9)
-    figure.save(fig, png_path, rows, FirstUsableRow, csv_path)
+    return fig
+
+
+def plot(rows: list[FirstUsableRow], png_path: str, csv_path: str) -> None:
+    figure.save(draw(rows), png_path, rows, FirstUsableRow, csv_path)

@@ -5,6 +5,7 @@ against the verified PPL rank within the task (1 = best). Filled: verified; open
 from __future__ import annotations
 
 import matplotlib.pyplot as plt
+from matplotlib.figure import Figure
 
 from infbench.plots import figure
 from infbench.runs.cost_analysis import FrontierRow
@@ -27,7 +28,7 @@ def _points(ax, rows: list[FrontierRow], x, y, empty: str) -> None:
     figure.place_labels(ax, texts, xs, ys)
 
 
-def plot(rows: list[FrontierRow], png_path: str, csv_path: str) -> None:
+def draw(rows: list[FrontierRow]) -> Figure:
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
     if not rows:
         figure.say_empty(left, "no compression runs with a verified final submission")
@@ -47,5 +48,9 @@ def plot(rows: list[FrontierRow], png_path: str, csv_path: str) -> None:
         right.yaxis.get_major_locator().set_params(integer=True)
         if right.axison:
             right.invert_yaxis()
-    fig.tight_layout()
-    figure.save(fig, png_path, rows, FrontierRow, csv_path)
+    fig.tight_layout(w_pad=3.0)  # the panels' end tick labels stay apart
+    return fig
+
+
+def plot(rows: list[FrontierRow], png_path: str, csv_path: str) -> None:
+    figure.save(draw(rows), png_path, rows, FrontierRow, csv_path)

@@ -3,6 +3,8 @@ and f on the same seed (PROTOCOL B6); one group of bars per comparison, 1 = unch
 
 from __future__ import annotations
 
+from matplotlib.figure import Figure
+
 from infbench.plots import figure
 from infbench.plots.runs import layout
 from infbench.runs.serving_analysis import MatchedSeedRow
@@ -10,7 +12,7 @@ from infbench.runs.serving_analysis import MatchedSeedRow
 RATIOS = [("d_ratio", "D (qualified value)"), ("g_ratio", "G (gross value)"), ("f_ratio", "f (qualified share)")]
 
 
-def plot(rows: list[MatchedSeedRow], png_path: str, csv_path: str) -> None:
+def draw(rows: list[MatchedSeedRow]) -> Figure:
     fig, ax = layout.axes(rows, "no serving runs with two versions replayed on the same seed",
                           size=(7.5, 1.4 + 0.6 * max(3, len(rows))))
     height = 0.8 / len(RATIOS)
@@ -29,4 +31,8 @@ def plot(rows: list[MatchedSeedRow], png_path: str, csv_path: str) -> None:
         ax.set_xlabel("after / before (same seed)")
         ax.set_title("Matched-seed ratios of consecutive server versions", fontsize=9)
         layout.legend(ax, "ratio of")
-    figure.save(fig, png_path, rows, MatchedSeedRow, csv_path)
+    return fig
+
+
+def plot(rows: list[MatchedSeedRow], png_path: str, csv_path: str) -> None:
+    figure.save(draw(rows), png_path, rows, MatchedSeedRow, csv_path)

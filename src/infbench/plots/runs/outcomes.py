@@ -3,6 +3,8 @@ the outcome tolerance) or worse (PROTOCOL A8); one group of four stacked bars pe
 
 from __future__ import annotations
 
+from matplotlib.figure import Figure
+
 from infbench.plots import figure
 from infbench.plots.runs import layout
 from infbench.runs.compression_analysis import OutcomeRow
@@ -10,7 +12,7 @@ from infbench.runs.compression_analysis import OutcomeRow
 CLASSES = [("new_best", "new best", "C2"), ("same_as_best", "same as best", "C0"), ("worse", "worse", "C3")]
 
 
-def plot(rows: list[OutcomeRow], png_path: str, csv_path: str) -> None:
+def draw(rows: list[OutcomeRow]) -> Figure:
     groups = layout.by_run(rows)
     fig, ax = layout.axes(rows, "no compression runs with reward evaluations",
                           size=(max(6.5, 1.6 * len(groups) + 3), 4.2))
@@ -32,4 +34,8 @@ def plot(rows: list[OutcomeRow], png_path: str, csv_path: str) -> None:
         ax.set_ylabel("reward evaluations")
         ax.set_title("Reward-evaluation outcomes by quarter of the run (Q1 = first quarter of its time)", fontsize=9)
         layout.legend(ax, "outcome")
-    figure.save(fig, png_path, rows, OutcomeRow, csv_path)
+    return fig
+
+
+def plot(rows: list[OutcomeRow], png_path: str, csv_path: str) -> None:
+    figure.save(draw(rows), png_path, rows, OutcomeRow, csv_path)

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
+from matplotlib.figure import Figure
+
 from infbench.plots import figure
 from infbench.plots.runs import layout
 from infbench.runs.compression_analysis import RankingPairRow
@@ -25,7 +27,7 @@ def counts(rows: list[RankingPairRow]) -> list[RankingCount]:
             for run, rs in layout.by_run(rows)]
 
 
-def plot(rows: list[RankingPairRow], png_path: str, csv_path: str) -> None:
+def draw(rows: list[RankingPairRow]) -> Figure:
     data = counts(rows)
     fig, ax = layout.axes(data, "no compression runs with ranking pairs (two versions with a local metric, "
                                 "each with reward feedback)", size=(7.5, 1.4 + 0.45 * max(3, len(data))))
@@ -42,4 +44,8 @@ def plot(rows: list[RankingPairRow], png_path: str, csv_path: str) -> None:
         ax.set_title(f"Local ranking vs reward feedback: {sum(c.reversed for c in data)} of {len(rows)} reversed",
                      fontsize=9)
         layout.legend(ax, "feedback")
-    figure.save(fig, png_path, data, RankingCount, csv_path)
+    return fig
+
+
+def plot(rows: list[RankingPairRow], png_path: str, csv_path: str) -> None:
+    figure.save(draw(rows), png_path, counts(rows), RankingCount, csv_path)

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from matplotlib.figure import Figure
+
 from infbench.plots import figure
 from infbench.plots.runs import layout
 from infbench.runs.compression_analysis import RevisionRow
@@ -10,7 +12,7 @@ from infbench.runs.compression_analysis import RevisionRow
 BANDS = ["within band", "size changed"]
 
 
-def plot(rows: list[RevisionRow], png_path: str, csv_path: str) -> None:
+def draw(rows: list[RevisionRow]) -> Figure:
     fig, ax = layout.axes(rows, "no compression runs with revisions (consecutive scored packages)")
     runs = layout.by_run(rows)
     width = 0.5 / max(1, len(runs))
@@ -25,4 +27,8 @@ def plot(rows: list[RevisionRow], png_path: str, csv_path: str) -> None:
         ax.set_ylabel("effect on excess cross-entropy E (%)\n(negative: better)")
         ax.set_title("Revision effects: 100 (E_after / E_before - 1), E = ln(PPL / PPL_BF16)", fontsize=9)
         layout.legend(ax, "run")
-    figure.save(fig, png_path, rows, RevisionRow, csv_path)
+    return fig
+
+
+def plot(rows: list[RevisionRow], png_path: str, csv_path: str) -> None:
+    figure.save(draw(rows), png_path, rows, RevisionRow, csv_path)

@@ -3,6 +3,7 @@ time since the run's start (PROTOCOL A8); a line joins them when both exist."""
 
 from __future__ import annotations
 
+from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from infbench.plots import figure
@@ -10,7 +11,7 @@ from infbench.plots.runs import layout
 from infbench.runs.compression_analysis import StoppingRow
 
 
-def plot(rows: list[StoppingRow], png_path: str, csv_path: str) -> None:
+def draw(rows: list[StoppingRow]) -> Figure:
     fig, ax = layout.axes(rows, "no compression runs", size=(7.5, 1.4 + 0.45 * max(3, len(rows))))
     k, unit = layout.time_unit([h for r in rows for h in (r.first_completion_h, r.last_weight_change_h)])
     for i, r in enumerate(rows):
@@ -32,4 +33,8 @@ def plot(rows: list[StoppingRow], png_path: str, csv_path: str) -> None:
                            Line2D([], [], ls="none", marker="X", color="C3", label="first completion declaration")],
                   title="event", fontsize=7, title_fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0),
                   frameon=False)
-    figure.save(fig, png_path, rows, StoppingRow, csv_path)
+    return fig
+
+
+def plot(rows: list[StoppingRow], png_path: str, csv_path: str) -> None:
+    figure.save(draw(rows), png_path, rows, StoppingRow, csv_path)
