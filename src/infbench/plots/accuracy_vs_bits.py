@@ -133,7 +133,7 @@ def _panel(ax, candidates: dict[int, list[CandidatePoint]], value, interval, col
         ax.plot(p.bits_per_param, y, ls="none", marker=m, fillstyle=fill, markersize=8, color=colors[n],
                 markeredgewidth=1.3, clip_on=False, zorder=6)
         texts.append(ax.text(p.bits_per_param, y, str(n), fontsize=8, color=colors[n], fontweight="bold",
-                             bbox=figure.LABEL_BOX, zorder=5))
+                             bbox=figure.LABEL_BOX, zorder=7))  # over the markers of a cluster
         xs.append(p.bits_per_param)
         ys.append(y)
         if lo is not None and hi is not None and not on_edge:
@@ -165,6 +165,7 @@ def draw(pts: list[CandidatePoint], rho: float) -> Figure:
     for source in sources:
         ns = sorted(n for n, ps in by_number.items() if ps[0].source == source)
         colors |= {n: plt.get_cmap("tab10")(i % 10) for i, n in enumerate(ns)}
+    numbers = []  # (axes, its number labels), placed once the layout is final
     for col, source in enumerate(sources):
         candidates = {n: ps for n, ps in sorted(by_number.items()) if ps[0].source == source}
         judged = [p for ps in candidates.values() for p in ps]
@@ -192,8 +193,7 @@ def draw(pts: list[CandidatePoint], rho: float) -> Figure:
         axes[0][col].set_xlim(0, 1.06 * max([*bits, *limits, 16.0]))
         for ax in axes[:, col]:
             ax.grid(alpha=0.25)
-        for ax, (texts, xs, ys, avoid) in zip(axes[:, col], labels):
-            figure.place_labels(ax, texts, xs, ys, avoid)
+        numbers += zip(axes[:, col], labels)
     entries = [Line2D([], [], ls="none", marker=marker(ps)[0], fillstyle=marker(ps)[1], color=colors[n],
                       markersize=7, markeredgewidth=1.3,
                       label=textwrap.fill(f"{n}  {(ps[0].source + ': ') if len(sources) > 1 else ''}"
@@ -202,6 +202,8 @@ def draw(pts: list[CandidatePoint], rho: float) -> Figure:
                                              " (not plotted: no package size)"), 100, subsequent_indent="     "))
                for n, ps in sorted(by_number.items())]
     fig.tight_layout(h_pad=2.0, w_pad=2.0)  # tick labels at the panels' ends stay apart
+    for ax, (texts, xs, ys, avoid) in numbers:
+        figure.place_labels(ax, texts, xs, ys, avoid, objects=[t for t in ax.texts if t not in texts])
     fig.legend(handles=entries, loc="upper left", bbox_to_anchor=(0.0, 0.0), fontsize=7.5, frameon=False,
                title="candidates (number: name: verdict per storage limit)", title_fontsize=8, alignment="left")
     fig.legend(handles=_style_legend(), loc="upper left", bbox_to_anchor=(1.0, 0.97), fontsize=7.5, frameon=False,

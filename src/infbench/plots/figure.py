@@ -52,15 +52,16 @@ def _stack_coincident(ax: plt.Axes, texts: list) -> None:
 
 
 def place_labels(ax: plt.Axes, texts: list, x: Sequence[float], y: Sequence[float],
-                 avoid: Sequence[tuple[float, float]] = ()) -> None:
-    """Move ``texts`` (labels of the points ``x``, ``y``) apart and off the points and ``avoid``
-    (more data points, e.g. along error bars), with a thin line back to their point. adjustText
-    runs for a fixed number of iterations (by default it stops after a second of wall time), so
-    the same data gives the same figure."""
+                 avoid: Sequence[tuple[float, float]] = (), objects: Sequence = ()) -> None:
+    """Move ``texts`` (labels of the points ``x``, ``y``) apart and off the points, ``avoid`` (more
+    data points, e.g. along error bars) and ``objects`` (other texts), with a thin line back to
+    their point. adjustText runs for a fixed number of iterations (by default it stops after a
+    second of wall time), so the same data gives the same figure."""
     if not texts:
         return
     _stack_coincident(ax, texts)
     extra_x, extra_y = zip(*avoid) if avoid else ((), ())
     adjust_text(texts, x=[*x, *extra_x], y=[*y, *extra_y], target_x=list(x), target_y=list(y), ax=ax,
-                expand=(1.3, 1.6), force_static=(0.3, 0.5), iter_lim=400, time_lim=None,
+                objects=list(objects) or None,
+                expand=(1.5, 1.8), force_static=(0.5, 0.8), force_text=(0.3, 0.5), iter_lim=400, time_lim=None,
                 arrowprops={"arrowstyle": "-", "color": "0.5", "lw": 0.5})
