@@ -25,7 +25,7 @@ def executable() -> str | None:
 
 
 class Page:
-    """One tab of a headless Chromium; ``async with Page(profile) as page``."""
+    """One tab of a headless Chromium with a ``width`` x ``height`` viewport; ``async with Page(profile) as page``."""
 
     def __init__(self, profile: Path, width: int = 1400, height: int = 1000):
         self.profile, self.size = profile, (width, height)
@@ -47,6 +47,7 @@ class Page:
         async with self.session.get(f"http://127.0.0.1:{port}/json/list") as r:
             target = next(t for t in await r.json() if t["type"] == "page")
         self.ws = await self.session.ws_connect(target["webSocketDebuggerUrl"], max_msg_size=0)
+        await self.send("Emulation.setDeviceMetricsOverride", width=w, height=h, deviceScaleFactor=1, mobile=False)
         await self.send("Page.enable")
         await self.send("Runtime.enable")
         return self

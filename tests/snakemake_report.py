@@ -100,8 +100,8 @@ def _decode(href: str) -> str:
     return base64.b64decode(data).decode() if head.endswith(";base64") else urllib.parse.unquote(data)
 
 
-async def _read(html: Path, profile: Path, screenshot: Path, screenshot_of: str) -> ReportView:
-    async with Page(profile) as page:
+async def _read(html: Path, profile: Path, screenshot: Path, screenshot_of: str, viewport: tuple[int, int]) -> ReportView:
+    async with Page(profile, *viewport) as page:
         await page.open(html.resolve().as_uri())
         await page.wait_for("document.querySelector('nav ol li a')")
         await page.evaluate(HELPERS)
@@ -125,6 +125,8 @@ async def _read(html: Path, profile: Path, screenshot: Path, screenshot_of: str)
         return ReportView(categories=categories, images=images, tables=tables, captions=captions)
 
 
-def read(html: Path, profile: Path, screenshot: Path, screenshot_of: str) -> ReportView:
-    """Everything a reader of ``html`` can open; a screenshot of the figure ``screenshot_of`` shown."""
-    return asyncio.run(_read(html, profile, screenshot, screenshot_of))
+def read(html: Path, profile: Path, screenshot: Path, screenshot_of: str,
+         viewport: tuple[int, int] = (1400, 800)) -> ReportView:
+    """Everything a reader of ``html`` can open in a window of ``viewport`` pixels (a laptop's by
+    default); a screenshot of the figure ``screenshot_of`` shown."""
+    return asyncio.run(_read(html, profile, screenshot, screenshot_of, viewport))

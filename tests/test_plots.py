@@ -278,3 +278,9 @@ def test_cost_axis_has_no_crowded_ticks(run_data):
     fig = FIGURES["cost"].draw(run_data["cost"])
     assert len(fig.axes[0].get_xticklabels()) <= 7 and overprinted(fig) == []
 
+
+
+def test_every_plotted_analysis_has_its_figure():
+    from infbench.runs.outputs import PLOTTED
+
+    assert list(FIGURES) == PLOTTED
