@@ -7,6 +7,8 @@ import pandas as pd
 import pytest
 import yaml
 
+import headless_chromium
+import snakemake_report
 from conftest import REPO, planned_jobs, run_snakemake
 
 pytestmark = pytest.mark.slow
@@ -90,7 +92,15 @@ def test_compression_table(finished):
     names = {c["name"] for c in record["checks"]}
     assert {"storage_package", "storage_resident", "causality", "greedy_matches_argmax", "batch_invariance",
             "determinism", "accuracy_gate", "file_access", "network"} <= names
-    assert (workdir / "results/plots/accuracy_vs_bits.png").exists()
+    figure = pd.read_csv(workdir / "results/plots/accuracy_vs_bits.csv")  # its points: one per task x candidate
+    assert len(figure) == len(table) and set(figure["candidate"]) == candidates
+    merged = figure.merge(table, left_on=["task", "candidate"], right_on=["task", "method"])
+    assert (merged["verdict_x"].where(merged["verdict_x"] == "verified", "failed: " + merged["verdict_x"])
+            == merged["verdict_y"]).all()
+    assert (merged["bits_per_param_x"] - merged["bits_per_param_y"]).abs().max() < 1e-6
+    limits = figure.drop_duplicates("task").set_index("limit_gib")["limit_bits_per_param"]
+    assert limits[0.1] == pytest.approx(8 * 0.1 * 2**30 / 134_515_008)
+    assert (figure["f_v_ci95_low"] <= figure["f_v"] + 1e-9).all() and (figure["f_v"] <= figure["f_v_ci95_high"] + 1e-9).all()
 
 
 def test_new_submission_reruns_only_its_jobs(finished):
@@ -138,7 +148,8 @@ def test_reference_search_is_ingested_verified_and_analysed(finished):
     for name in ANALYSES:
         assert (workdir / f"results/tables/runs/{name}.md").exists()
     for name in PLOTTED:
-        assert (workdir / f"results/plots/runs/{name}.png").stat().st_size > 5_000
+        assert (workdir / f"results/plots/runs/{name}.png").stat().st_size > 2_000  # "no serving runs": 3.8 kB
+        assert (workdir / f"results/plots/runs/{name}.csv").exists()  # the figure's points
 
 
 def test_lint_is_clean(workdir):
@@ -157,3 +168,42 @@ def test_failing_job_leaves_no_output_and_names_the_key(finished, tmp_path):
     log = (tmp_path / "logs/contexts/smollm2-135m.log").read_text()
     assert "likelihood.context_tokens + likelihood.continuation_tokens" in log
     assert not list((tmp_path / "results/likelihood").rglob("*"))
+
+
+# caption file of each result marked for the report (workflow/rules/*.smk)
+CAPTIONS = {"results/tables/reference.csv": "reference_table", "results/plots/reference_ppl.png": "reference_ppl",
+            "results/tables/compression.csv": "compression_table", "results/plots/accuracy_vs_bits.png": "accuracy_vs_bits"}
+
+
+def test_report_opens_in_a_browser(finished, tmp_path):
+    """``snakemake --report`` of the run, read in headless Chromium as a reader would: every figure's
+    eye button shows its image, decoded at its size and scrollable to its top; every table's link
+    holds the table; every result's information panel has its caption."""
+    from PIL import Image
+
+    from infbench.runs.outputs import ANALYSES, PLOTTED
+
+    assert headless_chromium.executable(), "no chromium on PATH: apt-get install -y chromium (.ci/run does)"
+    workdir, config = finished
+    report = workdir / "report.html"
+    run_snakemake(workdir, "--configfile", str(config), "--report", str(report),
+                  "--report-stylesheet", str(REPO / "workflow/report/report.css"))
+    screenshot = workdir / "report_screenshot.png"
+    view = snakemake_report.read(report, tmp_path / "chromium-profile", screenshot, "results/plots/accuracy_vs_bits.png")
+
+    figures = {"results/plots/reference_ppl.png", "results/plots/accuracy_vs_bits.png",
+               *(f"results/plots/runs/{n}.png" for n in PLOTTED)}
+    tables = {"results/tables/reference.csv", "results/tables/compression.csv",
+              *(f"results/tables/runs/{n}.csv" for n in ANALYSES)}
+    assert view.categories == ["Agent runs", "CompressionBench"]
+    assert {i.path for i in view.images} == figures
+    for shown in view.images:
+        assert (shown.width, shown.height) == Image.open(workdir / shown.path).size and shown.reachable, shown
+    assert view.tables == {path: (workdir / path).read_text() for path in tables}
+    captions = CAPTIONS | {f"results/{kind}/runs/{n}.{ext}": f"runs/{n}" for n in ANALYSES
+                           for kind, ext in (("tables", "csv"), ("plots", "png"))}
+    assert set(view.captions) == figures | tables
+    for path, caption in view.captions.items():
+        rst = (REPO / f"workflow/report/{captions[path]}.rst").read_text().replace("``", "")
+        assert " ".join(rst.split())[:60] in " ".join(caption.split()), path
+    assert Image.open(screenshot).size == (1400, 800) and screenshot.stat().st_size > 30_000

@@ -4,6 +4,7 @@ ingestion with bad inputs, and the trajectory analyses' rules."""
 import json
 import math
 
+import pandas as pd
 import pytest
 from pydantic import ValidationError
 
@@ -243,6 +244,7 @@ def test_cost_prices_each_transcript_model(tmp_path):
 
 
 def test_report_writes_every_table_and_plot(tmp_path):
+    from infbench.plots import runs as figures
     from infbench.runs import outputs, report
 
     records, statuses = [], []
@@ -256,11 +258,14 @@ def test_report_writes_every_table_and_plot(tmp_path):
     statuses.append(str(out / "status.json"))
     records.append(str(out / "record.json"))
     tables = {n: {k: str(tmp_path / f"t/{n}.{k}") for k in ("csv", "md", "provenance")} for n in outputs.ANALYSES}
-    plots = {n: str(tmp_path / f"p/{n}.png") for n in outputs.PLOTTED}
-    report.write(statuses, records, {}, tables=tables, plots=plots,
-                 settings={"outcome_tolerance": 0.002, "size_band_gib": 0.01, "idle_gap_minutes": 10,
-                           "prices": PRICES})
+    plots = {n: {"png": str(tmp_path / f"p/{n}.png"), "csv": str(tmp_path / f"p/{n}.csv")} for n in outputs.PLOTTED}
+    data = report.write(statuses, records, {}, tables=tables,
+                        settings={"outcome_tolerance": 0.002, "size_band_gib": 0.01, "idle_gap_minutes": 10,
+                                  "prices": PRICES})
+    figures.write(data, plots)
     assert all((tmp_path / f"p/{n}.png").stat().st_size > 0 for n in outputs.PLOTTED)
+    paths = pd.read_csv(tmp_path / "p/concurrency_paths.csv")  # the plotted points, each with its run's class
+    assert list(paths["concurrency"]) == [1, 4, 8] and set(paths["classification"]) == {"raise & hold"}
     status_md = (tmp_path / "t/status.md").read_text()
     assert "run.yaml: missing" in status_md and status_md.count("True") == 2
     assert "raise & hold" in (tmp_path / "t/concurrency_paths.csv").read_text()

@@ -60,6 +60,10 @@ def test_tiny_serving_run(tmp_path):
     assert list(table["system"]) == ["llamacpp (calibration baseline)", "S0", "llamacpp"]
     assert (table["D"] >= 0).all() and (table["D"] <= table["G"] + 1e-12).all()
     assert (tmp_path / "results/plots/serving_value_share.png").stat().st_size > 5_000
+    points = pd.read_csv(tmp_path / "results/plots/serving_value_share.csv")  # the figure's points
+    assert list(points["role"]) == ["calibration baseline", "system", "system"]
+    assert list(points["completed_requests"].iloc[1:]) == list(table["completed"].iloc[1:])
+    assert 0 <= table["f"][0] <= 1  # the baseline's share (mean over its seeds of D / G)
     cov = pd.read_csv(tmp_path / "results/serving/coverage.csv")
     assert (cov["seed_set"] == "scan").sum() == 128 and cov["pct_input_tokens"].notna().sum() == 5
     for log in ["servers/calibrate.log", "servers/S0_seed1000.log", "servers/llamacpp_seed1000.log"]:

@@ -177,6 +177,7 @@ rule compression_table:
             category="CompressionBench",
             subcategory="Final verification",
         ),
+        plot_data="results/plots/accuracy_vs_bits.csv",
     log:
         "logs/tables/compression.log",
     threads: 1

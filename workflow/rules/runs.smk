@@ -100,6 +100,7 @@ rule runs_analysis:
             )
             for name in RUN_PLOTTED
         },
+        **{f"{name}_data": f"results/plots/runs/{name}.csv" for name in RUN_PLOTTED},
     log:
         "logs/tables/runs.log",
     threads: 1

@@ -152,6 +152,7 @@ rule serving_table:
             category="ServerBench",
             subcategory="Table 1",
         ),
+        plot_data="results/plots/serving_value_share.csv",
     params:
         serving=SERVING_CORE,
     log:

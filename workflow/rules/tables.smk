@@ -46,12 +46,13 @@ rule plot_reference:
             set=SETS,
         ),
     output:
-        report(
+        plot=report(
             "results/plots/reference_ppl.png",
             caption="../report/reference_ppl.rst",
             category="CompressionBench",
             subcategory="BF16 reference",
         ),
+        plot_data="results/plots/reference_ppl.csv",
     params:
         labels=[(source, set_) for source in SOURCES for set_ in SETS],
     log:

@@ -2,10 +2,11 @@ import sys
 
 sys.stderr = open(snakemake.log[0], "w")
 
+from infbench.plots import runs as figures
 from infbench.runs import outputs, report
 
 out = snakemake.output
-report.write(
+data = report.write(
     list(snakemake.input.statuses),
     list(snakemake.input.records),
     dict(zip(snakemake.params.runs, snakemake.input.verified)),
@@ -13,9 +14,12 @@ report.write(
         name: {k: getattr(out, f"{name}_{k}") for k in ("csv", "md", "provenance")}
         for name in outputs.ANALYSES
     },
-    plots={name: getattr(out, f"{name}_png") for name in outputs.PLOTTED},
     settings={
         k: dict(v) if hasattr(v, "items") else v
         for k, v in snakemake.params.settings.items()
     },
+)
+figures.write(
+    data,
+    {name: {"png": getattr(out, f"{name}_png"), "csv": getattr(out, f"{name}_data")} for name in outputs.PLOTTED},
 )

@@ -2,10 +2,10 @@ import sys
 
 sys.stderr = open(snakemake.log[0], "w")
 
-from infbench.plots import serving as plot
+from infbench.plots import serving_value_share
 from infbench.tables import serving
 
-rows = serving.write(
+baseline, *systems = serving.write(  # the calibration baseline's row first
     snakemake.params.serving,
     snakemake.input.targets,
     snakemake.input.sessions,
@@ -14,4 +14,6 @@ rows = serving.write(
     md_path=snakemake.output.md,
     provenance_path=snakemake.output.provenance,
 )
-plot.plot(rows, snakemake.output.plot)
+serving_value_share.plot(
+    serving_value_share.points(baseline, systems), snakemake.output.plot, snakemake.output.plot_data
+)

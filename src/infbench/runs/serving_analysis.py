@@ -53,6 +53,7 @@ class PathRow(BaseModel):
 
 class PathPoint(BaseModel):
     run: str
+    classification: str  # the run's path class
     active_h: float
     concurrency: int
 
@@ -65,7 +66,8 @@ def concurrency_paths(records: list[RunRecord], idle_gap_s: float) -> tuple[list
         rows.append(PathRow(run=rec.run, path=" > ".join(map(str, values)), moves=max(0, len(values) - 1),
                             final=values[-1] if values else None, peak=max(values) if values else None,
                             classification=classify(values)))
-        points += [PathPoint(run=rec.run, active_h=active_hours(rec, t, idle_gap_s), concurrency=c) for t, c in path]
+        points += [PathPoint(run=rec.run, classification=rows[-1].classification,
+                             active_h=active_hours(rec, t, idle_gap_s), concurrency=c) for t, c in path]
     return rows, points
 
 

@@ -1,18 +1,12 @@
 """``results/tables/compression.{csv,md}``: the paper's Table A3 layout, one row per
-task x candidate, and accuracy / F against package bits per parameter (Figure 1a)."""
+task x candidate (its figure, Figure 1a: :mod:`infbench.plots.accuracy_vs_bits`)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")
-
-import matplotlib.pyplot as plt
 from pydantic import BaseModel
 
-from infbench import atomic
 from infbench.compression.evaluation import EvaluationRecord
 from infbench.hashing import sha256_file
 from infbench.tables.io import write_table
@@ -46,45 +40,22 @@ def row(r: EvaluationRecord) -> CompressionRow:
     )
 
 
-def _plot(rows: list[CompressionRow], path: str) -> None:
-    measured = {(r.method, r.source): r for r in rows if r.bits_per_param is not None}.values()
-    has_acc = any(r.accuracy is not None and r.accuracy_bf16 for r in measured)
-    panels = 2 if has_acc else 1
-    fig, axes = plt.subplots(1, panels, figsize=(5.5 * panels, 4), squeeze=False)
-    ax = axes[0][0]
-    for r in measured:
-        if r.f_v is not None:
-            ax.scatter(r.bits_per_param, r.f_v)
-            ax.annotate(r.method, (r.bits_per_param, r.f_v), fontsize=7, xytext=(3, 3), textcoords="offset points")
-    ax.set_xlabel("package bits per source parameter")
-    ax.set_ylabel("F_v = PPL(BF16) / PPL(candidate)")
-    ax.axhline(1.0, color="grey", lw=0.5)
-    if has_acc:
-        ax = axes[0][1]
-        for r in measured:
-            if r.accuracy is not None and r.accuracy_bf16:
-                rel = r.accuracy / r.accuracy_bf16
-                ax.scatter(r.bits_per_param, rel)
-                ax.annotate(r.method, (r.bits_per_param, rel), fontsize=7, xytext=(3, 3), textcoords="offset points")
-        ax.axhline(0.8, color="red", lw=0.8, ls="--", label="gate rho = 0.8")
-        ax.set_xlabel("package bits per source parameter")
-        ax.set_ylabel("mean accuracy relative to BF16")
-        ax.legend(fontsize=8)
-    fig.tight_layout()
-    with atomic.atomic_path(path) as tmp:
-        fig.savefig(tmp, format="png", dpi=110)
-    plt.close(fig)
+def read(records: list[str], labels: dict[str, str] | None = None) -> list[tuple[EvaluationRecord, str]]:
+    """Each verification record with the method name to show: ``labels`` maps a record path to it
+    (a run's final submission: its agent), else the submission's name."""
+    out = []
+    for path in records:
+        r = EvaluationRecord.model_validate_json(Path(path).read_text())
+        out.append((r, (labels or {}).get(path, r.submission)))
+    return out
 
 
 def write(records: list[str], sources: list[str], *, csv_path: str, md_path: str, provenance_path: str,
-          plot_path: str, config: dict, labels: dict[str, str] | None = None) -> None:
-    """``labels``: record path -> the method name to show (a run's final submission: its agent)."""
-    def labelled(path: str) -> CompressionRow:
-        r = row(EvaluationRecord.model_validate_json(Path(path).read_text()))
-        return r.model_copy(update={"method": (labels or {}).get(path, r.method)})
-
-    rows = sorted((labelled(p) for p in records),
+          config: dict, labels: dict[str, str] | None = None) -> list[tuple[EvaluationRecord, str]]:
+    """The table; returns the labelled records (:func:`read`) for the figure."""
+    judged = read(records, labels)
+    rows = sorted((row(r).model_copy(update={"method": label}) for r, label in judged),
                   key=lambda r: (r.source, r.limit_gib, -(r.bits_per_param or 0), r.method))
     write_table(rows, csv_path=csv_path, md_path=md_path, provenance_path=provenance_path,
                 params={"table": "compression"}, config=config, inputs={p: sha256_file(p) for p in [*records, *sources]})
-    _plot(rows, plot_path)
+    return judged

@@ -51,7 +51,8 @@ def rows(serving: dict[str, Any], targets: calibrate.TargetsRecord, summaries: l
         deployment=dep, system=f"{targets.reference} (calibration baseline)", concurrency=targets.concurrency,
         seeds=",".join(str(r.seed) for r in targets.runs), D=targets.baseline_D,
         D_at_c=f"{targets.baseline_D:.3g} @{targets.concurrency}", G=statistics.fmean(r.G for r in targets.runs),
-        f=None, p90_ttft_s=targets.baseline_p90_ttft_s, p90_tpot_ms=1e3 * targets.baseline_p90_tpot_s,
+        f=mean_present(r.D / r.G if r.D is not None and r.G > 0 else None for r in targets.runs),
+        p90_ttft_s=targets.baseline_p90_ttft_s, p90_tpot_ms=1e3 * targets.baseline_p90_tpot_s,
         completed=0, failed=0)]
     for (server, c), group in sorted(groups.items()):
         scores = [runs.rescore(s.records, serving, targets.targets) for s in group]
