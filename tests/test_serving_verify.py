@@ -22,13 +22,13 @@ import verify_helpers as vh
 CONTEXT = 512
 
 
-def _run(env, directory, serving=None, model_dir=None, gguf="", ref=None):
+def _run(env, directory, serving=None, model_dir=None, gguf="", ref=None, secret=None):
     from infbench.serving.verify import verdict
 
     out = env["root"] / "out" / Path(directory).name
     return verdict.run_job(str(directory), serving or env["serving"], env["answers"], str(model_dir or env["tiny"]),
                            gguf, str(ref or env["ref"]), str(env["sessions"]), str(out), str(out) + ".json",
-                           str(out) + ".server.log")
+                           str(out) + ".server.log", secret or vh.secret())
 
 
 def _checks(record):
@@ -49,7 +49,7 @@ def env(tmp_path_factory, smollm2_source):
     answers = vh.answer_settings()
     ref = root / "reference.json"
     record = reference.compute("smollm2-135m", str(tiny), answers, VerifySettings.model_validate(serving["verification"]),
-                               (1000, 30000), str(ref))
+                               (1000, 30000), str(ref), vh.secret())
     assert len(record.eos_probes) == 2 and all(len(p.expected) == 5 for p in record.eos_probes)
     return {"root": root, "tiny": tiny, "other": other, "context_sensitive": context_sensitive, "serving": serving, "answers": answers, "ref": ref,
             "sessions": vh.small_sessions(root, CONTEXT), "hf": hf}
@@ -116,7 +116,8 @@ def test_s0_and_llamacpp_pass_on_the_real_model(env, tmp_path):
     ref = tmp_path / "reference.json"
     from infbench.serving.verify.common import VerifySettings
     rec = reference.compute("smollm2-135m", str(env["hf"]), env["answers"],
-                            VerifySettings.model_validate(serving["verification"]), (1000, 30000), str(ref))
+                            VerifySettings.model_validate(serving["verification"]), (1000, 30000), str(ref),
+                            vh.secret())
     assert rec.eos_probes, "the real model reaches EOS on a chat prompt"
     for name in ("S0", "llamacpp"):
         record = _run(env, vh.example(tmp_path / "subs", name, startup_timeout_s=300), serving=serving,

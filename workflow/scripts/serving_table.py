@@ -7,6 +7,7 @@ from infbench.tables import serving
 
 rows = serving.write(
     snakemake.params.serving,
+    snakemake.params.uncertainty,
     snakemake.input.targets,
     snakemake.input.sessions,
     snakemake.input.summaries,

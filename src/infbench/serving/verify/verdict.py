@@ -5,6 +5,10 @@ seed, the configured window), context probes, EOS probes, held-out answers, serv
 teardown; then the replay checks and fidelity (reference model, after the server is down). Every
 failure (a bad spec, a launch that fails, a port in use, a server that never becomes healthy or dies)
 becomes a failed check naming the cause in the record, never an exception that stops other jobs.
+
+Probes, held-out questions and fidelity suspects are drawn with seeds derived from the operator's
+secret (:mod:`infbench.operator_secret`); the record names it (``drawn_with``) and, written after the
+server is gone, holds its value so the operator can reproduce the draw.
 """
 
 from __future__ import annotations
@@ -14,15 +18,18 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable
 
+import numpy as np
 import pandas as pd
 from pydantic import BaseModel
 
 from infbench import atomic, provenance
 from infbench.compression.answers.settings import AnswerSettings
+from infbench.operator_secret import OperatorSecret
 from infbench.serving import replay, runs, workload
 from infbench.serving.value import Score
 from infbench.serving.verify import answers, fidelity, probes, reference, replay_checks, submission
 from infbench.serving.verify.common import CheckResult, VerifySettings
+from infbench.serving.verify.source_text import SourceText, TokenizerUnavailable
 
 CHECK_ORDER = ("submission_spec", "requirements", "launch", "complete_prompts", "exact_output_lengths",
                "streaming_consistency", "session_progress", "context_probes", "natural_stopping",
@@ -49,6 +56,8 @@ class VerificationRecord(BaseModel):
     server_log: str
     command: list[str]
     wall_s: float
+    drawn_with: str
+    operator_secret: dict[str, str]
     provenance: provenance.Provenance
 
 
@@ -60,8 +69,18 @@ def _guard(name: str, fn: Callable[[], CheckResult]) -> CheckResult:
                            evidence={"traceback": traceback.format_exc()[-3000:]})
 
 
+def _secret_record(secret: OperatorSecret) -> dict[str, str]:
+    """What the record keeps of the secret once the server is gone: enough to reproduce every draw."""
+    return {**secret.public(), "value": secret.value}
+
+
+def _unavailable(name: str, cause: str) -> CheckResult:
+    return CheckResult(name=name, passed=False, summary=cause)
+
+
 def verify(directory: str, serving: dict[str, Any], answer_settings: AnswerSettings, model_dir: str, gguf: str,
            reference_path: str, sessions_path: str, out_dir: str, record_path: str, server_log: str,
+           secret: OperatorSecret,
            load_reference_model: Callable[[], tuple[Any, Any]] | None = None) -> VerificationRecord:
     t0 = time.perf_counter()
     settings = VerifySettings.model_validate(serving["verification"])
@@ -70,7 +89,7 @@ def verify(directory: str, serving: dict[str, Any], answer_settings: AnswerSetti
     name = Path(directory).name
     checks: list[CheckResult] = []
     replays: list[SeedReplay] = []
-    frames: list[pd.DataFrame] = []
+    frames: list[tuple[int, pd.DataFrame]] = []
     eos_completions: list[tuple[list[int], probes.Completion]] = []
     context_completions: list[tuple[list[int], probes.Completion]] = []
     command: list[str] = []
@@ -86,7 +105,9 @@ def verify(directory: str, serving: dict[str, Any], answer_settings: AnswerSetti
             failing_check=failed[0].name if failed else None, cause=failed[0].summary if failed else None,
             checks=sorted(checks, key=lambda c: CHECK_ORDER.index(c.name) if c.name in CHECK_ORDER else 99),
             replays=replays, server_log=str(server_log), command=command, wall_s=time.perf_counter() - t0,
-            provenance=provenance.collect({"submission": name, "serving": serving}, inputs))
+            drawn_with=secret.label, operator_secret=_secret_record(secret),
+            provenance=provenance.collect({"submission": name, "serving": serving,
+                                           "operator_secret": secret.public()}, inputs))
         atomic.write_json(record_path, record.model_dump(mode="json"))
         return record
 
@@ -109,6 +130,12 @@ def verify(directory: str, serving: dict[str, Any], answer_settings: AnswerSetti
     probe_timeout = max(timeout, settings.probe_timeout_s)
     model_name = dep["name"]
 
+    try:
+        text: SourceText | None = SourceText.load(model_dir)
+        text_cause = ""
+    except TokenizerUnavailable as exc:
+        text, text_cause = None, str(exc)
+
     with submission.workspace(directory) as copy:
         missing = submission.missing_requirements(sub, submission.python(), copy)
         checks.append(CheckResult(name="requirements", passed=not missing,
@@ -126,20 +153,24 @@ def verify(directory: str, serving: dict[str, Any], answer_settings: AnswerSetti
                 checks.append(CheckResult(name="launch", passed=True, summary=f"healthy at {server.base_url}",
                                           evidence={"workdir": str(copy), "command": command}))
                 ref = reference.read(reference_path)
+                if ref.drawn_with.get("fingerprint") != secret.fingerprint:
+                    raise ValueError(f"{reference_path} was drawn with operator secret {ref.drawn_with}, this job "
+                                     f"holds {secret.public()}: rerun rule serving_verification_reference")
                 sessions = workload.load(sessions_path)
                 for seed in serving["seeds"]["final"]:
                     st = runs.settings(serving, server.base_url, sub.concurrency, seed, sub.request_fields)
                     recs = replay.run(workload.draw(sessions, seed), st)
                     path = str(out / f"seed{seed}.parquet")
                     frame = replay.write_records(recs, path)
-                    frames.append(frame)
+                    frames.append((seed, frame))
                     replays.append(SeedReplay(seed=seed, records=path, requests=len(frame),
                                               score=runs.score_frame(frame, serving, None)))
 
                 def context_check():
                     result, comps = probes.context_probes(
                         server.base_url, model_name, dep["context_limit"], settings.context_probes,
-                        settings.context_probe_output_tokens, token_range, probe_timeout, sub.request_fields)
+                        settings.context_probe_output_tokens, token_range, probe_timeout, secret,
+                        sub.request_fields)
                     context_completions.extend(comps)
                     return result
 
@@ -157,7 +188,8 @@ def verify(directory: str, serving: dict[str, Any], answer_settings: AnswerSetti
 
                 checks.append(_guard("natural_stopping", eos_check))
                 checks.append(_guard("held_out_answers", lambda: answers.held_out_answers(
-                    server.base_url, model_name, ref, answer_settings, settings, probe_timeout, sub.request_fields)))
+                    server.base_url, model_name, ref, answer_settings, settings, probe_timeout, text, secret,
+                    sub.request_fields) if text else _unavailable("held_out_answers", text_cause)))
                 alive = server.alive()
                 checks.append(CheckResult(
                     name="server_alive", passed=alive,
@@ -168,32 +200,26 @@ def verify(directory: str, serving: dict[str, Any], answer_settings: AnswerSetti
             checks.append(CheckResult(name="launch", passed=False, summary=str(exc)[:3000]))
             return finish()
 
-    records = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
-    if not records.empty:
-        decode_fn, special = None, list(ref.special_tokens)
-        try:
-            from transformers import AutoTokenizer
-            tok = AutoTokenizer.from_pretrained(model_dir)
-            decode_fn = lambda ids: tok.decode(ids, skip_special_tokens=False)  # noqa: E731
-        except Exception:  # no tokenizer: token ids and usage are still compared
-            pass
-        checks.append(_guard("complete_prompts", lambda: replay_checks.complete_prompts(records)))
-        checks.append(_guard("exact_output_lengths", lambda: replay_checks.exact_output_lengths(records)))
-        checks.append(_guard("streaming_consistency",
-                             lambda: replay_checks.streaming_consistency(records, decode_fn, special)))
+    records = (pd.concat([f for _, f in frames], ignore_index=True) if frames else
+               pd.DataFrame(columns=list(replay.RequestRecord.model_fields)))
+    checks.append(_guard("complete_prompts", lambda: replay_checks.complete_prompts(records)))
+    checks.append(_guard("exact_output_lengths", lambda: replay_checks.exact_output_lengths(records)))
+    checks.append(_guard("streaming_consistency", lambda: replay_checks.streaming_consistency(records, text)
+                         if text else _unavailable("streaming_consistency", text_cause)))
     checks.append(_guard("session_progress", lambda: replay_checks.session_progress(
-        records if not records.empty else pd.DataFrame(columns=list(replay.RequestRecord.model_fields)),
-        serving["replay"]["warmup_s"] + serving["replay"]["window_s"])))
+        records, serving["replay"]["warmup_s"] + serving["replay"]["window_s"])))
 
     def fidelity_check():
         model, _ = (load_reference_model or (lambda: reference.load_model(model_dir, settings.reference_dtype)))()
-        cands = replay_candidates = fidelity.replay_candidates(
-            records, sessions, token_range, serving["workload"]["marker_tokens"]) if not records.empty else []
-        cands = list(replay_candidates) + [fidelity.Candidate(f"EOS probe {i}", prompt, c.ids)
-                                           for i, (prompt, c) in enumerate(eos_completions) if c.ids]
-        cands += [fidelity.Candidate(f"context probe {i}", prompt, c.ids, kind="long prompt (context probe)")
-                  for i, (prompt, c) in enumerate(context_completions) if c.ids]
-        return fidelity.fidelity(model, cands, set(ref.eos_token_ids), settings)
+        r = serving["replay"]
+        replayed = fidelity.replay_candidates(frames, sessions, token_range, serving["workload"]["marker_tokens"],
+                                              r["warmup_s"], r["window_s"])
+        probed = [fidelity.fixed(f"EOS probe {i}", prompt, c.ids) for i, (prompt, c) in enumerate(eos_completions)
+                  if c.ids]
+        probed += [fidelity.fixed(f"context probe {i}", prompt, c.ids, kind="long prompt (context probe)")
+                   for i, (prompt, c) in enumerate(context_completions) if c.ids]
+        rng = np.random.default_rng(secret.seed("serving.fidelity", name))
+        return fidelity.fidelity(model, probed, replayed, set(ref.eos_token_ids), settings, rng, secret.label)
 
     checks.append(_guard("fidelity", fidelity_check))
     return finish()
@@ -201,7 +227,7 @@ def verify(directory: str, serving: dict[str, Any], answer_settings: AnswerSetti
 
 def run_job(directory: str, serving: dict[str, Any], answer_settings: AnswerSettings, model_dir: str, gguf: str,
             reference_path: str, sessions_path: str, out_dir: str, record_path: str, server_log: str,
-            threads: int | None = None) -> VerificationRecord:
+            secret: OperatorSecret, threads: int | None = None) -> VerificationRecord:
     """The rule's entry point: a record is written whatever happens (an internal error names itself)."""
     import torch
 
@@ -210,14 +236,15 @@ def run_job(directory: str, serving: dict[str, Any], answer_settings: AnswerSett
     Path(out_dir).mkdir(parents=True, exist_ok=True)
     try:
         return verify(directory, serving, answer_settings, model_dir, gguf, reference_path, sessions_path, out_dir,
-                      record_path, server_log)
+                      record_path, server_log, secret)
     except Exception as exc:
         check = CheckResult(name="verifier", passed=False, summary=f"verification crashed: {type(exc).__name__}: {exc}",
                             evidence={"traceback": traceback.format_exc()[-3000:]})
         record = VerificationRecord(
             submission=Path(directory).name, directory=str(directory), spec=None, concurrency=None, verified=False,
             failing_check="verifier", cause=check.summary, checks=[check], replays=[], server_log=str(server_log),
-            command=[], wall_s=0.0, provenance=provenance.collect({"submission": Path(directory).name,
-                                                                   "serving": serving}))
+            command=[], wall_s=0.0, drawn_with=secret.label, operator_secret=_secret_record(secret),
+            provenance=provenance.collect({"submission": Path(directory).name, "serving": serving,
+                                           "operator_secret": secret.public()}))
         atomic.write_json(record_path, record.model_dump(mode="json"))
         return record
