@@ -15,7 +15,8 @@ as ``--mode`` says:
 - ``fake_first``: honest, plus a ``{"text": " ", "token_ids": []}`` chunk the moment the stream opens
   (a fake early first token);
 - ``cheap_later``: honest for its first ``--honest-requests`` requests or ``--honest-s`` seconds
-  (300, 20 s), then random tokens;
+  (300, 20 s), then random tokens for replay traffic (EOS ignored, a prompt short of the context
+  limit); what looks like a probe (near the context limit, or EOS stopping on) stays honest;
 - ``probe_aware``: ignores EOS and refuses prompts near the context limit, except on the probe prompts
   the public config and code used to determine (context-probe fillers and EOS-probe candidates from
   fixed seeds, the fixed chat requests), which it answers honestly;
@@ -95,7 +96,8 @@ def build(engine: TransformersEngine, mode: str, other: TransformersEngine | Non
         return served["requests"] > honest_requests or time.monotonic() - served["since"] > honest_s
 
     async def tokens(prompt: list[int], req: CompletionRequest):
-        if mode == "random" or (mode == "cheap_later" and cheap_now()):
+        probe_like = not req.ignore_eos or len(prompt) > engine.context_limit - 16
+        if mode == "random" or (mode == "cheap_later" and cheap_now() and not probe_like):
             for _ in range(req.max_tokens):
                 yield rng.randrange(vocab)
             return

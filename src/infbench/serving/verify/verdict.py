@@ -13,6 +13,7 @@ server is gone, holds its value so the operator can reproduce the draw.
 
 from __future__ import annotations
 
+import contextlib
 import time
 import traceback
 from pathlib import Path
@@ -56,17 +57,30 @@ class VerificationRecord(BaseModel):
     server_log: str
     command: list[str]
     wall_s: float
+    phase_s: dict[str, float]
     drawn_with: str
     operator_secret: dict[str, str]
     provenance: provenance.Provenance
 
 
-def _guard(name: str, fn: Callable[[], CheckResult]) -> CheckResult:
+@contextlib.contextmanager
+def _phase(phases: dict[str, float], name: str):
+    """Seconds spent in ``name`` (launch, replays, each check, teardown), added to ``phases``."""
+    t = time.perf_counter()
     try:
-        return fn()
-    except Exception as exc:  # a check that cannot run fails, naming why
-        return CheckResult(name=name, passed=False, summary=f"check could not run: {type(exc).__name__}: {exc}"[:1000],
-                           evidence={"traceback": traceback.format_exc()[-3000:]})
+        yield
+    finally:
+        phases[name] = phases.get(name, 0.0) + time.perf_counter() - t
+
+
+def _guard(name: str, fn: Callable[[], CheckResult], phases: dict[str, float] | None = None) -> CheckResult:
+    with _phase({} if phases is None else phases, name):
+        try:
+            return fn()
+        except Exception as exc:  # a check that cannot run fails, naming why
+            return CheckResult(name=name, passed=False,
+                               summary=f"check could not run: {type(exc).__name__}: {exc}"[:1000],
+                               evidence={"traceback": traceback.format_exc()[-3000:]})
 
 
 def _secret_record(secret: OperatorSecret) -> dict[str, str]:
@@ -93,6 +107,7 @@ def verify(directory: str, serving: dict[str, Any], answer_settings: AnswerSetti
     eos_completions: list[tuple[list[int], probes.Completion]] = []
     context_completions: list[tuple[list[int], probes.Completion]] = []
     command: list[str] = []
+    phases: dict[str, float] = {}
     sub = None
     inputs = runs.input_hashes(sessions_path, reference_path,
                                *(str(p) for p in sorted(Path(directory).rglob("*")) if p.is_file()))
@@ -105,7 +120,7 @@ def verify(directory: str, serving: dict[str, Any], answer_settings: AnswerSetti
             failing_check=failed[0].name if failed else None, cause=failed[0].summary if failed else None,
             checks=sorted(checks, key=lambda c: CHECK_ORDER.index(c.name) if c.name in CHECK_ORDER else 99),
             replays=replays, server_log=str(server_log), command=command, wall_s=time.perf_counter() - t0,
-            drawn_with=secret.label, operator_secret=_secret_record(secret),
+            phase_s=phases, drawn_with=secret.label, operator_secret=_secret_record(secret),
             provenance=provenance.collect({"submission": name, "serving": serving,
                                            "operator_secret": secret.public()}, inputs))
         atomic.write_json(record_path, record.model_dump(mode="json"))
@@ -148,7 +163,9 @@ def verify(directory: str, serving: dict[str, Any], answer_settings: AnswerSetti
         # absolute: the server runs in the fresh copy, not where the pipeline runs
         launch = runs.launch_vars(serving, str(Path(model_dir).resolve()), str(Path(gguf).resolve()) if gguf else "")
         try:
+            started = time.perf_counter()
             with submission.running(sub, launch, copy, server_log) as server:
+                phases["launch"] = time.perf_counter() - started
                 command = server.command
                 checks.append(CheckResult(name="launch", passed=True, summary=f"healthy at {server.base_url}",
                                           evidence={"workdir": str(copy), "command": command}))
@@ -159,7 +176,8 @@ def verify(directory: str, serving: dict[str, Any], answer_settings: AnswerSetti
                 sessions = workload.load(sessions_path)
                 for seed in serving["seeds"]["final"]:
                     st = runs.settings(serving, server.base_url, sub.concurrency, seed, sub.request_fields)
-                    recs = replay.run(workload.draw(sessions, seed), st)
+                    with _phase(phases, "replays"):
+                        recs = replay.run(workload.draw(sessions, seed), st)
                     path = str(out / f"seed{seed}.parquet")
                     frame = replay.write_records(recs, path)
                     frames.append((seed, frame))
@@ -174,7 +192,7 @@ def verify(directory: str, serving: dict[str, Any], answer_settings: AnswerSetti
                     context_completions.extend(comps)
                     return result
 
-                checks.append(_guard("context_probes", context_check))
+                checks.append(_guard("context_probes", context_check, phases))
 
                 def eos_check():
                     result, comps = probes.eos_probes(
@@ -186,28 +204,30 @@ def verify(directory: str, serving: dict[str, Any], answer_settings: AnswerSetti
                                            f"{ref.eos_candidates_tried} candidate prompts)")
                     return result
 
-                checks.append(_guard("natural_stopping", eos_check))
+                checks.append(_guard("natural_stopping", eos_check, phases))
                 checks.append(_guard("held_out_answers", lambda: answers.held_out_answers(
                     server.base_url, model_name, ref, answer_settings, settings, probe_timeout, text, secret,
-                    sub.request_fields) if text else _unavailable("held_out_answers", text_cause)))
+                    sub.request_fields) if text else _unavailable("held_out_answers", text_cause), phases))
                 alive = server.alive()
                 checks.append(CheckResult(
                     name="server_alive", passed=alive,
                     summary="server still running after the checks" if alive else
                     f"server exited with {server.returncode()} during the checks; log {server_log}",
                     evidence={"returncode": server.returncode()}))
+                stopping = time.perf_counter()
+            phases["teardown"] = time.perf_counter() - stopping
         except submission.LaunchError as exc:
             checks.append(CheckResult(name="launch", passed=False, summary=str(exc)[:3000]))
             return finish()
 
     records = (pd.concat([f for _, f in frames], ignore_index=True) if frames else
                pd.DataFrame(columns=list(replay.RequestRecord.model_fields)))
-    checks.append(_guard("complete_prompts", lambda: replay_checks.complete_prompts(records)))
-    checks.append(_guard("exact_output_lengths", lambda: replay_checks.exact_output_lengths(records)))
+    checks.append(_guard("complete_prompts", lambda: replay_checks.complete_prompts(records), phases))
+    checks.append(_guard("exact_output_lengths", lambda: replay_checks.exact_output_lengths(records), phases))
     checks.append(_guard("streaming_consistency", lambda: replay_checks.streaming_consistency(records, text)
-                         if text else _unavailable("streaming_consistency", text_cause)))
+                         if text else _unavailable("streaming_consistency", text_cause), phases))
     checks.append(_guard("session_progress", lambda: replay_checks.session_progress(
-        records, serving["replay"]["warmup_s"] + serving["replay"]["window_s"])))
+        records, serving["replay"]["warmup_s"] + serving["replay"]["window_s"]), phases))
 
     def fidelity_check():
         model, _ = (load_reference_model or (lambda: reference.load_model(model_dir, settings.reference_dtype)))()
@@ -221,7 +241,7 @@ def verify(directory: str, serving: dict[str, Any], answer_settings: AnswerSetti
         rng = np.random.default_rng(secret.seed("serving.fidelity", name))
         return fidelity.fidelity(model, probed, replayed, set(ref.eos_token_ids), settings, rng, secret.label)
 
-    checks.append(_guard("fidelity", fidelity_check))
+    checks.append(_guard("fidelity", fidelity_check, phases))
     return finish()
 
 
@@ -243,7 +263,7 @@ def run_job(directory: str, serving: dict[str, Any], answer_settings: AnswerSett
         record = VerificationRecord(
             submission=Path(directory).name, directory=str(directory), spec=None, concurrency=None, verified=False,
             failing_check="verifier", cause=check.summary, checks=[check], replays=[], server_log=str(server_log),
-            command=[], wall_s=0.0, drawn_with=secret.label, operator_secret=_secret_record(secret),
+            command=[], wall_s=0.0, phase_s={}, drawn_with=secret.label, operator_secret=_secret_record(secret),
             provenance=provenance.collect({"submission": Path(directory).name, "serving": serving,
                                            "operator_secret": secret.public()}))
         atomic.write_json(record_path, record.model_dump(mode="json"))
