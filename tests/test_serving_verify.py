@@ -8,6 +8,7 @@ which serves the real SmolLM2-135M and its F16 GGUF twin.
 
 from __future__ import annotations
 
+import json
 import shutil
 import socket
 import time
@@ -107,18 +108,23 @@ def test_honest_then_cheap_server_caught_by_suspects_sampled_over_time(env):
 
 
 @pytest.mark.slow
-def test_a_tokenizer_that_cannot_load_fails_the_stream_checks(env, tmp_path):
-    """No check passes by default: without the source tokenizer the text cannot be compared, so the check fails
-    naming why (the model-free instant server, a model directory without a tokenizer)."""
+def test_no_check_passes_by_default(env, tmp_path):
+    """Without the source tokenizer the text cannot be compared, and without EOS probes natural stopping cannot
+    be tested: those checks fail naming why (the model-free instant server, a model directory without a
+    tokenizer, a reference whose EOS search found nothing)."""
     serving = vh.serving_config(CONTEXT)
     serving["replay"]["window_s"] = 2.0
+    ref = json.loads(Path(env["ref"]).read_text())
+    ref["eos_probes"] = []
+    (tmp_path / "reference.json").write_text(json.dumps(ref))
     spec = {"command": ["{python}", "-m", "infbench.serving.instant", "--port", "{port}"], "model": "smollm2-135m",
             "concurrency": 1}
     record = _run(env, vh.submission_dir(tmp_path / "subs", "instant_ok", spec), serving=serving,
-                  model_dir=tmp_path / "no-tokenizer")
+                  model_dir=tmp_path / "no-tokenizer", ref=tmp_path / "reference.json")
     checks = _checks(record)
     for name in ("streaming_consistency", "held_out_answers"):
         assert not checks[name].passed and "could not be loaded" in checks[name].summary, checks[name].summary
+    assert not checks["natural_stopping"].passed and "reached EOS from none" in checks["natural_stopping"].summary
     assert checks["exact_output_lengths"].passed and not record.verified
 
 

@@ -104,7 +104,8 @@ def context_probes(base_url: str, model: str, context_limit: int, n_probes: int,
         c = complete(base_url, model, prompt, out_tokens, ignore_eos=True, timeout_s=timeout_s,
                      request_fields=request_fields)
         completions.append((prompt, c))
-        problem = c.error
+        problem = c.error or (f"{c.text_chunks_without_ids} chunk(s) carried text without token ids"
+                              if c.text_chunks_without_ids else "")
         if not problem and c.usage_prompt_tokens != length:
             problem = f"usage.prompt_tokens={c.usage_prompt_tokens} but the prompt has {length} tokens"
         if not problem and not (len(c.ids) == out_tokens == c.usage_completion_tokens):
@@ -135,7 +136,8 @@ def eos_probes(base_url: str, model: str, probes: list[dict[str, Any]], eos_ids:
                      request_fields=request_fields)
         completions.append(c)
         at = [i for i, t in enumerate(c.ids) if t in eos]
-        problem = c.error
+        problem = c.error or (f"{c.text_chunks_without_ids} chunk(s) carried text without token ids"
+                              if c.text_chunks_without_ids else "")
         if not problem and at and at[0] != len(c.ids) - 1:
             problem = f"{len(c.ids) - 1 - at[0]} token(s) streamed after the EOS at position {at[0]}"
         elif not problem and not at:

@@ -195,13 +195,15 @@ def verify(directory: str, serving: dict[str, Any], answer_settings: AnswerSetti
                 checks.append(_guard("context_probes", context_check, phases))
 
                 def eos_check():
+                    if settings.eos_probes and not ref.eos_probes:  # nothing to test natural stopping with
+                        return CheckResult(name="natural_stopping", passed=False,
+                                           summary=f"the reference reached EOS from none of "
+                                                   f"{ref.eos_candidates_tried} candidate prompts: no EOS probe to "
+                                                   f"send (raise serving.verification.eos_candidates)")
                     result, comps = probes.eos_probes(
                         server.base_url, model_name, [p.model_dump() for p in ref.eos_probes], ref.eos_token_ids,
                         settings.eos_max_tokens, probe_timeout, sub.request_fields)
                     eos_completions.extend(zip([p.prompt for p in ref.eos_probes], comps))
-                    if not ref.eos_probes:
-                        result.summary += (f" (the reference reached EOS from none of "
-                                           f"{ref.eos_candidates_tried} candidate prompts)")
                     return result
 
                 checks.append(_guard("natural_stopping", eos_check, phases))
