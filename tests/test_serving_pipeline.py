@@ -1,6 +1,7 @@
 """The serving stages of the embedded pipeline: planned jobs, config errors, and a tiny real run."""
 
 import json
+import re
 
 import pandas as pd
 import pytest
@@ -30,6 +31,17 @@ def test_embedded_plan(tmp_path):
     assert {k: v for k, v in jobs.items() if k.startswith("serving")} == {
         "serving_synthetic": 1, "serving_workload": 1, "serving_coverage": 1, "serving_calibrate": 1,
         "serving_replay": 2, "serving_table": 1}
+
+
+def test_the_development_table_replays_the_development_seeds_only(tmp_path):
+    """Final seeds are held out for verification: the development table's replays never use them."""
+    config = _config(tmp_path, **{"serving.seeds.development": [3, 4], "serving.seeds.final": [1000, 1001],
+                                  "serving.submissions": [str(REPO / "examples/servers")]})
+    proc = run_snakemake(tmp_path, "-n", "results/tables/serving.md", "--configfile", str(config))
+    replays = set(re.findall(r"results/serving/replays/(\w+)/seed(\d+)\.json", proc.stdout))
+    assert replays == {(s, d) for s in ("S0", "llamacpp") for d in ("3", "4")}
+    proc = run_snakemake(tmp_path, "-n", "results/tables/serving_verified.md", "--configfile", str(config))
+    assert "results/serving/replays/" not in proc.stdout and planned_jobs(proc)["serving_verify"] == 2
 
 
 @pytest.mark.parametrize("changes, message", [
@@ -65,7 +77,7 @@ def test_tiny_serving_run(tmp_path):
     assert table.loc[~shown, "D_at_c"].str.startswith("too few requests").all()
     assert (tmp_path / "results/plots/serving_value_share.png").stat().st_size > 5_000
     cov = pd.read_csv(tmp_path / "results/serving/coverage.csv")
-    assert (cov["seed_set"] == "scan").sum() == 128 and cov["pct_input_tokens"].notna().sum() == 5
+    assert (cov["seed_set"] == "scan").sum() == 128 and cov["pct_input_tokens"].notna().sum() == 4   # 1 + 1 + 2 seeds
     for log in ["servers/calibrate.log", "servers/S0_seed0.log", "servers/llamacpp_seed0.log"]:  # development seed
         assert (tmp_path / "logs/serving" / log).stat().st_size > 0
     proc = run_snakemake(tmp_path, "-n", *SERVING_TARGETS, "--configfile", str(config))
