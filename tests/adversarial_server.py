@@ -12,6 +12,16 @@ as ``--mode`` says:
 - ``other``: greedy tokens of another model (``--other-model``);
 - ``crash_prefix``: exits when a prompt repeats the first 32 tokens of an earlier one (a reused prefix);
 - ``no_eos``: ignores EOS even when asked to stop at it;
+- ``fake_first``: honest, plus a ``{"text": " ", "token_ids": []}`` chunk the moment the stream opens
+  (a fake early first token);
+- ``cheap_later``: honest for its first ``--honest-requests`` requests or ``--honest-s`` seconds
+  (300, 20 s), then random tokens for replay traffic (EOS ignored, a prompt short of the context
+  limit); what looks like a probe (near the context limit, or EOS stopping on) stays honest;
+- ``probe_aware``: ignores EOS and refuses prompts near the context limit, except on the probe prompts
+  the public config and code used to determine (context-probe fillers and EOS-probe candidates from
+  fixed seeds, the fixed chat requests), which it answers honestly;
+- ``usage_lies``: generates half of ``max_tokens``, streams their text in one chunk without token ids
+  and reports ``max_tokens`` in usage;
 - ``ok``: honest.
 
 Run: ``python adversarial_server.py --model DIR --port P --mode M [--context-limit N] [--other-model DIR]``.
@@ -20,9 +30,13 @@ Run: ``python adversarial_server.py --model DIR --port P --mode M [--context-lim
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import random
+import time
+
+import numpy as np
 
 import torch
 import uvicorn
@@ -34,21 +48,62 @@ from starlette.routing import Route
 from infbench.serving.openai_app import CompletionRequest
 from infbench.serving.starter import TransformersEngine
 
-MODES = ("ok", "truncate", "truncate_quiet", "stop_early", "pad", "random", "other", "crash_prefix", "no_eos")
+MODES = ("ok", "truncate", "truncate_quiet", "stop_early", "pad", "random", "other", "crash_prefix", "no_eos",
+         "fake_first", "cheap_later", "probe_aware", "usage_lies")
+# What the verifier's probes were drawn from before the operator's secret: public seeds and a public list.
+PUBLIC_CHAT_REQUESTS = ("Say hello.", "What is 2+2?", "Reply with one word: yes or no.", "Name a colour.",
+                        "Say goodbye.", "What is the capital of France?", "Give me a number.", "Say OK.",
+                        "Thank you!", "What day comes after Monday?", "Spell cat.", "Is water wet?")
+PUBLIC_TOKEN_RANGE = (1000, 30000)  # serving.workload.token_id_range of the public config
 
 
-def build(engine: TransformersEngine, mode: str, other: TransformersEngine | None) -> Starlette:
+def public_seed(*names: object) -> int:
+    """infbench's old derive_seed(0, ...), as anyone reading the code could compute it."""
+    h = hashlib.sha256(b"0")
+    for name in names:
+        h.update(b"\0" + str(name).encode())
+    return int.from_bytes(h.digest()[:8], "little") >> 1
+
+
+def public_probes(engine: TransformersEngine, context_limit: int, out_tokens: int = 8, n_context: int = 4,
+                  n_eos: int = 64) -> tuple[set[tuple[int, ...]], list[list[int]]]:
+    """The context-probe prompts and EOS-probe candidates a server could precompute from public seeds."""
+    lo, hi = PUBLIC_TOKEN_RANGE
+    context = {tuple(np.random.default_rng(public_seed("verify", f"context/{j}")).integers(
+        lo, hi, context_limit - out_tokens - j).tolist()) for j in range(n_context)}
+    eos = []
+    for t in PUBLIC_CHAT_REQUESTS:
+        ids = engine.tokenizer.apply_chat_template([{"role": "user", "content": t}], add_generation_prompt=True,
+                                                   tokenize=True)
+        eos.append(list(ids["input_ids"] if hasattr(ids, "keys") else ids))
+    rng = np.random.default_rng(public_seed("verify", "eos-candidates"))
+    eos += [rng.integers(lo, hi, 8).tolist() for _ in range(n_eos)]
+    return context, eos
+
+
+def build(engine: TransformersEngine, mode: str, other: TransformersEngine | None, honest_requests: int = 300,
+          honest_s: float = 20.0) -> Starlette:
     seen: set[tuple[int, ...]] = set()
     rng = random.Random(0)
     vocab = engine.model.config.vocab_size
+    served = {"requests": 0, "since": None}
+    known_context, known_eos = public_probes(engine, engine.context_limit) if mode == "probe_aware" else (set(), [])
+
+    def cheap_now() -> bool:
+        if served["since"] is None:
+            served["since"] = time.monotonic()
+        served["requests"] += 1
+        return served["requests"] > honest_requests or time.monotonic() - served["since"] > honest_s
 
     async def tokens(prompt: list[int], req: CompletionRequest):
-        if mode == "random":
+        probe_like = not req.ignore_eos or len(prompt) > engine.context_limit - 16
+        if mode == "random" or (mode == "cheap_later" and cheap_now() and not probe_like):
             for _ in range(req.max_tokens):
                 yield rng.randrange(vocab)
             return
-        n = max(1, req.max_tokens // 2) if mode == "stop_early" else req.max_tokens
-        ignore = req.ignore_eos or mode == "no_eos"
+        n = max(1, req.max_tokens // 2) if mode in ("stop_early", "usage_lies") else req.max_tokens
+        recognised = any(prompt[:len(c)] == c for c in known_eos)
+        ignore = req.ignore_eos or mode == "no_eos" or (mode == "probe_aware" and not recognised)
         src = other if mode == "other" else engine
         gen = src.generate(prompt, req.model_copy(update={"max_tokens": n, "ignore_eos": ignore}))
         i = 0
@@ -69,14 +124,28 @@ def build(engine: TransformersEngine, mode: str, other: TransformersEngine | Non
             prompt = prompt[-(engine.context_limit // 4):]
         if mode != "truncate_quiet":
             reported = len(prompt)
+        if mode == "probe_aware" and len(prompt) > engine.context_limit - 16 and tuple(prompt) not in known_context:
+            return JSONResponse({"error": {"message": "prompt exceeds the context length", "type": "invalid"}}, 400)
 
         async def events():
             out, text = [], ""
+            if mode == "fake_first":
+                yield f"data: {json.dumps({'choices': [{'index': 0, 'text': ' ', 'token_ids': []}]})}\n\n"
+            if mode == "usage_lies":
+                async with engine.lock:
+                    out = [t async for t in tokens(prompt, req)]
+                body = {"choices": [{"index": 0, "text": engine.decode(out), "finish_reason": "length"}]}
+                usage = {"prompt_tokens": reported, "completion_tokens": req.max_tokens}
+                yield f"data: {json.dumps(body)}\n\ndata: {json.dumps({'choices': [], 'usage': usage})}\n\n"
+                yield "data: [DONE]\n\n"
+                return
             async with engine.lock:
                 async for t in tokens(prompt, req):
                     out.append(t)
                     full = engine.decode(out)
-                    piece, text = full[len(text):], full
+                    piece = ""
+                    if not full.endswith("\ufffd"):  # an incomplete character waits for its next bytes
+                        piece, text = full[len(text):], full
                     body = {"object": "text_completion", "choices": [
                         {"index": 0, "text": piece, "token_ids": [t], "finish_reason": None}]}
                     yield f"data: {json.dumps(body)}\n\n"
@@ -101,11 +170,14 @@ def main() -> None:
     p.add_argument("--port", type=int, required=True)
     p.add_argument("--mode", choices=MODES, required=True)
     p.add_argument("--context-limit", type=int, default=None)
+    p.add_argument("--honest-requests", type=int, default=300)
+    p.add_argument("--honest-s", type=float, default=20.0)
     a = p.parse_args()
     torch.set_num_threads(1)
     engine = TransformersEngine(a.model, "float32", "model", a.context_limit)
     other = TransformersEngine(a.other_model, "float32", "model", a.context_limit) if a.other_model else None
-    uvicorn.run(build(engine, a.mode, other), host="127.0.0.1", port=a.port, log_level="warning")
+    uvicorn.run(build(engine, a.mode, other, a.honest_requests, a.honest_s), host="127.0.0.1", port=a.port,
+                log_level="warning")
 
 
 if __name__ == "__main__":

@@ -79,6 +79,25 @@ def test_sse_events_split_across_reads_and_data_after_done():
         stream.line(b'data: {"choices": []}', 3.0)
 
 
+def test_a_token_arrives_with_its_id():
+    """TTFT is the first chunk carrying a token id: text sent before it (a fake early first token, whitespace
+    at stream open) is counted apart and never times the request; usage must equal the streamed ids."""
+    stream = replay._Stream()
+    stream.receive(b'data: {"choices": [{"text": " ", "token_ids": []}]}\n\n', 0.01)
+    stream.receive(b'data: {"choices": [{"text": "a", "token_ids": [7]}]}\n\n', 0.8)
+    stream.receive(b'data: {"choices": [{"text": "", "token_ids": [8]}]}\n\n', 0.9)
+    stream.receive(b'data: {"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 2}}\n\n'
+                   b'data: [DONE]\n\n', 0.95)
+    assert (stream.first, stream.last) == (0.8, 0.9) and stream.text_without_ids == 1 and stream.id_chunks == 2
+    assert replay._check(stream, 3, 2) == (2, "")
+
+    lying = replay._Stream()   # no ids: one text chunk claims 5 tokens; counted by usage, unverified
+    lying.receive(b'data: {"choices": [{"text": "abcde"}]}\n\n', 0.5)
+    lying.receive(b'data: {"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 5}}\n\n'
+                  b'data: [DONE]\n\n', 0.5)
+    assert not lying.saw_ids and lying.first == lying.last == 0.5 and replay._check(lying, 3, 5) == (5, "")
+
+
 @pytest.mark.slow
 def test_context_overflows_are_marked_and_invalidate_the_run(tmp_path):
     """A server with a smaller context than the trace needs: its refusals are context-overflow failures,

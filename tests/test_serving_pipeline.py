@@ -1,6 +1,7 @@
 """The serving stages of the embedded pipeline: planned jobs, config errors, and a tiny real run."""
 
 import json
+import re
 
 import pandas as pd
 import pytest
@@ -32,6 +33,17 @@ def test_embedded_plan(tmp_path):
         "serving_replay": 2, "serving_table": 1}
 
 
+def test_the_development_table_replays_the_development_seeds_only(tmp_path):
+    """Final seeds are held out for verification: the development table's replays never use them."""
+    config = _config(tmp_path, **{"serving.seeds.development": [3, 4], "serving.seeds.final": [1000, 1001],
+                                  "serving.submissions": [str(REPO / "examples/servers")]})
+    proc = run_snakemake(tmp_path, "-n", "results/tables/serving.md", "--configfile", str(config))
+    replays = set(re.findall(r"results/serving/replays/(\w+)/seed(\d+)\.json", proc.stdout))
+    assert replays == {(s, d) for s in ("S0", "llamacpp") for d in ("3", "4")}
+    proc = run_snakemake(tmp_path, "-n", "results/tables/serving_verified.md", "--configfile", str(config))
+    assert "results/serving/replays/" not in proc.stdout and planned_jobs(proc)["serving_verify"] == 2
+
+
 @pytest.mark.parametrize("changes, message", [
     ({"serving.calibration.reference": "tgi"}, "config key 'serving.calibration.reference': unknown server 'tgi'"),
     ({"serving.seeds.final": [0]}, "config key 'serving.seeds."),
@@ -58,15 +70,19 @@ def test_tiny_serving_run(tmp_path):
     assert targets["concurrency"] in (1, 2) and len(targets["runs"]) == 2
     table = pd.read_csv(tmp_path / "results/tables/serving.csv")
     assert list(table["system"]) == ["llamacpp (calibration baseline)", "S0", "llamacpp"]
-    assert (table["D"] >= 0).all() and (table["D"] <= table["G"] + 1e-12).all()
+    assert (table["d_ci95_low"] <= table["d_ci95_high"]).all() and (table["g_ci95_low"] <= table["g_ci95_high"]).all()
+    assert (table["d_ci95_high"] <= table["g_ci95_high"] + 1e-12).all() and (table["counts"] == "token ids").all()
+    shown = table["D"].notna()   # a D only with enough completed timed requests; the row says why otherwise
+    assert (table.loc[shown, "completed_timed_requests"] >= 30).all()
+    assert table.loc[~shown, "D_at_c"].str.startswith("too few requests").all()
     assert (tmp_path / "results/plots/serving_value_share.png").stat().st_size > 5_000
     points = pd.read_csv(tmp_path / "results/plots/serving_value_share.csv")  # the figure's points
     assert list(points["role"]) == ["calibration baseline", "system", "system"]
     assert list(points["completed_requests"].iloc[1:]) == list(table["completed"].iloc[1:])
     assert 0 <= table["f"][0] <= 1  # the baseline's share (mean over its seeds of D / G)
     cov = pd.read_csv(tmp_path / "results/serving/coverage.csv")
-    assert (cov["seed_set"] == "scan").sum() == 128 and cov["pct_input_tokens"].notna().sum() == 5
-    for log in ["servers/calibrate.log", "servers/S0_seed1000.log", "servers/llamacpp_seed1000.log"]:
+    assert (cov["seed_set"] == "scan").sum() == 128 and cov["pct_input_tokens"].notna().sum() == 4   # 1 + 1 + 2 seeds
+    for log in ["servers/calibrate.log", "servers/S0_seed0.log", "servers/llamacpp_seed0.log"]:  # development seed
         assert (tmp_path / "logs/serving" / log).stat().st_size > 0
     proc = run_snakemake(tmp_path, "-n", *SERVING_TARGETS, "--configfile", str(config))
     assert "Nothing to be done" in proc.stdout + proc.stderr

@@ -2,6 +2,7 @@
 
 import math
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -65,3 +66,58 @@ def test_context_overflows_above_the_share_invalidate_the_run():
     warmup_only = score(_frame([{}] * 10 + [overflow | dict(in_window=False)] * 5), DEP, window_s=1800,
                         max_overflow_share=0.01, targets=t)
     assert warmup_only.valid and warmup_only.context_overflows == 0
+
+
+def _sessions_frame(values_usd: list[float], requests_per_session: int = 2, **cols) -> pd.DataFrame:
+    """Session instances whose completed requests are worth ``values_usd`` (input tokens at USD 1 per M)."""
+    rows = []
+    for i, v in enumerate(values_usd):
+        for _ in range(requests_per_session):
+            rows.append(dict(instance=i, input_tokens=v * 1e6 / requests_per_session, output_tokens=0, **cols))
+    return _frame(rows)
+
+
+def test_bootstrap_intervals_resample_sessions():
+    from infbench.serving.uncertainty import UncertaintySettings, spread
+
+    dep = Deployment(name="u", devices=1, accelerator="cpu", usd_per_device_hour=3600.0, input_usd_per_mtok=1.0,
+                     output_usd_per_mtok=0.0, context_limit=1 << 20)   # cost = window_s USD: D = USD per second
+    t = Targets(tau_first_s=4.1, tau_token_s=0.0235)
+    settings = UncertaintySettings(bootstrap_resamples=4000, seed=0, min_completed_requests=30)
+    equal = _sessions_frame([1.0] * 20)
+    s = spread([equal], [score(equal, dep, 1.0, 0.01, t)], dep, t, settings, "equal")
+    assert s.d_ci95_low == pytest.approx(20.0) and s.d_ci95_high == pytest.approx(20.0)   # no spread, no width
+    assert s.sessions == 20 and s.completed_timed_requests == 40
+
+    few, many = (_sessions_frame([0.5, 1.5] * n) for n in (5, 500))   # sessions worth 1 +- 0.5 USD
+    wide = spread([few], [score(few, dep, 1.0, 0.01, t)], dep, t, settings, "few")
+    narrow = spread([many], [score(many, dep, 1.0, 0.01, t)], dep, t, settings, "many")
+    for frame, sp in ((few, wide), (many, narrow)):
+        D = score(frame, dep, 1.0, 0.01, t).D
+        assert sp.d_ci95_low < D < sp.d_ci95_high and sp.g_ci95_low < D < sp.g_ci95_high   # all qualify: G = D
+        # the normal approximation: +- 1.96 sigma sqrt(n) around D = n
+        assert sp.d_ci95_high - sp.d_ci95_low == pytest.approx(2 * 1.96 * 0.5 * np.sqrt(D), rel=0.15)
+    slow = _sessions_frame([1.0] * 20, ttft=9.0)          # nothing qualifies: D = 0 in every resample, G does not
+    s = spread([slow], [score(slow, dep, 1.0, 0.01, t)], dep, t, settings, "slow")
+    assert s.d_ci95_high == 0.0 and s.g_ci95_low == pytest.approx(20.0)
+    # the mean over seeds: a second, worthless replay halves D and its interval
+    empty = _sessions_frame([1.0] * 20, ttft=9.0)
+    two = spread([equal, empty], [score(f, dep, 1.0, 0.01, t) for f in (equal, empty)], dep, t, settings, "two")
+    assert two.d_ci95_low == pytest.approx(10.0) and two.sessions == 40
+
+
+def test_a_row_under_the_request_minimum_says_so():
+    from infbench.serving.uncertainty import Spread
+    from infbench.tables.serving import counts_note, d_at_c
+
+    frame = _frame([{}] * 3)
+    s = score(frame, DEP, 30.0, 0.01, Targets(tau_first_s=4.1, tau_token_s=0.0235))
+    spread = Spread(d_ci95_low=0.0, d_ci95_high=0.2, g_ci95_low=0.0, g_ci95_high=0.3, sessions=3,
+                    completed_timed_requests=3)
+    assert d_at_c(0.061, 1, [s], spread, 30).startswith("too few requests: 3 completed timed requests < 30")
+    assert d_at_c(0.061, 1, [s], spread.model_copy(update={"completed_timed_requests": 30}), 30) == \
+        "0.061 [0, 0.2] @1"
+    frame["counts_from_token_ids"] = [True, False, True]
+    assert counts_note([frame]) == "unverified counts (1 of 3 completed requests without token ids)"
+    frame["counts_from_token_ids"] = True
+    assert counts_note([frame]) == "token ids"

@@ -8,6 +8,7 @@ which serves the real SmolLM2-135M and its F16 GGUF twin.
 
 from __future__ import annotations
 
+import json
 import shutil
 import socket
 import time
@@ -23,13 +24,13 @@ CONTEXT = 512
 SANDBOX = {"allow_unsandboxed": False, "tmp_mb": 512}
 
 
-def _run(env, directory, serving=None, model_dir=None, gguf="", ref=None):
+def _run(env, directory, serving=None, model_dir=None, gguf="", ref=None, secret=None):
     from infbench.serving.verify import verdict
 
     out = env["root"] / "out" / Path(directory).name
     return verdict.run_job(str(directory), serving or env["serving"], env["answers"], str(model_dir or env["tiny"]),
                            gguf, str(ref or env["ref"]), str(env["sessions"]), str(out), str(out) + ".json",
-                           str(out) + ".server.log", sandbox=SANDBOX)
+                           str(out) + ".server.log", SANDBOX, secret or vh.secret())
 
 
 def _checks(record):
@@ -50,7 +51,7 @@ def env(tmp_path_factory, smollm2_source):
     answers = vh.answer_settings()
     ref = root / "reference.json"
     record = reference.compute("smollm2-135m", str(tiny), answers, VerifySettings.model_validate(serving["verification"]),
-                               (1000, 30000), str(ref))
+                               (1000, 30000), str(ref), vh.secret())
     assert len(record.eos_probes) == 2 and all(len(p.expected) == 5 for p in record.eos_probes)
     return {"root": root, "tiny": tiny, "other": other, "context_sensitive": context_sensitive, "serving": serving, "answers": answers, "ref": ref,
             "sessions": vh.small_sessions(root, CONTEXT), "hf": hf}
@@ -65,6 +66,14 @@ ADVERSARIES = [
     ("other", ["fidelity"], ["complete_prompts", "exact_output_lengths", "streaming_consistency"]),
     ("crash_prefix", ["session_progress", "server_alive"], []),
     ("no_eos", ["natural_stopping"], ["complete_prompts", "exact_output_lengths", "fidelity"]),
+    # a whitespace chunk without ids when the stream opens: not a token (TTFT stays honest), and rejected
+    ("fake_first", ["streaming_consistency"], ["complete_prompts", "exact_output_lengths", "session_progress",
+                                               "fidelity"]),
+    # one text chunk, no ids, usage claiming every token: the counts cannot be checked, so they are not taken
+    ("usage_lies", ["streaming_consistency", "fidelity"], ["complete_prompts", "exact_output_lengths"]),
+    # answers only the probes the public config used to determine honestly: the secret's probes are not those
+    ("probe_aware", ["context_probes", "natural_stopping"], ["complete_prompts", "exact_output_lengths",
+                                                             "streaming_consistency"]),
 ]
 
 
@@ -80,6 +89,44 @@ def test_adversarial_server_rejected_by_its_check(env, mode, failing, passing):
     for name in passing:
         assert checks[name].passed, (name, checks[name].summary)
     assert Path(record.replays[0].records).is_file()
+
+
+@pytest.mark.slow
+def test_honest_then_cheap_server_caught_by_suspects_sampled_over_time(env):
+    """Honest for its first 300 requests or 20 s, then random tokens: suspects drawn from every part of the
+    window (with the secret) score the late ones; the first 256 records alone would have looked honest."""
+    serving = vh.serving_config(CONTEXT, fidelity_max_suspects=1)
+    serving["replay"]["window_s"] = 30.0
+    record = _run(env, vh.adversary(env["root"] / "subs", "cheap_later"), serving=serving)
+    checks = _checks(record)
+    assert checks["streaming_consistency"].passed and checks["exact_output_lengths"].passed
+    suspects = checks["fidelity"].evidence["suspects"]
+    sampled = [x for x in suspects if x["why"].startswith("sampled over time")]
+    assert len(sampled) == 4 and any("stratum 4 of 4" in x["why"] for x in sampled)
+    assert not checks["fidelity"].passed and not record.verified
+    assert any(x["max_regret"] > 4.0 for x in sampled), suspects
+    assert checks["fidelity"].evidence["drawn_with"] == "public demo"
+
+
+@pytest.mark.slow
+def test_no_check_passes_by_default(env, tmp_path):
+    """Without the source tokenizer the text cannot be compared, and without EOS probes natural stopping cannot
+    be tested: those checks fail naming why (the model-free instant server, a model directory without a
+    tokenizer, a reference whose EOS search found nothing)."""
+    serving = vh.serving_config(CONTEXT)
+    serving["replay"]["window_s"] = 2.0
+    ref = json.loads(Path(env["ref"]).read_text())
+    ref["eos_probes"] = []
+    (tmp_path / "reference.json").write_text(json.dumps(ref))
+    spec = {"command": ["{python}", "-m", "infbench.serving.instant", "--port", "{port}"], "model": "smollm2-135m",
+            "concurrency": 1}
+    record = _run(env, vh.submission_dir(tmp_path / "subs", "instant_ok", spec), serving=serving,
+                  model_dir=tmp_path / "no-tokenizer", ref=tmp_path / "reference.json")
+    checks = _checks(record)
+    for name in ("streaming_consistency", "held_out_answers"):
+        assert not checks[name].passed and "could not be loaded" in checks[name].summary, checks[name].summary
+    assert not checks["natural_stopping"].passed and "reached EOS from none" in checks["natural_stopping"].summary
+    assert checks["exact_output_lengths"].passed and not record.verified
 
 
 @pytest.mark.slow
@@ -102,6 +149,9 @@ def test_s0_on_a_tiny_model_passes_every_check(env):
                      "held_out_answers", "server_alive", "fidelity"]
     assert _checks(record)["session_progress"].evidence["completed"] > 0
     assert record.replays[0].score.completed > 0 and record.provenance.params["submission"] == "S0"
+    # the secret travels as a fingerprint; its value is in the record, written once the server is gone
+    assert record.drawn_with == "public demo" and record.operator_secret["value"] == vh.secret().value
+    assert record.provenance.params["operator_secret"] == vh.secret().public()
 
 
 @pytest.mark.slow
@@ -117,7 +167,8 @@ def test_s0_and_llamacpp_pass_on_the_real_model(env, tmp_path):
     ref = tmp_path / "reference.json"
     from infbench.serving.verify.common import VerifySettings
     rec = reference.compute("smollm2-135m", str(env["hf"]), env["answers"],
-                            VerifySettings.model_validate(serving["verification"]), (1000, 30000), str(ref))
+                            VerifySettings.model_validate(serving["verification"]), (1000, 30000), str(ref),
+                            vh.secret())
     assert rec.eos_probes, "the real model reaches EOS on a chat prompt"
     for name in ("S0", "llamacpp"):
         record = _run(env, vh.example(tmp_path / "subs", name, startup_timeout_s=300), serving=serving,
@@ -231,3 +282,111 @@ def test_plan_one_verify_job_per_submission(tmp_path):
     shutil.copytree(REPO / "examples/servers/S0", extra / "S0copy")
     proc = run_snakemake(tmp_path, "-n", target, "--configfile", str(path))
     assert planned_jobs(proc)["serving_verify"] == 3 and "results/serving/verification/S0copy.json" in proc.stdout
+
+
+# Token-level truth, suspects over the whole replay, probes drawn with the operator's secret: no server needed.
+
+def test_streamed_text_must_be_the_ids_text(smollm2_source):
+    """Exactly as the source tokenizer decodes the ids; a special token may be written or omitted whole, and a
+    character still incomplete at the end may be held back; nothing else (whitespace included) may differ."""
+    from infbench.serving.verify.source_text import SourceText
+
+    text = SourceText.load(smollm2_source[0] / "hf")
+    ids = text.tokenizer.encode("héllo 😀 wörld", add_special_tokens=False)
+    assert text.mismatch(ids, "héllo 😀 wörld") is None
+    assert "first difference at character 5" in text.mismatch(ids, "héllo😀 wörld")    # whitespace counts
+    assert text.mismatch(ids, "héllo 😀 wörld ") is not None                          # extra text
+    cut = ids[:4]                                         # ends inside the emoji's bytes: decodes to U+FFFD
+    assert text.decode(cut).endswith("\ufffd")
+    assert text.mismatch(cut, "héllo ") is None and text.mismatch(cut, "héllo \ufffd") is None
+    assert text.mismatch(cut, "héllo") is not None
+    mid = cut + ids[5:]                                   # an invalid sequence inside: its U+FFFD must be there
+    assert text.mismatch(mid, text.decode(mid)) is None and text.mismatch(mid, text.decode(mid).replace("\ufffd", ""))
+    eos = ids[:2] + [2] + ids[2:]                         # <|im_end|> in the middle
+    assert text.mismatch(eos, "hé<|im_end|>llo 😀 wörld") is None and text.mismatch(eos, "héllo 😀 wörld") is None
+    assert text.mismatch(eos, "hé<|im_end|llo 😀 wörld") is not None
+    assert "outside the source vocabulary" in text.mismatch([10 ** 6], "x")
+
+
+def test_a_tokenizer_that_cannot_load_is_a_failure_with_its_cause(tmp_path):
+    from infbench.serving.verify.source_text import SourceText, TokenizerUnavailable
+
+    with pytest.raises(TokenizerUnavailable, match=f"tokenizer of {tmp_path / 'none'} could not be loaded"):
+        SourceText.load(tmp_path / "none")
+
+
+def test_each_lie_about_the_stream_is_named(smollm2_source):
+    import pandas as pd
+
+    from infbench.serving.verify import replay_checks
+    from infbench.serving.verify.source_text import SourceText
+
+    text = SourceText.load(smollm2_source[0] / "hf")
+    ids = text.tokenizer.encode(" the cat sat", add_special_tokens=False)
+    honest = dict(session_id="s", instance=0, request_id="main/0", error="", input_tokens=5, usage_prompt_tokens=5,
+                  max_tokens=len(ids), output_tokens=len(ids), usage_completion_tokens=len(ids), n_chunks=len(ids),
+                  id_chunks=len(ids), text_chunks_without_ids=0, counts_from_token_ids=True, streamed_token_ids=ids,
+                  text=" the cat sat", in_window=True, ok=True, instance_requests=1, send_time=0.0, end_time=1.0)
+    lies = {
+        "fake first token": ({"text_chunks_without_ids": 1, "text": "  the cat sat"}, "carried text without token ids"),
+        "usage only": ({"counts_from_token_ids": False, "streamed_token_ids": [], "id_chunks": 0},
+                       "no token ids streamed"),
+        "usage too high": ({"usage_completion_tokens": len(ids) + 1, "error": "usage.completion_tokens=4 but 3"},
+                           "usage.completion_tokens=4"),
+        "no usage": ({"usage_completion_tokens": None}, "usage.completion_tokens not reported"),
+        "other text": ({"text": " the dog sat"}, "not the token ids' text"),
+    }
+    assert replay_checks.stream_problem(pd.Series(honest), text) is None
+    frame = pd.DataFrame([honest] + [honest | change for change, _ in lies.values()])
+    check = replay_checks.streaming_consistency(frame, text)
+    assert not check.passed and check.evidence["inconsistent"] == len(lies)
+    for (change, why), example in zip(lies.values(), check.evidence["examples"]):
+        assert why in example, (why, example)
+    nothing = replay_checks.streaming_consistency(frame.iloc[:0], text)
+    assert not nothing.passed and "no answered request" in nothing.summary     # no check passes by default
+    assert not replay_checks.exact_output_lengths(frame.iloc[:0]).passed
+
+
+def test_probes_and_questions_follow_the_operator_secret(smollm2_source, tmp_path):
+    """Context-probe fillers, EOS-probe candidates and held-out questions change with the secret, and no
+    public config value seeds them."""
+    from transformers import AutoTokenizer
+
+    from infbench.serving.verify import probes, reference
+    from infbench.serving.verify.common import VerifySettings
+
+    tok = AutoTokenizer.from_pretrained(smollm2_source[0] / "hf")
+    a, b = vh.secret(), vh.secret("operator round 7", tmp_path)
+    assert a.label == "public demo" and b.label.startswith("operator secret ")
+    assert reference.candidate_prompts(tok, 8, (1000, 30000), a) == reference.candidate_prompts(tok, 8, (1000, 30000), a)
+    assert reference.candidate_prompts(tok, 8, (1000, 30000), a) != reference.candidate_prompts(tok, 8, (1000, 30000), b)
+    chats = [tok.decode(p) for p in reference.candidate_prompts(tok, 8, (1000, 30000), b)[:4]]
+    assert all("<|im_start|>user" in c for c in chats) and len(set(chats)) == 4
+    fill = lambda s: probes.filler_prompt(64, (1000, 30000), s.seed("serving.context_probe", 0))  # noqa: E731
+    assert fill(a) != fill(b)
+    settings = VerifySettings.model_validate(vh.serving_config(CONTEXT, answers_n=6)["verification"])
+    questions = lambda s: [q.id for q, _ in reference.select_questions(vh.answer_settings(), settings, s)]  # noqa: E731
+    assert questions(a) != questions(b) and len(questions(b)) == 6
+    schema = yaml.safe_load((REPO / "workflow/schemas/config.schema.yaml").read_text())
+    verification = schema["properties"]["serving"]["properties"]["verification"]["properties"]
+    assert not [k for k in verification if "seed" in k]
+
+
+def test_suspects_are_sampled_over_the_whole_window():
+    """One sampled suspect per equal time stratum of the window, from every seed's records, drawn with the
+    secret's seed: the end of a replay is sampled as often as its start."""
+    import numpy as np
+
+    from infbench.serving.verify import fidelity
+
+    cands = [fidelity.fixed(f"r{i}", [1], [2]) for i in range(900)]
+    for i, c in enumerate(cands):
+        c.position = (i % 300) / 300 + (0.002 if i < 600 else 0.0)   # three seeds' windows, 300 requests each
+    picks = fidelity.stratified(cands, 8, np.random.default_rng(1))
+    assert sorted(s for s, _ in picks) == list(range(8))
+    assert all(s / 8 <= c.position < (s + 1) / 8 for s, c in picks)
+    again = fidelity.stratified(cands, 8, np.random.default_rng(1))
+    other = fidelity.stratified(cands, 8, np.random.default_rng(2))
+    assert [c.origin for _, c in again] == [c.origin for _, c in picks] != [c.origin for _, c in other]
+    late = [c for c in cands if c.position >= 0.9]                  # strata left empty give their draws away
+    assert len(fidelity.stratified(late, 8, np.random.default_rng(1))) == 8

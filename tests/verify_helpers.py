@@ -69,8 +69,20 @@ def serving_config(context_limit: int, **verification) -> dict:
     serving["seeds"]["final"] = [1000]
     serving["verification"] = {**serving["verification"], "context_probes": 1, "eos_probes": 2,
                                "eos_candidates": 16, "answers_n": 4, "fidelity_max_suspects": 4,
-                               "probe_timeout_s": 60, **verification}
+                               "fidelity_sampled_suspects": 4, "probe_timeout_s": 60, **verification}
     return serving
+
+
+def secret(value: str | None = None, tmp: Path | None = None):
+    """The public demo secret, or an operator secret ``value`` (written to a file under ``tmp``)."""
+    from infbench import operator_secret
+
+    settings = {"env": "INFBENCH_TEST_SECRET_UNSET", "file": None, "require": False}
+    if value is not None:
+        path = tmp / f"secret-{len(value)}-{abs(hash(value))}"
+        path.write_text(value)
+        settings["file"] = str(path)
+    return operator_secret.load(settings)
 
 
 def answer_settings(gsm8k_tokens: int = 48):

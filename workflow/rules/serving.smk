@@ -4,9 +4,12 @@
 SERVING_SOURCE = SERVING["source"]
 SERVING_SYSTEMS = {s["server"]: s["concurrency"] for s in SERVING["systems"]}
 # The serving section as the workload, calibration and replay jobs use it: verification
-# settings and the submission directories (serving_verify.smk) do not rerun them.
+# settings, the submission directories (serving_verify.smk) and the tables' uncertainty
+# settings do not rerun them.
 SERVING_CORE = {
-    k: v for k, v in SERVING.items() if k not in ("submissions", "verification")
+    k: v
+    for k, v in SERVING.items()
+    if k not in ("submissions", "verification", "uncertainty")
 }
 SERVING_MODEL = {
     "model_dir": f"results/sources/{SERVING_SOURCE}/hf",
@@ -125,10 +128,12 @@ rule serving_replay:
         "../scripts/serving_replay.py"
 
 
+# The development table replays the development seeds; the final seeds are held out for
+# verification (serving_verify.smk).
 SERVING_REPLAYS = expand(
     "results/serving/replays/{system}/seed{seed}.json",
     system=SERVING_SYSTEMS,
-    seed=SERVING["seeds"]["final"],
+    seed=SERVING["seeds"]["development"],
 )
 
 
@@ -155,6 +160,7 @@ rule serving_table:
         plot_data="results/plots/serving_value_share.csv",
     params:
         serving=SERVING_CORE,
+        uncertainty=SERVING["uncertainty"],
     log:
         "logs/serving/table.log",
     threads: 1

@@ -3,12 +3,19 @@
 # the final (held-out) seeds at its declared c, checked, and torn down; only verified
 # submissions are scored in results/tables/serving_verified.*. Included by serving.smk.
 
+from infbench import operator_secret
 from infbench.serving.verify import submission as server_submission
 
 SERVING_SUBMISSIONS = server_submission.discover(SERVING["submissions"])
+# Probes, held-out questions and fidelity suspects are drawn from the operator's secret, loaded inside
+# the jobs; only its fingerprint is a parameter, so a new secret reruns them.
+SERVING_SECRET = operator_secret.load(config["operator_secret"]).fingerprint
 # What the verification jobs depend on: the serving section without the list of submission
-# directories, so that adding a submission plans only its own job and the table.
-SERVING_VERIFY = {k: v for k, v in SERVING.items() if k != "submissions"}
+# directories (adding a submission plans only its own job and the table) and the tables'
+# uncertainty settings.
+SERVING_VERIFY = {
+    k: v for k, v in SERVING.items() if k not in ("submissions", "uncertainty")
+}
 
 
 wildcard_constraints:
@@ -25,6 +32,7 @@ rule serving_verification_reference:
         verification=SERVING["verification"],
         token_id_range=SERVING["workload"]["token_id_range"],
         answers=config["answers"],
+        secret=SERVING_SECRET,
     log:
         "logs/serving/verification_reference.log",
     threads: 2
@@ -51,6 +59,7 @@ rule serving_verify:
         answers=config["answers"],
         sandbox=config["sandbox"],
         directory=lambda wc: SERVING_SUBMISSIONS[wc.submission],
+        secret=SERVING_SECRET,
     log:
         run="logs/serving/verify/{submission}.log",
         server="logs/serving/servers/verify_{submission}.log",
@@ -84,6 +93,7 @@ rule serving_verified_table:
         provenance="results/tables/serving_verified.provenance.json",
     params:
         serving=SERVING_VERIFY,
+        uncertainty=SERVING["uncertainty"],
     log:
         "logs/serving/verified_table.log",
     threads: 1

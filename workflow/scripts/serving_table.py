@@ -7,6 +7,7 @@ from infbench.tables import serving
 
 baseline, *systems = serving.write(  # the calibration baseline's row first
     snakemake.params.serving,
+    snakemake.params.uncertainty,
     snakemake.input.targets,
     snakemake.input.sessions,
     snakemake.input.summaries,

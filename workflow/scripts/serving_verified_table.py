@@ -6,6 +6,7 @@ from infbench.tables import serving_verified
 
 serving_verified.write(
     snakemake.params.serving,
+    snakemake.params.uncertainty,
     snakemake.input.targets,
     snakemake.input.sessions,
     snakemake.input.records,

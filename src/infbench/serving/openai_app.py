@@ -2,7 +2,9 @@
 
 ``POST /v1/completions`` (streaming and not): prompts as text or token ids,
 ``max_tokens``, ``temperature`` (0 = greedy), ``seed``, ``ignore_eos``,
-``stream_options.include_usage``; every chunk carries its ``token_ids``.
+``stream_options.include_usage``; every chunk carries its ``token_ids``, and the chunks' text
+adds up to the ids' decoded text (a character whose bytes are split over tokens is sent with the
+token that completes it; one still incomplete at the end is never sent).
 Requests run one at a time under the engine's lock. ``GET /health``, ``GET /v1/models``.
 """
 
@@ -76,6 +78,9 @@ def app(engine: Engine) -> Starlette:
                 async for token in engine.generate(prompt, req):
                     out.append(token)
                     full = engine.decode(out)
+                    if full.endswith("\ufffd"):  # an incomplete UTF-8 sequence: its text waits for the next ids
+                        yield "", token
+                        continue
                     piece, text = full[len(text):], full
                     yield piece, token
             finish = "length" if len(out) == req.max_tokens else "stop"

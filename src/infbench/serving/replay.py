@@ -16,9 +16,17 @@
   order) or on :meth:`Replay.stop`; ``Replay.sending_ended`` says when.
 - Streaming (aiohttp) ``/v1/completions`` with a token-id prompt, or
   ``/v1/chat/completions`` with it as text (:mod:`infbench.serving.endpoints`),
-  ``max_tokens`` = the prescribed output, EOS ignored, usage requested. TTFT =
-  first chunk carrying a token - send; TPOT = (last - first) / (n_out - 1) (0 for
-  one output token).
+  ``max_tokens`` = the prescribed output, EOS ignored, usage requested.
+- Arrival rule: a token arrives with a chunk that carries its id (``choices[].token_ids``).
+  TTFT = arrival of the first chunk carrying at least one token id - send; TPOT =
+  (arrival of the last id-carrying chunk - first) / (n_out - 1) (0 for one output
+  token); n_out = the number of streamed ids, which usage must equal. Text sent
+  without ids (whitespace at stream open, say) is never a token: it is counted in
+  ``text_chunks_without_ids`` and verification fails it.
+- A server that streams no token ids at all (chat completions, most engines' chat
+  layouts) is accounted by ``usage`` and timed by its text chunks; such records have
+  ``counts_from_token_ids`` false and the development table marks them "unverified
+  counts" (verification rejects them).
 - A request is *well-formed* only if it streamed to ``[DONE]`` with valid SSE,
   produced exactly ``max_tokens`` tokens by the server's token accounting
   (streamed token ids and usage must agree where both are given) and, for token-id
@@ -101,7 +109,11 @@ class RequestRecord(BaseModel):
     error: str
     context_overflow: bool
     instance_requests: int = Field(description="requests of this session instance the replay sends")
-    n_chunks: int
+    n_chunks: int = Field(description="chunks that carried token ids or text")
+    id_chunks: int = Field(description="chunks that carried at least one token id (the arrivals)")
+    text_chunks_without_ids: int = Field(description="chunks with text but no token id (never a token arrival)")
+    counts_from_token_ids: bool = Field(description="output counted and timed by streamed token ids (false: by "
+                                                    "usage and text chunks, unverified)")
     streamed_token_ids: list[int]
     text: str
     usage_prompt_tokens: int | None
@@ -137,11 +149,15 @@ class _Stream:
 
     def __init__(self, piece: Callable[[dict[str, Any]], tuple[str, list[int] | None]] = Completions().piece):
         self.piece = piece  # (text, token ids) of one streamed choice, as the endpoint lays it out
-        self.first: float = math.nan
-        self.last: float = math.nan
+        self.first_id: float = math.nan  # arrival of the first / last chunk carrying a token id
+        self.last_id: float = math.nan
+        self.first_text: float = math.nan  # the same for chunks with text (timing of a stream without ids)
+        self.last_text: float = math.nan
         self.chunks = 0
+        self.id_chunks = 0
+        self.text_chunks = 0
+        self.text_without_ids = 0
         self.ids: list[int] = []
-        self.saw_ids = False
         self.text: list[str] = []
         self.usage: dict[str, Any] | None = None
         self.done = False
@@ -183,15 +199,34 @@ class _Stream:
             return
         for choice in choices:
             text, ids = self.piece(choice)
-            if ids is not None:
-                self.saw_ids = True
+            text, ids = text or "", ids or []
+            if ids:
                 self.ids.extend(int(i) for i in ids)
-            if text or ids:
-                self.chunks += 1
-                if math.isnan(self.first):
-                    self.first = now
-                self.last = now
+                self.id_chunks += 1
+                if math.isnan(self.first_id):
+                    self.first_id = now
+                self.last_id = now
+            if text:
+                self.text_chunks += 1
+                self.text_without_ids += not ids
+                if math.isnan(self.first_text):
+                    self.first_text = now
+                self.last_text = now
+            self.chunks += bool(text or ids)
             self.text.append(text)
+
+    @property
+    def saw_ids(self) -> bool:
+        return self.id_chunks > 0
+
+    @property
+    def first(self) -> float:
+        """Arrival of the first token: the first id-carrying chunk (the first text chunk without any ids)."""
+        return self.first_id if self.saw_ids else self.first_text
+
+    @property
+    def last(self) -> float:
+        return self.last_id if self.saw_ids else self.last_text
 
 
 def _check(stream: _Stream, prompt_len: int | None, max_tokens: int) -> tuple[int, str]:
@@ -204,10 +239,10 @@ def _check(stream: _Stream, prompt_len: int | None, max_tokens: int) -> tuple[in
         return len(stream.ids), f"usage.completion_tokens={usage_out} but {len(stream.ids)} token ids streamed"
     if stream.saw_ids:
         n_out = len(stream.ids)
-    elif usage_out is not None:  # without token ids a chunk carries at least one token
+    elif usage_out is not None:  # without token ids (unverified counts) a text chunk carries at least one token
         n_out = int(usage_out)
-        if not 0 < stream.chunks <= n_out:
-            return n_out, f"usage.completion_tokens={n_out} but {stream.chunks} token chunks streamed"
+        if not 0 < stream.text_chunks <= n_out:
+            return n_out, f"usage.completion_tokens={n_out} but {stream.text_chunks} text chunks streamed"
     else:
         return stream.chunks, "no token accounting (neither token_ids nor usage)"
     if prompt_len is not None and stream.usage and stream.usage.get("prompt_tokens") not in (None, prompt_len):
@@ -394,6 +429,8 @@ class Replay:
             send_time=send, first_token_time=stream.first, last_token_time=stream.last, end_time=end,
             in_window=self.s.warmup_s <= send < self.s.warmup_s + self.s.window_s, ok=not error, error=error,
             context_overflow=overflow, instance_requests=inst.sent_requests, n_chunks=stream.chunks,
+            id_chunks=stream.id_chunks, text_chunks_without_ids=stream.text_without_ids,
+            counts_from_token_ids=stream.saw_ids,
             streamed_token_ids=stream.ids, text="".join(stream.text),
             usage_prompt_tokens=usage.get("prompt_tokens"), usage_completion_tokens=usage.get("completion_tokens"),
             output_tokens=n_out, ttft=ttft if not error else math.nan, tpot=tpot if not error else math.nan,
@@ -430,7 +467,9 @@ RECORD_SCHEMA = pa.schema([
     ("ready_time", pa.float64()), ("send_time", pa.float64()), ("first_token_time", pa.float64()),
     ("last_token_time", pa.float64()), ("end_time", pa.float64()), ("in_window", pa.bool_()), ("ok", pa.bool_()),
     ("error", pa.string()), ("context_overflow", pa.bool_()),
-    ("instance_requests", pa.int64()), ("n_chunks", pa.int64()), ("streamed_token_ids", pa.list_(pa.int64())),
+    ("instance_requests", pa.int64()), ("n_chunks", pa.int64()), ("id_chunks", pa.int64()),
+    ("text_chunks_without_ids", pa.int64()), ("counts_from_token_ids", pa.bool_()),
+    ("streamed_token_ids", pa.list_(pa.int64())),
     ("text", pa.string()), ("usage_prompt_tokens", pa.int64()), ("usage_completion_tokens", pa.int64()),
     ("output_tokens", pa.int64()), ("ttft", pa.float64()), ("tpot", pa.float64()), ("server_ttft", pa.float64()),
     ("server_receive_time", pa.float64()),

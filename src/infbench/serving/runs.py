@@ -74,13 +74,18 @@ def score_frame(frame: pd.DataFrame, serving: dict[str, Any], targets: Targets |
                  serving["replay"]["max_context_overflow_share"], targets)
 
 
-def rescore(records_path: str, serving: dict[str, Any], targets: Targets) -> Score:
+def read_records(records_path: str) -> pd.DataFrame:
+    """A replay's request records, refused if an older replay client wrote them."""
     frame = pd.read_parquet(records_path)
     missing = [name for name in replay.RECORD_SCHEMA.names if name not in frame.columns]
     if missing:
         raise InputFileError(records_path, f"replay records lack {', '.join(missing)} (written by an older replay "
                                            "client); delete them and rerun the replay")
-    return score_frame(frame, serving, targets)
+    return frame
+
+
+def rescore(records_path: str, serving: dict[str, Any], targets: Targets) -> Score:
+    return score_frame(read_records(records_path), serving, targets)
 
 
 def input_hashes(*paths: str) -> dict[str, str]:

@@ -1,4 +1,13 @@
-"""``results/serving/table1.{csv,md}``: ServerBench Table 1 layout (system, D @ c, p90 TTFT, p90 TPOT)."""
+"""``results/tables/serving.{csv,md}``: the development table in ServerBench Table 1 layout.
+
+The configured ``serving.systems`` replayed on the *development* seeds (the final seeds are held out
+for verification, ``results/tables/serving_verified.*``). Per system: ``D @ c`` (mean over the seeds,
+scored with the frozen latency targets) with its bootstrap 95% interval over sessions
+(:mod:`infbench.serving.uncertainty`), G with its interval, f, p90 TTFT and TPOT, and the completed
+timed requests. A row with fewer completed timed requests than
+``serving.uncertainty.min_completed_requests`` shows no D, and says so; a system whose stream carried
+no token ids (counted by usage) is marked "unverified counts". The first row is the calibration baseline.
+"""
 
 from __future__ import annotations
 
@@ -6,26 +15,42 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 from pydantic import BaseModel
 
 from infbench.serving import calibrate, runs
-from infbench.serving.value import Score
+from infbench.serving.uncertainty import Spread, UncertaintySettings, spread
+from infbench.serving.value import Score, Targets, completed_mask
 from infbench.tables.io import write_table
 
 
-class ServingRow(BaseModel):
+class Measured(BaseModel):
+    """The scored columns of a row (shared with the verified table)."""
+    D: float | None
+    D_at_c: str
+    d_ci95_low: float | None
+    d_ci95_high: float | None
+    G: float
+    g_ci95_low: float
+    g_ci95_high: float
+    f: float | None
+    p90_ttft_s: float | None
+    p90_tpot_ms: float | None
+    completed_timed_requests: int
+    sessions: int
+    failed: int
+    counts: str
+
+
+class System(BaseModel):
     deployment: str
     system: str
     concurrency: int
     seeds: str
-    D: float
-    D_at_c: str
-    G: float
-    f: float | None
-    p90_ttft_s: float | None
-    p90_tpot_ms: float | None
-    completed: int
-    failed: int
+
+
+class ServingRow(Measured, System):  # System's columns first
+    pass
 
 
 def mean_present(xs):
@@ -34,44 +59,78 @@ def mean_present(xs):
     return statistics.fmean(xs) if xs else None
 
 
-def d_at_c(D: float, c: int, scores: list[Score]) -> str:
-    """``D @ c``, and why if a replay was invalid (its D counts as 0 in the mean)."""
+def d_at_c(D: float, c: int, scores: list[Score], s: Spread, minimum: int) -> str:
+    """``D [low, high] @ c``; "too few" instead of a D under the minimum; why if a replay was invalid."""
     invalid = [x for x in scores if not x.valid]
     note = f" ({len(invalid)} of {len(scores)} replays invalid: {invalid[0].invalid_reason})" if invalid else ""
-    return f"{D:.3g} @{c}{note}"
+    interval = f"{D:.3g} [{s.d_ci95_low:.3g}, {s.d_ci95_high:.3g}]"
+    if s.completed_timed_requests < minimum:
+        return (f"too few requests: {s.completed_timed_requests} completed timed requests < {minimum} "
+                f"(D {interval}) @{c}{note}")
+    return f"{interval} @{c}{note}"
 
 
-def rows(serving: dict[str, Any], targets: calibrate.TargetsRecord, summaries: list[str]) -> list[ServingRow]:
+def counts_note(frames: list[pd.DataFrame]) -> str:
+    """How output tokens were counted: by streamed token ids, or (some requests) by usage alone."""
+    done = pd.concat([f[completed_mask(f)] for f in frames], ignore_index=True)
+    unverified = int((~done["counts_from_token_ids"].astype(bool)).sum()) if len(done) else 0
+    if unverified:
+        return f"unverified counts ({unverified} of {len(done)} completed requests without token ids)"
+    return "token ids"
+
+
+def measured(serving: dict[str, Any], settings: UncertaintySettings, record_paths: list[str], c: int,
+             targets: Targets, key: str) -> Measured:
+    """The scored columns of replays at concurrency ``c`` (one records parquet per seed)."""
+    frames = [runs.read_records(p) for p in record_paths]
+    scores = [runs.score_frame(f, serving, targets) for f in frames]
+    s = spread(frames, scores, runs.deployment(serving), targets, settings, key)
+    D = statistics.fmean(x.D for x in scores)
+    enough = s.completed_timed_requests >= settings.min_completed_requests
+    counts = counts_note(frames)
+    tpot = mean_present(x.p90_tpot_s for x in scores)
+    return Measured(
+        D=D if enough else None,
+        D_at_c=d_at_c(D, c, scores, s, settings.min_completed_requests)
+        + (" (unverified counts)" if counts != "token ids" else ""),
+        d_ci95_low=s.d_ci95_low, d_ci95_high=s.d_ci95_high, G=statistics.fmean(x.G for x in scores),
+        g_ci95_low=s.g_ci95_low, g_ci95_high=s.g_ci95_high, f=mean_present(x.f for x in scores),
+        p90_ttft_s=mean_present(x.p90_ttft_s for x in scores), p90_tpot_ms=None if tpot is None else 1e3 * tpot,
+        completed_timed_requests=s.completed_timed_requests, sessions=s.sessions,
+        failed=sum(x.failed for x in scores), counts=counts)
+
+
+def baseline(serving: dict[str, Any], settings: UncertaintySettings, targets: calibrate.TargetsRecord) -> ServingRow:
+    """The calibration baseline: the reference engine at its chosen c over the calibration seeds."""
+    m = measured(serving, settings, [r.records for r in targets.runs], targets.concurrency, targets.targets,
+                 f"baseline/{targets.reference}")
+    return ServingRow(deployment=serving["deployment"]["name"], system=f"{targets.reference} (calibration baseline)",
+                      concurrency=targets.concurrency, seeds=",".join(str(r.seed) for r in targets.runs),
+                      **m.model_dump())
+
+
+def rows(serving: dict[str, Any], settings: UncertaintySettings, targets: calibrate.TargetsRecord,
+         summaries: list[str]) -> list[ServingRow]:
     dep = serving["deployment"]["name"]
     groups: dict[tuple[str, int], list[runs.RunSummary]] = {}
     for path in summaries:
         s = runs.RunSummary.model_validate_json(Path(path).read_text())
         groups.setdefault((s.server, s.concurrency), []).append(s)
-    out = [ServingRow(
-        deployment=dep, system=f"{targets.reference} (calibration baseline)", concurrency=targets.concurrency,
-        seeds=",".join(str(r.seed) for r in targets.runs), D=targets.baseline_D,
-        D_at_c=f"{targets.baseline_D:.3g} @{targets.concurrency}", G=statistics.fmean(r.G for r in targets.runs),
-        f=mean_present(r.D / r.G if r.D is not None and r.G > 0 else None for r in targets.runs),
-        p90_ttft_s=targets.baseline_p90_ttft_s, p90_tpot_ms=1e3 * targets.baseline_p90_tpot_s,
-        completed=0, failed=0)]
+    out = [baseline(serving, settings, targets)]
     for (server, c), group in sorted(groups.items()):
-        scores = [runs.rescore(s.records, serving, targets.targets) for s in group]
-        D = statistics.fmean(x.D for x in scores)
-        tpot = mean_present(x.p90_tpot_s for x in scores)
-        out.append(ServingRow(
-            deployment=dep, system=server, concurrency=c, seeds=",".join(str(s.seed) for s in group), D=D,
-            D_at_c=d_at_c(D, c, scores), G=statistics.fmean(x.G for x in scores), f=mean_present(x.f for x in scores),
-            p90_ttft_s=mean_present(x.p90_ttft_s for x in scores), p90_tpot_ms=None if tpot is None else 1e3 * tpot,
-            completed=sum(x.completed for x in scores), failed=sum(x.failed for x in scores)))
+        m = measured(serving, settings, [s.records for s in group], c, targets.targets, f"{server}@{c}")
+        out.append(ServingRow(deployment=dep, system=server, concurrency=c,
+                              seeds=",".join(str(s.seed) for s in group), **m.model_dump()))
     return out
 
 
-def write(serving: dict[str, Any], targets_path: str, sessions_path: str, summaries: list[str], *,
-          csv_path: str, md_path: str, provenance_path: str) -> list[ServingRow]:
+def write(serving: dict[str, Any], uncertainty: dict[str, Any], targets_path: str, sessions_path: str,
+          summaries: list[str], *, csv_path: str, md_path: str, provenance_path: str) -> list[ServingRow]:
+    settings = UncertaintySettings.model_validate(uncertainty)
     targets = calibrate.read_targets(targets_path, serving, sessions_path)
-    table = rows(serving, targets, summaries)
+    table = rows(serving, settings, targets, summaries)
     write_table(table, csv_path=csv_path, md_path=md_path, provenance_path=provenance_path,
-                params={"table": "serving", "tau_first_s": targets.targets.tau_first_s,
+                params={"table": "serving", "seeds": "development", "tau_first_s": targets.targets.tau_first_s,
                         "tau_token_s": targets.targets.tau_token_s},
-                config={"serving": serving}, inputs=runs.input_hashes(targets_path, sessions_path, *summaries))
+                config={"serving": serving, "uncertainty": uncertainty}, inputs=runs.input_hashes(targets_path, sessions_path, *summaries))
     return table

@@ -6,7 +6,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from infbench import operator_secret
 from infbench.config_io import section
+from infbench.errors import ConfigError
 
 
 class CheckResult(BaseModel):
@@ -28,15 +30,25 @@ class VerifySettings(BaseModel):
     eos_candidates: int = Field(ge=1)
     probe_timeout_s: float = Field(gt=0)
     fidelity_max_suspects: int = Field(ge=0)
+    fidelity_sampled_suspects: int = Field(ge=0)
+    fidelity_proxy_pool: int = Field(ge=0)
     fidelity_regret_tolerance: float = Field(gt=0)
     fidelity_repeat_run: int = Field(ge=2)
     fidelity_proxy_context: int = Field(ge=1)
     answers_n: int = Field(ge=0)
     answers_slack: float = Field(ge=0, le=1)
-    answers_seed: int = Field(ge=0)
     answers_benchmarks: tuple[Literal["gsm8k", "triviaqa"], ...] = Field(min_length=1)
     reference_dtype: Literal["float32", "bfloat16"]
 
 
 def settings_from(serving: dict[str, Any]) -> VerifySettings:
     return section(serving, "verification", VerifySettings, path="serving.verification")
+
+
+def job_secret(settings: dict[str, Any], planned_fingerprint: str) -> operator_secret.OperatorSecret:
+    """The operator's secret, loaded inside a job; refused if it is not the one the workflow was planned with."""
+    secret = operator_secret.load(settings)
+    if secret.fingerprint != planned_fingerprint:
+        raise ConfigError("operator_secret", f"the secret changed since the workflow was planned (fingerprint "
+                                             f"{secret.fingerprint}, planned {planned_fingerprint}); run again")
+    return secret

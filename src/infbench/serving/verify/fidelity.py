@@ -1,12 +1,23 @@
 """Fidelity (PROTOCOL B5): suspicious continuations scored by the reference model under teacher forcing.
 
-Candidates are the continuations the submission streamed in the held-out replays (prompts rebuilt
-from the seeded workload), the EOS probes and the context probes. Suspects, up to
-``fidelity_max_suspects``: the context probes' continuations, then in turn the next of three
-rankings: continuations with a run of at least ``fidelity_repeat_run`` identical tokens or tokens
-after an EOS (longest run first); the lowest-likelihood ones, by their mean log-probability under the
-reference with only the last ``fidelity_proxy_context`` prompt tokens as context (a cheap ranking);
-the ones with the longest prompts (where a truncated prompt shows).
+Candidates are the continuations the submission streamed in the held-out replays after warmup (every
+final seed; prompts rebuilt from the seeded workload), the EOS probes and the context probes.
+Suspects:
+
+- the context probes' continuations, always;
+- ``fidelity_sampled_suspects`` continuations drawn from all post-warmup replay records of every
+  final seed, stratified over time: the window is cut into that many equal strata and one record is
+  drawn from each (strata left empty give their draw to the remaining records), so the end of a
+  replay is sampled as often as its start and a server that is honest first and cheap later is
+  caught. The draw uses a seed derived from the operator's secret, so a server cannot know which
+  requests will be scored;
+- targeted suspects, up to ``fidelity_max_suspects`` with the context probes: in turn the next of
+  three rankings: continuations with a run of at least ``fidelity_repeat_run`` identical tokens or
+  tokens after an EOS (longest run first); the lowest-likelihood ones, by their mean log-probability
+  under the reference with only the last ``fidelity_proxy_context`` prompt tokens as context (a cheap
+  ranking, computed on at most ``fidelity_proxy_pool`` candidates drawn over time like the sampled
+  suspects); the ones with the longest prompts (where a truncated prompt shows).
+
 Each suspect is then scored with its full prompt: per token, the regret is the reference's best
 log-probability minus the streamed token's; the check fails if any regret exceeds the tolerance (4.0).
 Continuations the model really produces, repetition included, have regret ~0; padding, random
@@ -15,8 +26,10 @@ tokens, text of another model or text conditioned on a truncated prompt do not.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
+import numpy as np
 import pandas as pd
 import torch
 
@@ -28,10 +41,24 @@ from infbench.serving.workload import PromptBuilder
 @dataclass
 class Candidate:
     origin: str
-    prompt: list[int]
+    prompt_tokens: int
     output: list[int]
+    build: Callable[[], list[int]]
     kind: str = ""
     rank: float = 0.0
+    position: float | None = None  # where in the replay window it was sent (0 = start, 1 = end)
+    _prompt: list[int] | None = field(default=None, repr=False)
+
+    @property
+    def prompt(self) -> list[int]:
+        if self._prompt is None:
+            self._prompt = self.build()
+        return self._prompt
+
+
+def fixed(origin: str, prompt: list[int], output: list[int], kind: str = "") -> Candidate:
+    """A probe's continuation (its prompt is known)."""
+    return Candidate(origin, len(prompt), output, lambda: prompt, kind=kind, _prompt=prompt)
 
 
 def longest_run(ids: list[int]) -> int:
@@ -44,26 +71,44 @@ def longest_run(ids: list[int]) -> int:
     return best
 
 
-def replay_candidates(frame: pd.DataFrame, sessions: list[Session], token_range: tuple[int, int],
-                      marker_tokens: int, limit: int = 256) -> list[Candidate]:
+def replay_candidates(frames: list[tuple[int, pd.DataFrame]], sessions: list[Session], token_range: tuple[int, int],
+                      marker_tokens: int, warmup_s: float, window_s: float) -> list[Candidate]:
+    """Every completed post-warmup request of every seed's replay, in seed and send order."""
     by_id = {s.id: s for s in sessions}
     builders: dict[str, PromptBuilder] = {}
     out = []
-    for r in frame.itertuples():
-        ids = [int(t) for t in r.streamed_token_ids]
-        if not ids or r.session_id not in by_id:
+    for seed, frame in frames:
+        if frame.empty:
             continue
-        session = by_id[r.session_id]
-        req = next((q for q in session.requests if q.id == r.request_id), None)
-        if req is None:
-            continue
-        b = builders.setdefault(r.run_id, PromptBuilder(token_low=token_range[0], token_high=token_range[1],
-                                                        marker_tokens=marker_tokens, run_key=r.run_id))
-        out.append(Candidate(f"replay {r.session_id}#{r.instance}/{r.request_id}", b.build(session, r.instance, req),
-                             ids))
-        if len(out) >= limit:
-            break
+        for r in frame[frame["in_window"] & frame["ok"]].sort_values("send_time").itertuples():
+            ids = [int(t) for t in r.streamed_token_ids]
+            session = by_id.get(r.session_id)
+            req = next((q for q in session.requests if q.id == r.request_id), None) if session else None
+            if not ids or req is None:
+                continue
+            b = builders.setdefault(r.run_id, PromptBuilder(token_low=token_range[0], token_high=token_range[1],
+                                                            marker_tokens=marker_tokens, run_key=r.run_id))
+            out.append(Candidate(f"replay seed {seed} {r.session_id}#{r.instance}/{r.request_id}",
+                                 int(r.input_tokens), ids,
+                                 lambda b=b, s=session, i=r.instance, q=req: b.build(s, i, q),
+                                 position=min(max((r.send_time - warmup_s) / window_s, 0.0), 1.0)))
     return out
+
+
+def stratified(cands: list[Candidate], k: int, rng: np.random.Generator) -> list[tuple[int, Candidate]]:
+    """(stratum, candidate): one draw per equal time stratum of the window, empty strata's draws from the rest."""
+    if k <= 0 or not cands:
+        return []
+    if len(cands) <= k:
+        return [(min(int(c.position * k), k - 1), c) for c in cands]
+    strata: dict[int, list[int]] = {}
+    for i, c in enumerate(cands):
+        strata.setdefault(min(int(c.position * k), k - 1), []).append(i)
+    chosen = {s: members[int(rng.integers(len(members)))] for s, members in sorted(strata.items())}
+    rest = [i for i in range(len(cands)) if i not in set(chosen.values())]
+    extra = rng.choice(len(rest), size=k - len(chosen), replace=False) if k > len(chosen) else []
+    picks = list(chosen.items()) + [(min(int(cands[rest[j]].position * k), k - 1), rest[j]) for j in extra]
+    return [(s, cands[i]) for s, i in picks]
 
 
 @torch.inference_mode()
@@ -72,45 +117,55 @@ def _logits(model, prompt: list[int], output: list[int]) -> torch.Tensor:
     return model(input_ids=ids).logits[0, -len(output):].float()
 
 
-def select_suspects(model, cands: list[Candidate], eos: set[int], settings: VerifySettings) -> list[Candidate]:
-    """Context probes first, then round robin over three rankings: repeated runs / tokens after EOS
-    (longest run first), lowest proxy likelihood, longest prompt (where a truncated prompt shows)."""
-    probes = [c for c in cands if c.kind]
-    flagged, rest = [], []
-    for c in cands:
-        if c.kind:
-            continue
+def _proxy_rank(model, c: Candidate, context: int) -> float:
+    logits = _logits(model, c.prompt[-context:], c.output)
+    lp = torch.log_softmax(logits, -1).gather(-1, torch.tensor(c.output)[:, None]).squeeze(-1)
+    return float(lp.mean())
+
+
+def select_suspects(model, probes: list[Candidate], replays: list[Candidate], eos: set[int],
+                    settings: VerifySettings, rng: np.random.Generator) -> list[Candidate]:
+    """Context probes, time-stratified samples of the replays, then round robin over three rankings:
+    repeated runs / tokens after EOS (longest run first), lowest proxy likelihood, longest prompt."""
+    context = [c for c in probes if c.kind]
+    others = [c for c in probes if not c.kind] + replays
+    chosen, seen = list(context), {id(c) for c in context}
+    k = settings.fidelity_sampled_suspects
+    for stratum, c in stratified(replays, k, rng):
+        c.kind = f"sampled over time (stratum {stratum + 1} of {k}, at {100 * c.position:.0f}% of the window)"
+        chosen.append(c)
+        seen.add(id(c))
+    flagged = []
+    for c in others:
         run = longest_run(c.output)
         after_eos = any(t in eos for t in c.output[:-1])
         if run >= settings.fidelity_repeat_run or after_eos:
-            c.kind = ", ".join(k for k, on in ((f"repeated-token run of {run}", run >= settings.fidelity_repeat_run),
-                                               ("tokens after EOS", after_eos)) if on)
             c.rank = -run
-            flagged.append(c)
-        else:
-            rest.append(c)
-    flagged.sort(key=lambda c: c.rank)
-    unlikely: list[Candidate] = []
-    if settings.fidelity_max_suspects > len(probes):
-        for c in flagged + rest:
-            logits = _logits(model, c.prompt[-settings.fidelity_proxy_context:], c.output)
-            lp = torch.log_softmax(logits, -1).gather(-1, torch.tensor(c.output)[:, None]).squeeze(-1)
-            c.rank = float(lp.mean())
-        unlikely = sorted(flagged + rest, key=lambda c: c.rank)
-    longest = sorted(flagged + rest, key=lambda c: -len(c.prompt))
-    chosen, seen = list(probes[:settings.fidelity_max_suspects]), {id(c) for c in probes}
-    queues = [(list(flagged), None), (unlikely, "low likelihood (proxy mean log-prob {:.2f})"),
-              (longest, "long prompt ({} tokens)")]
-    while len(chosen) < settings.fidelity_max_suspects and any(q for q, _ in queues):
-        for queue, why in queues:
-            while queue and id(queue[0]) in seen:
+            flagged.append((c, ", ".join(k for k, on in ((f"repeated-token run of {run}",
+                                                          run >= settings.fidelity_repeat_run),
+                                                         ("tokens after EOS", after_eos)) if on)))
+    flagged.sort(key=lambda item: item[0].rank)
+    budget = settings.fidelity_max_suspects - len(context)
+    unlikely: list[tuple[Candidate, str]] = []
+    if budget > 0:
+        pool = [c for c in probes if not c.kind] + [c for _, c in stratified(replays, settings.fidelity_proxy_pool,
+                                                                             rng)]
+        ranked = sorted(((_proxy_rank(model, c, settings.fidelity_proxy_context), c) for c in pool),
+                        key=lambda item: item[0])
+        unlikely = [(c, f"low likelihood (proxy mean log-prob {r:.2f})") for r, c in ranked]
+    longest = [(c, f"long prompt ({c.prompt_tokens} tokens)") for c in sorted(others, key=lambda c: -c.prompt_tokens)]
+    queues = [flagged, unlikely, longest]
+    targeted = 0
+    while targeted < budget and any(queues):
+        for queue in queues:
+            while queue and id(queue[0][0]) in seen:
                 queue.pop(0)
-            if queue and len(chosen) < settings.fidelity_max_suspects:
-                c = queue.pop(0)
+            if queue and targeted < budget:
+                c, why = queue.pop(0)
+                c.kind = why
                 seen.add(id(c))
-                if why:
-                    c.kind = why.format(c.rank if "likelihood" in why else len(c.prompt))
                 chosen.append(c)
+                targeted += 1
     return chosen
 
 
@@ -119,13 +174,14 @@ def regrets(model, c: Candidate) -> torch.Tensor:
     return logits.max(-1).values - logits.gather(-1, torch.tensor(c.output)[:, None]).squeeze(-1)
 
 
-def fidelity(model, cands: list[Candidate], eos: set[int], settings: VerifySettings) -> CheckResult:
-    suspects = select_suspects(model, cands, eos, settings)
+def fidelity(model, probes: list[Candidate], replays: list[Candidate], eos: set[int], settings: VerifySettings,
+             rng: np.random.Generator, drawn_with: str) -> CheckResult:
+    suspects = select_suspects(model, probes, replays, eos, settings, rng)
     scored, worst = [], None
     for c in suspects:
         r = regrets(model, c)
         i = int(r.argmax())
-        row = {"origin": c.origin, "why": c.kind, "prompt_tokens": len(c.prompt), "output_tokens": len(c.output),
+        row = {"origin": c.origin, "why": c.kind, "prompt_tokens": c.prompt_tokens, "output_tokens": len(c.output),
                "max_regret": float(r[i]), "at": i, "token": c.output[i],
                "tokens_over_tolerance": int((r > settings.fidelity_regret_tolerance).sum())}
         scored.append(row)
@@ -133,12 +189,16 @@ def fidelity(model, cands: list[Candidate], eos: set[int], settings: VerifySetti
             worst = row
     tol = settings.fidelity_regret_tolerance
     failed = [s for s in scored if s["max_regret"] > tol]
+    sampled = sum(s["why"].startswith("sampled") for s in scored)
     if not scored:
-        summary = f"no continuation to score ({len(cands)} candidates)"
+        summary = f"no continuation to score ({len(probes) + len(replays)} candidates)"
     elif failed:
         summary = (f"{len(failed)} of {len(scored)} suspects exceed the regret tolerance {tol}: worst "
                    f"{worst['max_regret']:.2f} at token {worst['at']} of {worst['origin']} ({worst['why']})")
     else:
-        summary = f"{len(scored)} suspects scored, max regret {worst['max_regret']:.3f} <= {tol}"
-    return CheckResult(name="fidelity", passed=not failed, summary=summary,
-                       evidence={"candidates": len(cands), "tolerance": tol, "suspects": scored})
+        summary = (f"{len(scored)} suspects ({sampled} sampled over time from {len(replays)} post-warmup "
+                   f"continuations) scored, max regret {worst['max_regret']:.3f} <= {tol}")
+    return CheckResult(name="fidelity", passed=bool(scored) and not failed, summary=summary,
+                       evidence={"candidates": len(probes) + len(replays), "replay_candidates": len(replays),
+                                 "sampled_suspects": sampled, "drawn_with": drawn_with, "tolerance": tol,
+                                 "suspects": scored})

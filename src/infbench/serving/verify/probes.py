@@ -1,6 +1,7 @@
 """Probes sent to a running submission over HTTP (PROTOCOL B5): context probes and EOS probes.
 
-- Context probes: token-id prompts of ``context_limit - out - j`` tokens (j = 0, 1, ...), EOS ignored,
+- Context probes: token-id prompts of ``context_limit - out - j`` tokens (j = 0, 1, ...), filler ids
+  drawn with a seed derived from the operator's secret (so a server cannot recognise them), EOS ignored,
   ``out`` tokens each; each must complete with ``usage.prompt_tokens`` equal to the prompt sent and
   exactly ``out`` tokens streamed and reported. Their continuations are always fidelity suspects, so
   a server that truncates long prompts but reports their full length is still caught.
@@ -19,7 +20,7 @@ import httpx
 import numpy as np
 from pydantic import BaseModel
 
-from infbench.seeding import derive_seed
+from infbench.operator_secret import OperatorSecret
 from infbench.serving.verify.common import CheckResult
 
 
@@ -29,6 +30,7 @@ class Completion(BaseModel):
     error: str = ""
     ids: list[int] = []
     text: str = ""
+    text_chunks_without_ids: int = 0
     usage_prompt_tokens: int | None = None
     usage_completion_tokens: int | None = None
     finish_reason: str | None = None
@@ -62,8 +64,10 @@ def complete(base_url: str, model: str, prompt: list[int], max_tokens: int, *, i
                     c.usage_prompt_tokens = payload["usage"].get("prompt_tokens")
                     c.usage_completion_tokens = payload["usage"].get("completion_tokens")
                 for choice in payload.get("choices") or []:
-                    c.ids.extend(int(i) for i in choice.get("token_ids") or [])
+                    ids = choice.get("token_ids") or []
+                    c.ids.extend(int(i) for i in ids)
                     text.append(choice.get("text") or "")
+                    c.text_chunks_without_ids += bool(text[-1]) and not ids
                     if choice.get("finish_reason"):
                         c.finish_reason = choice["finish_reason"]
                 if stop and any(s in "".join(text) for s in stop):
@@ -83,24 +87,25 @@ def fatal(c: Completion) -> bool:
     return any(k in c.error for k in ("Timeout", "ConnectError", "RemoteProtocolError", "ReadError"))
 
 
-def filler_prompt(n: int, token_range: tuple[int, int], key: str) -> list[int]:
-    rng = np.random.default_rng(derive_seed(0, "verify", key))
+def filler_prompt(n: int, token_range: tuple[int, int], seed: int) -> list[int]:
+    rng = np.random.default_rng(seed)
     return rng.integers(token_range[0], token_range[1], n).tolist()
 
 
 def context_probes(base_url: str, model: str, context_limit: int, n_probes: int, out_tokens: int,
-                   token_range: tuple[int, int], timeout_s: float,
+                   token_range: tuple[int, int], timeout_s: float, secret: OperatorSecret,
                    request_fields: dict[str, Any] | None = None
                    ) -> tuple[CheckResult, list[tuple[list[int], Completion]]]:
     """The check, and each probe's (prompt, completion) for the fidelity check."""
     probes, failures, completions = [], [], []
     for j in range(n_probes):
         length = context_limit - out_tokens - j
-        prompt = filler_prompt(length, token_range, f"context/{j}")
+        prompt = filler_prompt(length, token_range, secret.seed("serving.context_probe", j))
         c = complete(base_url, model, prompt, out_tokens, ignore_eos=True, timeout_s=timeout_s,
                      request_fields=request_fields)
         completions.append((prompt, c))
-        problem = c.error
+        problem = c.error or (f"{c.text_chunks_without_ids} chunk(s) carried text without token ids"
+                              if c.text_chunks_without_ids else "")
         if not problem and c.usage_prompt_tokens != length:
             problem = f"usage.prompt_tokens={c.usage_prompt_tokens} but the prompt has {length} tokens"
         if not problem and not (len(c.ids) == out_tokens == c.usage_completion_tokens):
@@ -118,7 +123,7 @@ def context_probes(base_url: str, model: str, context_limit: int, n_probes: int,
         name="context_probes", passed=not failures,
         summary=(f"{n_probes} probe(s) at the context limit {context_limit} completed with correct prompt accounting"
                  if not failures else failures[0]),
-        evidence={"context_limit": context_limit, "probes": probes}), completions
+        evidence={"context_limit": context_limit, "drawn_with": secret.label, "probes": probes}), completions
 
 
 def eos_probes(base_url: str, model: str, probes: list[dict[str, Any]], eos_ids: list[int], max_tokens: int,
@@ -131,7 +136,8 @@ def eos_probes(base_url: str, model: str, probes: list[dict[str, Any]], eos_ids:
                      request_fields=request_fields)
         completions.append(c)
         at = [i for i, t in enumerate(c.ids) if t in eos]
-        problem = c.error
+        problem = c.error or (f"{c.text_chunks_without_ids} chunk(s) carried text without token ids"
+                              if c.text_chunks_without_ids else "")
         if not problem and at and at[0] != len(c.ids) - 1:
             problem = f"{len(c.ids) - 1 - at[0]} token(s) streamed after the EOS at position {at[0]}"
         elif not problem and not at:

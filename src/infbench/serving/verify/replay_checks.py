@@ -5,16 +5,18 @@ client's timeout or the end of the replay, no transport failure). On answered re
 
 - ``complete_prompts``: ``usage.prompt_tokens`` is reported and equals the prompt tokens sent;
 - ``exact_output_lengths``: exactly ``max_tokens`` tokens by the client's count and by usage;
-- ``streaming_consistency``: streamed token ids, usage and the client's count agree, and the streamed
-  text is the detokenized token ids (compared without whitespace, special-token strings and U+FFFD,
-  which engines render differently);
+- ``streaming_consistency``: every chunk with text carried the token ids it adds (text without ids
+  fails), usage equals the number of streamed ids, and the streamed text is the ids' text as the
+  source tokenizer decodes them (:mod:`.source_text` states the two differences allowed). A
+  tokenizer that cannot be loaded fails the check with its cause;
 - ``session_progress``: how many sessions and requests completed; fails when no request completed
   or any request failed at the transport level (connection dropped, HTTP error, malformed or
   unterminated stream: a crash or a broken server), or when the server stalled (requests timed out
   and none sent after the first timeout completed). Occasional timeouts are counted, not failed.
 
 Malformed or short responses are already failed requests in the records (:mod:`..replay`); these
-checks make the failure a verification failure and name it.
+checks make the failure a verification failure and name it. No check passes by default: with no
+answered request there is nothing to vouch for, and each fails saying so.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from collections.abc import Callable
 import pandas as pd
 
 from infbench.serving.verify.common import CheckResult
+from infbench.serving.verify.source_text import SourceText
 
 CUT = ("timed out", "cancelled at replay end")
 ACCOUNTING = re.compile(r"^(usage\.|no token accounting|[0-9]+ output tokens, [0-9]+ prescribed)")
@@ -47,8 +50,15 @@ def _examples(rows: pd.DataFrame, what: Callable[[pd.Series], str], n: int = 5) 
     return [f"{r.session_id}#{r.instance}/{r.request_id}: {what(r)}" for r in rows.head(n).itertuples()]
 
 
+def _nothing_answered(name: str, frame: pd.DataFrame) -> CheckResult:
+    return CheckResult(name=name, passed=False, summary=f"no answered request to check ({len(frame)} sent)",
+                       evidence={"answered": 0, "requests": len(frame)})
+
+
 def complete_prompts(frame: pd.DataFrame) -> CheckResult:
     ans = _answered(frame)
+    if ans.empty:
+        return _nothing_answered("complete_prompts", frame)
     bad = ans[ans["usage_prompt_tokens"].isna() | (ans["usage_prompt_tokens"] != ans["input_tokens"])]
     return CheckResult(
         name="complete_prompts", passed=bad.empty,
@@ -61,6 +71,8 @@ def complete_prompts(frame: pd.DataFrame) -> CheckResult:
 
 def exact_output_lengths(frame: pd.DataFrame) -> CheckResult:
     ans = _answered(frame)
+    if ans.empty:
+        return _nothing_answered("exact_output_lengths", frame)
     bad = ans[(ans["output_tokens"] != ans["max_tokens"]) | ans["usage_completion_tokens"].isna()
               | (ans["usage_completion_tokens"] != ans["max_tokens"])]
     return CheckResult(
@@ -72,30 +84,30 @@ def exact_output_lengths(frame: pd.DataFrame) -> CheckResult:
                                                        f"usage {r.usage_completion_tokens}")})
 
 
-def normalize_text(text: str, special: list[str]) -> str:
-    for s in special:
-        if s:
-            text = text.replace(s, "")
-    return re.sub(r"\s+", "", text.replace("\ufffd", ""))
+def stream_problem(r, text: SourceText) -> str | None:
+    """Why one answered request's stream is not token-level truth, or None."""
+    ids = [int(t) for t in r.streamed_token_ids]
+    usage = r.usage_completion_tokens
+    if not r.counts_from_token_ids:
+        return f"no token ids streamed (usage.completion_tokens={usage}, {r.n_chunks} text chunks)"
+    if r.text_chunks_without_ids:
+        return f"{r.text_chunks_without_ids} chunk(s) carried text without token ids"
+    if usage is None or usage != usage:
+        return f"usage.completion_tokens not reported for {len(ids)} streamed token ids"
+    if int(usage) != len(ids) or r.output_tokens != len(ids):
+        return f"{len(ids)} token ids streamed, client count {r.output_tokens}, usage.completion_tokens={usage}"
+    return text.mismatch(ids, r.text)
 
 
-def streaming_consistency(frame: pd.DataFrame, decode: Callable[[list[int]], str] | None,
-                          special: list[str]) -> CheckResult:
+def streaming_consistency(frame: pd.DataFrame, text: SourceText) -> CheckResult:
     ans = _answered(frame)
-    problems = []
-    for r in ans.itertuples():
-        ids = list(r.streamed_token_ids)
-        if len(ids) != r.output_tokens or (r.usage_completion_tokens is not None
-                                           and r.usage_completion_tokens == r.usage_completion_tokens
-                                           and int(r.usage_completion_tokens) != len(ids)):
-            problems.append((r, f"{len(ids)} token ids, client count {r.output_tokens}, "
-                                f"usage {r.usage_completion_tokens}"))
-        elif decode is not None and normalize_text(decode(ids), special) != normalize_text(r.text, special):
-            problems.append((r, f"streamed text {r.text[:60]!r} is not the token ids' text "
-                                f"{decode(ids)[:60]!r}"))
+    if ans.empty:
+        return _nothing_answered("streaming_consistency", frame)
+    problems = [(r, p) for r in ans.itertuples() if (p := stream_problem(r, text))]
     return CheckResult(
         name="streaming_consistency", passed=not problems,
-        summary=(f"{len(ans)} answered requests: token ids, text and usage agree" if not problems else
+        summary=(f"{len(ans)} answered requests: every token arrived with its id; ids, text and usage agree"
+                 if not problems else
                  f"{len(problems)} of {len(ans)} answered requests: stream inconsistent, e.g. {problems[0][1]}"),
         evidence={"answered": len(ans), "inconsistent": len(problems),
                   "examples": [f"{r.session_id}#{r.instance}/{r.request_id}: {p}" for r, p in problems[:5]]})

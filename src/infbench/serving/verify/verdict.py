@@ -5,25 +5,33 @@ seed, the configured window), context probes, EOS probes, held-out answers, serv
 teardown; then the replay checks and fidelity (reference model, after the server is down). Every
 failure (a bad spec, a launch that fails, a port in use, a server that never becomes healthy or dies)
 becomes a failed check naming the cause in the record, never an exception that stops other jobs.
+
+Probes, held-out questions and fidelity suspects are drawn with seeds derived from the operator's
+secret (:mod:`infbench.operator_secret`); the record names it (``drawn_with``) and, written after the
+server is gone, holds its value so the operator can reproduce the draw.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 import traceback
 from pathlib import Path
 from typing import Any, Callable
 
+import numpy as np
 import pandas as pd
 from pydantic import BaseModel
 
 from infbench import atomic, provenance
 from infbench.compression.answers.settings import AnswerSettings
+from infbench.operator_secret import OperatorSecret
 from infbench.sandbox.launch import SandboxRecord, SandboxSettings
 from infbench.serving import replay, runs, workload
 from infbench.serving.value import Score
 from infbench.serving.verify import answers, fidelity, probes, reference, replay_checks, submission
 from infbench.serving.verify.common import CheckResult, VerifySettings
+from infbench.serving.verify.source_text import SourceText, TokenizerUnavailable
 
 CHECK_ORDER = ("submission_spec", "requirements", "launch", "complete_prompts", "exact_output_lengths",
                "streaming_consistency", "session_progress", "context_probes", "natural_stopping",
@@ -51,21 +59,45 @@ class VerificationRecord(BaseModel):
     command: list[str]
     sandbox: SandboxRecord | None = None  # how the server was isolated (kind "none": unsandboxed, marked)
     wall_s: float
+    phase_s: dict[str, float]
+    drawn_with: str
+    operator_secret: dict[str, str]
     provenance: provenance.Provenance
 
 
-def _guard(name: str, fn: Callable[[], CheckResult]) -> CheckResult:
+@contextlib.contextmanager
+def _phase(phases: dict[str, float], name: str):
+    """Seconds spent in ``name`` (launch, replays, each check, teardown), added to ``phases``."""
+    t = time.perf_counter()
     try:
-        return fn()
-    except Exception as exc:  # a check that cannot run fails, naming why
-        return CheckResult(name=name, passed=False, summary=f"check could not run: {type(exc).__name__}: {exc}"[:1000],
-                           evidence={"traceback": traceback.format_exc()[-3000:]})
+        yield
+    finally:
+        phases[name] = phases.get(name, 0.0) + time.perf_counter() - t
+
+
+def _guard(name: str, fn: Callable[[], CheckResult], phases: dict[str, float] | None = None) -> CheckResult:
+    with _phase({} if phases is None else phases, name):
+        try:
+            return fn()
+        except Exception as exc:  # a check that cannot run fails, naming why
+            return CheckResult(name=name, passed=False,
+                               summary=f"check could not run: {type(exc).__name__}: {exc}"[:1000],
+                               evidence={"traceback": traceback.format_exc()[-3000:]})
+
+
+def _secret_record(secret: OperatorSecret) -> dict[str, str]:
+    """What the record keeps of the secret once the server is gone: enough to reproduce every draw."""
+    return {**secret.public(), "value": secret.value}
+
+
+def _unavailable(name: str, cause: str) -> CheckResult:
+    return CheckResult(name=name, passed=False, summary=cause)
 
 
 def verify(directory: str, serving: dict[str, Any], answer_settings: AnswerSettings, model_dir: str, gguf: str,
            reference_path: str, sessions_path: str, out_dir: str, record_path: str, server_log: str,
-           sandbox: SandboxSettings, load_reference_model: Callable[[], tuple[Any, Any]] | None = None
-           ) -> VerificationRecord:
+           sandbox: SandboxSettings, secret: OperatorSecret,
+           load_reference_model: Callable[[], tuple[Any, Any]] | None = None) -> VerificationRecord:
     t0 = time.perf_counter()
     settings = VerifySettings.model_validate(serving["verification"])
     out = Path(out_dir)
@@ -73,11 +105,12 @@ def verify(directory: str, serving: dict[str, Any], answer_settings: AnswerSetti
     name = Path(directory).name
     checks: list[CheckResult] = []
     replays: list[SeedReplay] = []
-    frames: list[pd.DataFrame] = []
+    frames: list[tuple[int, pd.DataFrame]] = []
     eos_completions: list[tuple[list[int], probes.Completion]] = []
     context_completions: list[tuple[list[int], probes.Completion]] = []
     command: list[str] = []
     isolation: list[SandboxRecord] = []
+    phases: dict[str, float] = {}
     sub = None
     inputs = runs.input_hashes(sessions_path, reference_path,
                                *(str(p) for p in sorted(Path(directory).rglob("*")) if p.is_file()))
@@ -91,7 +124,9 @@ def verify(directory: str, serving: dict[str, Any], answer_settings: AnswerSetti
             checks=sorted(checks, key=lambda c: CHECK_ORDER.index(c.name) if c.name in CHECK_ORDER else 99),
             replays=replays, server_log=str(server_log), command=command,
             sandbox=isolation[0] if isolation else None, wall_s=time.perf_counter() - t0,
-            provenance=provenance.collect({"submission": name, "serving": serving}, inputs))
+            phase_s=phases, drawn_with=secret.label, operator_secret=_secret_record(secret),
+            provenance=provenance.collect({"submission": name, "serving": serving,
+                                           "operator_secret": secret.public()}, inputs))
         atomic.write_json(record_path, record.model_dump(mode="json"))
         return record
 
@@ -114,6 +149,12 @@ def verify(directory: str, serving: dict[str, Any], answer_settings: AnswerSetti
     probe_timeout = max(timeout, settings.probe_timeout_s)
     model_name = dep["name"]
 
+    try:
+        text: SourceText | None = SourceText.load(model_dir)
+        text_cause = ""
+    except TokenizerUnavailable as exc:
+        text, text_cause = None, str(exc)
+
     with submission.workspace(directory) as copy:
         missing = submission.missing_requirements(sub, submission.python(), copy, sandbox)
         checks.append(CheckResult(name="requirements", passed=not missing,
@@ -126,90 +167,96 @@ def verify(directory: str, serving: dict[str, Any], answer_settings: AnswerSetti
         # absolute: the server runs in the fresh copy, not where the pipeline runs
         launch = runs.launch_vars(serving, str(Path(model_dir).resolve()), str(Path(gguf).resolve()) if gguf else "")
         try:
+            started = time.perf_counter()
             with submission.running(sub, launch, copy, server_log, sandbox,
                                     cuda=dep["accelerator"] == "gpu") as server:
+                phases["launch"] = time.perf_counter() - started
                 command = server.command
                 isolation.append(server.sandbox)
                 checks.append(CheckResult(name="launch", passed=True, summary=f"healthy at {server.base_url}",
                                           evidence={"workdir": str(copy), "command": command}))
                 ref = reference.read(reference_path)
+                if ref.drawn_with.get("fingerprint") != secret.fingerprint:
+                    raise ValueError(f"{reference_path} was drawn with operator secret {ref.drawn_with}, this job "
+                                     f"holds {secret.public()}: rerun rule serving_verification_reference")
                 sessions = workload.load(sessions_path)
                 for seed in serving["seeds"]["final"]:
                     st = runs.settings(serving, server.base_url, sub.concurrency, seed, sub.request_fields)
-                    recs = replay.run(workload.draw(sessions, seed), st)
+                    with _phase(phases, "replays"):
+                        recs = replay.run(workload.draw(sessions, seed), st)
                     path = str(out / f"seed{seed}.parquet")
                     frame = replay.write_records(recs, path)
-                    frames.append(frame)
+                    frames.append((seed, frame))
                     replays.append(SeedReplay(seed=seed, records=path, requests=len(frame),
                                               score=runs.score_frame(frame, serving, None)))
 
                 def context_check():
                     result, comps = probes.context_probes(
                         server.base_url, model_name, dep["context_limit"], settings.context_probes,
-                        settings.context_probe_output_tokens, token_range, probe_timeout, sub.request_fields)
+                        settings.context_probe_output_tokens, token_range, probe_timeout, secret,
+                        sub.request_fields)
                     context_completions.extend(comps)
                     return result
 
-                checks.append(_guard("context_probes", context_check))
+                checks.append(_guard("context_probes", context_check, phases))
 
                 def eos_check():
+                    if settings.eos_probes and not ref.eos_probes:  # nothing to test natural stopping with
+                        return CheckResult(name="natural_stopping", passed=False,
+                                           summary=f"the reference reached EOS from none of "
+                                                   f"{ref.eos_candidates_tried} candidate prompts: no EOS probe to "
+                                                   f"send (raise serving.verification.eos_candidates)")
                     result, comps = probes.eos_probes(
                         server.base_url, model_name, [p.model_dump() for p in ref.eos_probes], ref.eos_token_ids,
                         settings.eos_max_tokens, probe_timeout, sub.request_fields)
                     eos_completions.extend(zip([p.prompt for p in ref.eos_probes], comps))
-                    if not ref.eos_probes:
-                        result.summary += (f" (the reference reached EOS from none of "
-                                           f"{ref.eos_candidates_tried} candidate prompts)")
                     return result
 
-                checks.append(_guard("natural_stopping", eos_check))
+                checks.append(_guard("natural_stopping", eos_check, phases))
                 checks.append(_guard("held_out_answers", lambda: answers.held_out_answers(
-                    server.base_url, model_name, ref, answer_settings, settings, probe_timeout, sub.request_fields)))
+                    server.base_url, model_name, ref, answer_settings, settings, probe_timeout, text, secret,
+                    sub.request_fields) if text else _unavailable("held_out_answers", text_cause), phases))
                 alive = server.alive()
                 checks.append(CheckResult(
                     name="server_alive", passed=alive,
                     summary="server still running after the checks" if alive else
                     f"server exited with {server.returncode()} during the checks; log {server_log}",
                     evidence={"returncode": server.returncode()}))
+                stopping = time.perf_counter()
+            phases["teardown"] = time.perf_counter() - stopping
         except submission.LaunchError as exc:
             isolation.extend([exc.sandbox] if exc.sandbox else [])
             checks.append(CheckResult(name="launch", passed=False, summary=str(exc)[:3000]))
             return finish()
 
-    records = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
-    if not records.empty:
-        decode_fn, special = None, list(ref.special_tokens)
-        try:
-            from transformers import AutoTokenizer
-            tok = AutoTokenizer.from_pretrained(model_dir)
-            decode_fn = lambda ids: tok.decode(ids, skip_special_tokens=False)  # noqa: E731
-        except Exception:  # no tokenizer: token ids and usage are still compared
-            pass
-        checks.append(_guard("complete_prompts", lambda: replay_checks.complete_prompts(records)))
-        checks.append(_guard("exact_output_lengths", lambda: replay_checks.exact_output_lengths(records)))
-        checks.append(_guard("streaming_consistency",
-                             lambda: replay_checks.streaming_consistency(records, decode_fn, special)))
+    records = (pd.concat([f for _, f in frames], ignore_index=True) if frames else
+               pd.DataFrame(columns=list(replay.RequestRecord.model_fields)))
+    checks.append(_guard("complete_prompts", lambda: replay_checks.complete_prompts(records), phases))
+    checks.append(_guard("exact_output_lengths", lambda: replay_checks.exact_output_lengths(records), phases))
+    checks.append(_guard("streaming_consistency", lambda: replay_checks.streaming_consistency(records, text)
+                         if text else _unavailable("streaming_consistency", text_cause), phases))
     checks.append(_guard("session_progress", lambda: replay_checks.session_progress(
-        records if not records.empty else pd.DataFrame(columns=list(replay.RequestRecord.model_fields)),
-        serving["replay"]["warmup_s"] + serving["replay"]["window_s"])))
+        records, serving["replay"]["warmup_s"] + serving["replay"]["window_s"]), phases))
 
     def fidelity_check():
         model, _ = (load_reference_model or (lambda: reference.load_model(model_dir, settings.reference_dtype)))()
-        cands = replay_candidates = fidelity.replay_candidates(
-            records, sessions, token_range, serving["workload"]["marker_tokens"]) if not records.empty else []
-        cands = list(replay_candidates) + [fidelity.Candidate(f"EOS probe {i}", prompt, c.ids)
-                                           for i, (prompt, c) in enumerate(eos_completions) if c.ids]
-        cands += [fidelity.Candidate(f"context probe {i}", prompt, c.ids, kind="long prompt (context probe)")
-                  for i, (prompt, c) in enumerate(context_completions) if c.ids]
-        return fidelity.fidelity(model, cands, set(ref.eos_token_ids), settings)
+        r = serving["replay"]
+        replayed = fidelity.replay_candidates(frames, sessions, token_range, serving["workload"]["marker_tokens"],
+                                              r["warmup_s"], r["window_s"])
+        probed = [fidelity.fixed(f"EOS probe {i}", prompt, c.ids) for i, (prompt, c) in enumerate(eos_completions)
+                  if c.ids]
+        probed += [fidelity.fixed(f"context probe {i}", prompt, c.ids, kind="long prompt (context probe)")
+                   for i, (prompt, c) in enumerate(context_completions) if c.ids]
+        rng = np.random.default_rng(secret.seed("serving.fidelity", name))
+        return fidelity.fidelity(model, probed, replayed, set(ref.eos_token_ids), settings, rng, secret.label)
 
-    checks.append(_guard("fidelity", fidelity_check))
+    checks.append(_guard("fidelity", fidelity_check, phases))
     return finish()
 
 
 def run_job(directory: str, serving: dict[str, Any], answer_settings: AnswerSettings, model_dir: str, gguf: str,
             reference_path: str, sessions_path: str, out_dir: str, record_path: str, server_log: str,
-            sandbox: dict[str, Any], threads: int | None = None) -> VerificationRecord:
+            sandbox: dict[str, Any], secret: OperatorSecret, threads: int | None = None) -> VerificationRecord:
     """The rule's entry point: a record is written whatever happens (an internal error names itself)."""
     import torch
 
@@ -218,14 +265,15 @@ def run_job(directory: str, serving: dict[str, Any], answer_settings: AnswerSett
     Path(out_dir).mkdir(parents=True, exist_ok=True)
     try:
         return verify(directory, serving, answer_settings, model_dir, gguf, reference_path, sessions_path, out_dir,
-                      record_path, server_log, SandboxSettings.model_validate(sandbox))
+                      record_path, server_log, SandboxSettings.model_validate(sandbox), secret)
     except Exception as exc:
         check = CheckResult(name="verifier", passed=False, summary=f"verification crashed: {type(exc).__name__}: {exc}",
                             evidence={"traceback": traceback.format_exc()[-3000:]})
         record = VerificationRecord(
             submission=Path(directory).name, directory=str(directory), spec=None, concurrency=None, verified=False,
             failing_check="verifier", cause=check.summary, checks=[check], replays=[], server_log=str(server_log),
-            command=[], wall_s=0.0, provenance=provenance.collect({"submission": Path(directory).name,
-                                                                   "serving": serving}))
+            command=[], wall_s=0.0, phase_s={}, drawn_with=secret.label, operator_secret=_secret_record(secret),
+            provenance=provenance.collect({"submission": Path(directory).name, "serving": serving,
+                                           "operator_secret": secret.public()}))
         atomic.write_json(record_path, record.model_dump(mode="json"))
         return record
