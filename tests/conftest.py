@@ -37,6 +37,16 @@ def smollm2_source(tmp_path_factory):
     return out, record
 
 
+def needs_sandbox():
+    """Skip where bubblewrap cannot make a sandbox, except where INFBENCH_REQUIRE_SANDBOX=1 (CI, .ci/run): there
+    the tests run and fail."""
+    from infbench.sandbox import bwrap
+
+    reason = bwrap.unavailable_reason()
+    return pytest.mark.skipif(reason is not None and os.environ.get("INFBENCH_REQUIRE_SANDBOX") != "1",
+                              reason=f"no sandbox here: {reason}")
+
+
 def run_snakemake(workdir: Path, *args: str, check: bool = True, snakefile: Path = REPO / "Snakefile",
                   env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     proc = subprocess.run(

@@ -11,12 +11,10 @@ import pytest
 
 from infbench.compression.evaluation import Task, verdict
 from infbench.compression.submission import GIB
-from infbench.sandbox import bwrap
+from conftest import needs_sandbox
 from test_compression_eval import HONEST, make_package, run, tiny_source  # noqa: F401 (fixture)
 
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(bwrap.unavailable_reason() is not None,
-                                 reason=f"no sandbox here: {bwrap.unavailable_reason()}")]
+pytestmark = [pytest.mark.slow, needs_sandbox()]
 
 STASH = 48 << 20  # more than the runtime allowance (16 MiB) plus any noise
 LOAD = "        self.model = AutoModelForCausalLM.from_pretrained(Path(package_dir) / \"model\").eval()\n"

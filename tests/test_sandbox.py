@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from infbench.sandbox import bwrap, meter
+from conftest import needs_sandbox
+from infbench.sandbox import meter
 from infbench.sandbox.launch import Sandboxed
 from infbench.sandbox.policy import base_env, python_policy, python_roots
 
-pytestmark = pytest.mark.skipif(bwrap.unavailable_reason() is not None,
-                                reason=f"no sandbox here: {bwrap.unavailable_reason()}")
+pytestmark = needs_sandbox()
 
 
 def run_inside(tmp_path: Path, code: str, *, read_only=(), writable=(), env=None, timeout=60):
