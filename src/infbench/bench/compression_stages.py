@@ -120,7 +120,7 @@ def _answers_and_verification(config, out, name, checkpoint, record, verificatio
             str(pkg), name, source_checkpoint=checkpoint, source_record=record,
             continuations=str(verification_set / "continuations.parquet"),
             reference_scores=str(verification_set / "reference_scores.parquet"), settings=config["verification"],
-            threads=threads, out=str(measured), worker_log=str(measured.with_suffix(".log")),
+            sandbox=config["sandbox"], threads=threads, out=str(measured), worker_log=str(measured.with_suffix(".log")),
             accuracy_gate=make_gate(config["answers"], answers_ref, checkpoint, label=candidate)))
 
 

@@ -233,5 +233,14 @@ class SubmissionProcess:
         runtime = [p for p in self.policy.read_only if self.package is None or p != str(self.package)]
         return meter.measure(self.box.pids(), runtime, self.box.writable_dirs())
 
+    def device_memory(self) -> int | None:
+        """On CUDA: the device memory NVML reports for the sandbox's processes (None elsewhere, or where the
+        driver withholds per-process figures)."""
+        if not self.device.startswith("cuda"):
+            return None
+        from infbench.gpu_memory import device_bytes
+
+        return device_bytes(set(self.box.pids()))
+
     def peaks(self) -> dict[str, int]:
         return dict(self.sampler.peaks)

@@ -150,12 +150,12 @@ def measure(kind: str, package: str | Path, source: str, *, source_checkpoint: s
         process = dict(sandbox=settings.sandbox, preload=preload, device=settings.device, threads=settings.threads,
                        timeout_s=settings.timeout_s, log_path=log_path)
         with SubmissionProcess(None, baseline=True, **process) as empty:
-            baseline = empty.memory()
+            baseline, device_baseline = empty.memory(), empty.device_memory()
         with SubmissionProcess(package, **process) as proc:
             record.sandbox = proc.sandbox_record
             with _timed(record, "load"):
                 loaded = proc.load()
-                after_load = proc.memory()
+                after_load, device_after_load = proc.memory(), proc.device_memory()
             with _timed(record, "likelihood"):
                 result = _likelihood(proc, continuations, ref, settings)
             lp = result["logprobs"]
@@ -170,11 +170,13 @@ def measure(kind: str, package: str | Path, source: str, *, source_checkpoint: s
                 record.decode = measure_decode(proc.generate, vocab_size=vocab_size, seed=settings.seed,
                                                **settings.decode.model_dump())
             released = proc.release()
-            after_inference = proc.memory()
+            after_inference, device_after_inference = proc.memory(), proc.device_memory()
             record.resident = ResidentMeasure(
                 baseline=baseline, after_load=after_load, after_inference=after_inference,
                 inprocess_after_load=int(loaded["inprocess_resident_bytes"]),
                 inprocess_after_inference=int(released["inprocess_resident_bytes"]), peak_rss_bytes=proc.peaks(),
+                device_baseline=device_baseline, device_after_load=device_after_load,
+                device_after_inference=device_after_inference,
                 runtime_allowance_bytes=int(settings.runtime_allowance_mib * 2**20))
             record.s_res_load_bytes = record.resident.s_res_after_load
             record.s_res_after_inference_bytes = record.resident.s_res_after_inference

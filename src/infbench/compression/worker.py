@@ -41,6 +41,31 @@ from infbench.compression.submission import load_manifest
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT
 
 
+def warm_up_cuda(device: str) -> None:
+    """Load what the CUDA runtime loads lazily at a model's first use (the context, cuBLAS and its workspace,
+    attention and normalisation kernels) with a tiny random Llama, in the baseline and the measured worker
+    alike: otherwise the first inference's runtime state (hundreds of MiB on the device and the host) would be
+    charged to the package."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from infbench.compression.hf_runtime import cache_kwargs
+
+    torch.cuda.init()
+    for dtype in (torch.bfloat16, torch.float16, torch.float32):
+        model = LlamaForCausalLM(LlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=128,
+                                             num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
+                                             max_position_embeddings=64)).to(device=device, dtype=dtype).eval()
+        with torch.inference_mode():
+            model(input_ids=torch.ones(2, 16, dtype=torch.long, device=device), logits_to_keep=8)
+            out = model(input_ids=torch.ones(1, 8, dtype=torch.long, device=device), use_cache=True)
+            model(input_ids=torch.ones(1, 1, dtype=torch.long, device=device), use_cache=True, **cache_kwargs(out))
+            a = torch.randn(512, 512, device=device, dtype=dtype)
+            (a @ a).softmax(-1).float().cpu()
+        del model, out, a
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+
+
 def trim_heap() -> None:
     """Return freed memory to the OS before the parent measures (glibc ``malloc_trim``; a no-op elsewhere)."""
     gc.collect()
@@ -205,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
         importlib.import_module(module)
     torch.set_num_threads(args.threads)
     if args.device.startswith("cuda"):
-        torch.cuda.init()  # the CUDA context is the runtime's, in the baseline as in the measured worker
+        warm_up_cuda(args.device)
     trim_heap()
     requests = Requests()
     if args.baseline:

@@ -45,11 +45,21 @@ class Policy(BaseModel):
     listen_fd: int | None = None    # a listening socket passed in (servers; see relay)
 
 
-def python_roots() -> list[str]:
-    """The interpreter's prefixes and the directory the running ``infbench`` is imported from."""
+def _import_dirs() -> list[str]:
+    """Where the running ``infbench`` and the ``PYTHONPATH`` entries are (wheels installed with
+    ``pip --target`` live there), never the working directory or a directory holding it (a project tree)."""
     import infbench
 
-    roots = {sys.prefix, sys.base_prefix, sys.exec_prefix, str(Path(infbench.__file__).resolve().parents[1])}
+    cwd = os.path.realpath(os.getcwd())
+    dirs = [str(Path(infbench.__file__).resolve().parents[1])]
+    dirs += [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and os.path.isdir(p)]
+    real = [os.path.realpath(d) for d in dirs]
+    return list(dict.fromkeys(d for d in real if not (cwd == d or cwd.startswith(d + os.sep))))
+
+
+def python_roots() -> list[str]:
+    """The interpreter's prefixes and the directories its imports come from (:func:`_import_dirs`)."""
+    roots = {sys.prefix, sys.base_prefix, sys.exec_prefix, *_import_dirs()}
     return sorted(os.path.realpath(r) for r in roots)
 
 
@@ -81,7 +91,7 @@ def base_env(threads: int) -> dict[str, str]:
     env = {
         "PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin",
         "HOME": "/tmp", "TMPDIR": "/tmp", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8",
-        "PYTHONPATH": str(Path(__import__("infbench").__file__).resolve().parents[1]),
+        "PYTHONPATH": os.pathsep.join(_import_dirs()),
         "PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1",
         "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_HOME": "/tmp/hf", "TOKENIZERS_PARALLELISM": "false",
         "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads), "OPENBLAS_NUM_THREADS": str(threads),
@@ -108,7 +118,7 @@ def python_policy(*, read_only: list[str], writable: list[str] = (), hidden: lis
     roots = python_roots()
     system = [p for p in (*SYSTEM_DIRS, *ETC_FILES) if os.path.exists(p)]
     if cuda:
-        system += [p for p in ("/sys", "/usr/local/nvidia", "/usr/local/cuda") if os.path.exists(p)]
+        system += [p for p in ("/sys",) if os.path.exists(p)]  # the driver's files are under /usr already
     extra = [os.path.realpath(p) for p in read_only]
     return Policy(read_only=tuple(dict.fromkeys([*system, *roots, *extra])),
                   writable=tuple(os.path.realpath(p) for p in writable),
