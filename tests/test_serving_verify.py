@@ -255,14 +255,16 @@ def test_a_declared_port_is_its_own_and_a_silent_server_is_reaped(tmp_path):
 def test_server_reading_the_verifiers_files_is_rejected(env, tmp_path):
     """A server that opens the verification reference (held-out answers, probe prompts) to answer from it: the
     file does not exist in its sandbox, so it never comes up."""
-    sub = vh.example(tmp_path / "subs", "S0", startup_timeout_s=120)
+    sub = vh.example(tmp_path / "subs", "S0", startup_timeout_s=120).rename(tmp_path / "subs" / "reader")
     (sub / "cheat.py").write_text(f"import runpy, sys\nanswers = open({str(env['ref'])!r}).read()\n"
                                   "sys.argv[0] = 'server.py'\nrunpy.run_path('server.py', run_name='__main__')\n")
     spec = yaml.safe_load((sub / "submission.yaml").read_text())
     spec["command"] = [a.replace("server.py", "cheat.py") for a in spec["command"]]
     (sub / "submission.yaml").write_text(yaml.safe_dump(spec))
     record = _run(env, sub)
-    assert record.failing_check == "launch" and "No such file or directory" in record.cause, record.cause
+    assert record.failing_check == "launch" and "before it was healthy" in record.cause, record.cause
+    assert f"FileNotFoundError: [Errno 2] No such file or directory: '{env['ref']}'" in \
+        Path(record.server_log).read_text()
 
 
 def test_examples_are_valid_submissions():
