@@ -95,9 +95,6 @@ def base_env(threads: int) -> dict[str, str]:
         "PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1",
         "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_HOME": "/tmp/hf", "TOKENIZERS_PARALLELISM": "false",
         "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads), "OPENBLAS_NUM_THREADS": str(threads),
-        # idle OpenMP threads sleep instead of spinning: a spinning worker starves the verifier beside it on a
-        # small machine (a 2-thread forward pass of 260 tokens took 17.9 s instead of 1.1 s under load)
-        "OMP_WAIT_POLICY": "PASSIVE",
     }
     for key in ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "NCCL_NVLS_ENABLE",
                 "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS"):
