@@ -75,7 +75,7 @@ rule released_gguf:
 rule gptq_baseline:
     input:
         checkpoint=source_dir,
-        contexts="results/likelihood/{source}/contexts.parquet",
+        contexts="results/likelihood/{source}/search/contexts.parquet",
     output:
         package=directory("results/candidates/{source}/gptq-{limit}gib"),
         record="results/compression/{source}/gptq-{limit}gib.json",
@@ -108,6 +108,8 @@ rule measure_candidate:
         package=candidate_dir,
         settings=config["verification"],
         answers=config["answers"],
+        temperature=config["likelihood"]["temperature"],
+        secret=OPERATOR_SECRET.fingerprint,
     log:
         "logs/measure_candidate/{source}/{candidate}.log",
     threads: 2
@@ -128,6 +130,7 @@ rule verify:
         "results/compression/verification/{task}/{candidate}.json",
     params:
         task=lambda wc: TASKS[wc.task].model_dump(),
+        secret=OPERATOR_SECRET.fingerprint,
     log:
         "logs/verify/{task}/{candidate}.log",
     threads: 1

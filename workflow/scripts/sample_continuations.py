@@ -2,7 +2,10 @@ import sys
 
 sys.stderr = open(snakemake.log[0], "w")
 
-from infbench.compression import likelihood
+from infbench.compression import held_out, likelihood
+
+params = dict(snakemake.params.items())
+secret = held_out.job_secret(snakemake.config["operator_secret"], params.pop("secret"))
 
 likelihood.sample_set(
     snakemake.wildcards.source,
@@ -12,5 +15,6 @@ likelihood.sample_set(
     snakemake.output.continuations,
     snakemake.output.summary,
     threads=snakemake.threads,
-    **dict(snakemake.params.items()),
+    secret=secret,
+    **params,
 )

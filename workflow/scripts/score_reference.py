@@ -2,7 +2,10 @@ import sys
 
 sys.stderr = open(snakemake.log[0], "w")
 
-from infbench.compression import likelihood
+from infbench.compression import held_out, likelihood
+
+params = dict(snakemake.params.items())
+secret = held_out.job_secret(snakemake.config["operator_secret"], params.pop("secret"))
 
 likelihood.score_reference(
     snakemake.wildcards.source,
@@ -11,5 +14,6 @@ likelihood.score_reference(
     snakemake.output.scores,
     snakemake.output.summary,
     threads=snakemake.threads,
-    **dict(snakemake.params.items()),
+    secret=secret,
+    **params,
 )
