@@ -222,8 +222,8 @@ def measure(kind: str, package: str | Path, source: str, *, source_checkpoint: s
             record.f_ci95 = scoring.bootstrap_ppl_ratio(rows.reference, lp, n_resamples=settings.bootstrap_resamples,
                                                         seed=settings.seed)
             if verifying:
-                _verification_checks(proc, logits, record, rows, lp, answered, settings, accuracy_gate, step,
-                                     sample_temperature)
+                _verification_checks(proc, logits, vocab_size, record, rows, lp, answered, settings, accuracy_gate,
+                                     step, sample_temperature)
             with step("decode", phase="decode"):
                 record.decode = measure_decode(proc.generate, vocab_size=vocab_size, seed=settings.seed,
                                                **settings.decode.model_dump())
@@ -275,9 +275,9 @@ def verdict(measured: EvaluationRecord, task: Task) -> EvaluationRecord:
     return record
 
 
-def _verification_checks(proc, logits: Callable, record: EvaluationRecord, rows: _Rows, lp: np.ndarray,
-                         answered: list[probes.Answered], settings: EvaluationSettings, accuracy_gate,
-                         step: _Steps, temperature: float) -> None:
+def _verification_checks(proc, logits: Callable, vocab: int, record: EvaluationRecord, rows: _Rows,
+                         lp: np.ndarray, answered: list[probes.Answered], settings: EvaluationSettings,
+                         accuracy_gate, step: _Steps, temperature: float) -> None:
     s = settings.integrity
     with step("integrity", phase="integrity"):
         record.checks.extend(probes.checks(lp, answered, s.tolerance))
@@ -287,7 +287,7 @@ def _verification_checks(proc, logits: Callable, record: EvaluationRecord, rows:
         with step("greedy_matches_argmax"):
             prompt = np.concatenate([rows.contexts[0], rows.continuations[0]])[:32].tolist()
             record.checks.append(integrity.greedy_matches_argmax(logits, proc.generate, prompt, s.greedy_tokens,
-                                                                 s.tie_margin))
+                                                                 s.tie_margin, vocab))
     if accuracy_gate is not None:
         with step("accuracy_gate", phase="accuracy"):
             gate = accuracy_gate(proc)

@@ -36,25 +36,22 @@ def _log_probs(logits: np.ndarray) -> np.ndarray:
 
 
 def greedy_matches_argmax(logits: Callable, generate: Callable, prompt: list[int], n_new: int,
-                          tie_margin: float) -> Check:
+                          tie_margin: float, vocab: int) -> Check:
     tokens, _ = generate(prompt, n_new)
-    vocab = None
-    outside = [t for t in tokens if not isinstance(t, int) or t < 0]
-    if not outside and tokens:
-        seq = np.asarray([prompt + tokens], dtype=np.int64)
-        lp = _log_probs(logits(seq[:, :-1], len(tokens)))[0]
-        vocab = lp.shape[-1]
-        outside = [t for t in tokens if t >= vocab]
+    outside = [t for t in tokens if not isinstance(t, int) or not 0 <= t < vocab]
     if outside:
         return Check(name="greedy_matches_argmax", passed=False,
                      evidence={"generated": len(tokens), "token_ids_outside_vocabulary": outside[:5],
                                "vocab": vocab})
     mismatches = []
-    for j, tok in enumerate(tokens):
-        best = int(np.argmax(lp[j]))
-        if best != tok and lp[j, best] - lp[j, tok] > tie_margin:
-            mismatches.append({"position": j, "generated": tok, "argmax": best,
-                               "gap": float(lp[j, best] - lp[j, tok])})
+    if tokens:
+        seq = np.asarray([prompt + tokens], dtype=np.int64)
+        lp = _log_probs(logits(seq[:, :-1], len(tokens)))[0]
+        for j, tok in enumerate(tokens):
+            best = int(np.argmax(lp[j]))
+            if best != tok and lp[j, best] - lp[j, tok] > tie_margin:
+                mismatches.append({"position": j, "generated": tok, "argmax": best,
+                                   "gap": float(lp[j, best] - lp[j, tok])})
     return Check(name="greedy_matches_argmax", passed=not mismatches and len(tokens) == n_new,
                  evidence={"generated": len(tokens), "mismatches": mismatches[:5], "tie_margin": tie_margin})
 
