@@ -101,7 +101,8 @@ class EvaluationRecord(BaseModel):
     reward: float | None = None
     score: float | None = None
     wall_s: float = 0.0
-    phase_s: dict[str, float] = {}  # wall seconds per phase: load, likelihood, integrity, accuracy, decode
+    # wall seconds per phase: load, likelihood (the hidden probes included), integrity, accuracy, decode
+    phase_s: dict[str, float] = {}
     finished_at: datetime | None = None  # UTC; set by the search-time reward (run records order calls by it)
     secret_label: str | None = None  # verification: the operator secret its set and probes were drawn from
     secret_value: str | None = None  # the secret itself, in the final (per-task) verification record only
@@ -227,7 +228,7 @@ def measure(kind: str, package: str | Path, source: str, *, source_checkpoint: s
             with step("decode", phase="decode"):
                 record.decode = measure_decode(proc.generate, vocab_size=vocab_size, seed=settings.seed,
                                                **settings.decode.model_dump())
-            with step("storage_resident"):
+            with step("release"):
                 record.s_res_after_inference_bytes = proc.release()["resident_bytes"]
             if verifying:
                 with step("file_access"):

@@ -93,6 +93,7 @@ def write(records: list[str], sources: list[str], *, csv_path: str, md_path: str
                   key=lambda r: (r.source, r.limit_gib, -(r.bits_per_param or 0), r.method))
     secrets = sorted({r.verification_set or "unknown" for r in rows})
     write_table(rows, csv_path=csv_path, md_path=md_path, provenance_path=provenance_path,
-                params={"table": "compression"}, config=config, inputs={p: sha256_file(p) for p in [*records, *sources]},
+                params={"table": "compression"}, config=config,
+                inputs={p: sha256_file(p) for p in [*records, *sources]},
                 md_notes=[f"verification set: {label}" for label in secrets])
     _plot(rows, plot_path)
