@@ -37,6 +37,14 @@ def smollm2_source(tmp_path_factory):
     return out, record
 
 
+@pytest.fixture(scope="session")
+def tiny_source(tmp_path_factory, smollm2_source):
+    """A tiny Llama with SmolLM2's tokenizer, its likelihood sets and reference scores (compression_helpers)."""
+    from compression_helpers import build_tiny_source
+
+    return build_tiny_source(tmp_path_factory.mktemp("tiny_source"), smollm2_source[0])
+
+
 def needs_sandbox():
     """Skip where bubblewrap cannot make a sandbox, except where INFBENCH_REQUIRE_SANDBOX=1 (CI, .ci/run): there
     the tests run and fail."""

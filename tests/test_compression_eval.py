@@ -4,96 +4,16 @@ The "source" is a small randomly initialised Llama with SmolLM2's real
 tokenizer; its likelihood sets are built with the real pipeline functions.
 """
 
+import os
 import shutil
-import textwrap
-from pathlib import Path
 
 import pytest
-import torch
-import yaml
 
-from infbench.compression import contexts, likelihood
-from infbench.compression.evaluation import EvaluationSettings, Task, measure, verdict
+from compression_helpers import HONEST, SETTINGS, make_package, run
+from infbench.compression.evaluation import Task, verdict
 from infbench.compression.submission import GIB
 
 pytestmark = pytest.mark.slow
-
-SETTINGS = EvaluationSettings(
-    device="cpu", threads=1, timeout_s=120, runtime_allowance_mib=16, score_batch_size=4, bootstrap_resamples=100, seed=0,
-    decode={"prompt_tokens": 8, "output_tokens": 4, "rounds": 1, "requests_per_round": 2, "warmup": 0},
-    integrity={"sequences": 2, "tolerance": 0.05, "tie_margin": 0.01, "greedy_tokens": 6},
-    sandbox={"allow_unsandboxed": False, "tmp_mb": 256},
-)
-
-HONEST = '''
-import numpy as np, torch
-from pathlib import Path
-from transformers import AutoModelForCausalLM
-
-class Model:
-    def __init__(self, package_dir, device):
-        self.model = AutoModelForCausalLM.from_pretrained(Path(package_dir) / "model").eval()
-
-    @torch.inference_mode()
-    def logits(self, input_ids, n_last):
-        return self.model(input_ids=torch.as_tensor(input_ids), logits_to_keep=n_last).logits.float().numpy()
-
-    @torch.inference_mode()
-    def generate(self, input_ids, max_new_tokens):
-        ids = list(input_ids)
-        for _ in range(max_new_tokens):
-            tok = int(self.model(input_ids=torch.as_tensor([ids])).logits[0, -1].argmax())
-            ids.append(tok)
-            yield tok
-
-    def release(self):
-        pass
-
-def load(package_dir, device):
-    return Model(package_dir, device)
-'''
-
-
-@pytest.fixture(scope="module")
-def tiny_source(tmp_path_factory, smollm2_source):
-    """A tiny Llama with SmolLM2's tokenizer, its verification set and reference scores."""
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
-
-    out = tmp_path_factory.mktemp("tiny_source")
-    smollm2_dir, record = smollm2_source
-    torch.manual_seed(0)
-    model = LlamaForCausalLM(LlamaConfig(vocab_size=49152, hidden_size=32, intermediate_size=64,
-                                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                                         max_position_embeddings=512, tie_word_embeddings=True))
-    model.save_pretrained(out / "hf")
-    AutoTokenizer.from_pretrained(smollm2_dir / "hf").save_pretrained(out / "hf")
-    contexts.build("tiny", out / "hf", smollm2_dir / "source.json", out / "contexts.parquet",
-                   out / "contexts.json", corpus={"type": "embedded"}, contexts_per_set=4, context_tokens=16,
-                   continuation_tokens=8, seed=0)
-    common = dict(backend="transformers", dtype="float32", device="cpu")
-    likelihood.sample_set("tiny", str(out / "hf"), str(out / "contexts.parquet"), "verification",
-                          str(out / "cont.parquet"), str(out / "sampling.json"), n_tokens=8, temperature=1.0,
-                          seed=0, batch_size=4, **common)
-    likelihood.score_reference("tiny", str(out / "hf"), str(out / "cont.parquet"), str(out / "ref.parquet"),
-                               str(out / "ref.json"), batch_size=4, bootstrap_resamples=100, seed=0, **common)
-    return out
-
-
-def make_package(root: Path, source_dir: Path, code: str, **manifest) -> Path:
-    pkg = root / manifest.get("name", "pkg")
-    shutil.copytree(source_dir / "hf", pkg / "model")
-    (pkg / "inference.py").write_text(textwrap.dedent(code))
-    fields = {"name": "pkg", "source": "tiny", "runtime": "python", "weights": "model", "tokenizer": "model",
-              "entrypoint": "inference.py:load", **manifest}
-    (pkg / "manifest.yaml").write_text(yaml.safe_dump({k: v for k, v in fields.items() if v is not None}))
-    return pkg
-
-
-def run(pkg: Path, src: Path, settings=SETTINGS):
-    return measure("verification", pkg, "tiny", source_checkpoint=str(src / "hf"), n_params=1_600_000,
-                   vocab_size=49152, continuations=str(src / "cont.parquet"),
-                   reference_scores=str(src / "ref.parquet"), settings=settings)
-
 
 @pytest.fixture(scope="module")
 def honest(tiny_source, tmp_path_factory):
@@ -106,6 +26,10 @@ def test_honest_submission_verifies_with_f_equal_one(honest):
     assert record.failure is None, record.failure
     assert all(c.passed for c in record.checks), [c for c in record.checks if not c.passed]
     assert record.f == pytest.approx(1.0, abs=1e-4)  # float32 twin of the reference
+    assert {"logits_vocabulary", "causality", "batch_invariance", "determinism", "likelihood_above_source",
+            "greedy_matches_argmax"} <= {c.name for c in record.checks}
+    assert "in_process_audit" in record.diagnostics and record.sandbox.kind == "bwrap"
+    assert record.secret_label == "public demo" and record.secret_value is None
     judged = verdict(record, Task(name="t", source="tiny", limit_gib=1.0))
     assert judged.failed_check is None and judged.score == record.f
     tight = verdict(record, Task(name="t", source="tiny", limit_gib=record.s_pkg_bytes / GIB * 0.9))
@@ -182,3 +106,98 @@ def test_access_log_allows_reading_back_own_files_only(tmp_path):
     log("open", (str(existing), "rb", os.O_RDONLY))
     log("open", (str(tmp_path / "other.bin"), "rb", os.O_RDONLY))
     assert log.reads == [os.path.realpath(existing), os.path.realpath(tmp_path / "other.bin")]
+
+
+PEEKING = HONEST.replace(
+    "        return self.model(input_ids=torch.as_tensor(input_ids), logits_to_keep=n_last).logits.float().numpy()\n",
+    """        out = self.model(input_ids=torch.as_tensor(input_ids), logits_to_keep=n_last).logits.float().numpy()
+        if n_last == 8:  # only on calls shaped as scoring (n_last = M): peek at the next input token
+            nxt = input_ids[:, input_ids.shape[1] - n_last + 1:]
+            out[np.arange(len(input_ids))[:, None], np.arange(n_last - 1)[None, :], nxt] += 8.0
+        return out
+""")
+
+
+def test_peeking_on_scoring_shaped_calls_fails_integrity(tiny_source, tmp_path):
+    record = run(make_package(tmp_path, tiny_source, PEEKING, name="peek"), tiny_source)
+    checks = {c.name: c for c in record.checks}
+    assert record.failure is None and record.f > 2  # the peek buys likelihood...
+    assert not checks["causality"].passed  # ...the probes hidden among scoring requests see it...
+    assert not checks["likelihood_above_source"].passed  # ...and no model beats the source on its own samples
+    assert checks["likelihood_above_source"].evidence["ci95"][0] > 2
+    assert checks["greedy_matches_argmax"].passed and checks["determinism"].passed
+    assert verdict(record, Task(name="t", source="tiny", limit_gib=1.0)).score == 0.0
+
+
+@pytest.mark.parametrize("name,code,check,cause", [
+    ("short_vocab", HONEST.replace(".logits.float().numpy()", ".logits.float().numpy()[..., :1000]"),
+     "logits_vocabulary", "'source_vocab': 49152"),
+    ("short_decode", HONEST.replace("        for _ in range(max_new_tokens):",
+                                    "        for _ in range(max_new_tokens - (max_new_tokens == 4)):"),
+     "decode", "ValueError: generate returned 3 tokens, asked for 4"),
+    ("huge_token", HONEST.replace("            yield tok", "            yield 10**6 if max_new_tokens == 6 else tok"),
+     "greedy_matches_argmax", None),
+])
+def test_failures_inside_measurement_are_records(tiny_source, tmp_path, name, code, check, cause):
+    record = run(make_package(tmp_path, tiny_source, code, name=name), tiny_source)
+    judged = verdict(record, Task(name="t", source="tiny", limit_gib=1.0))
+    assert judged.failed_check == check and judged.score == 0.0
+    if cause:
+        assert cause in record.failure
+    else:
+        evidence = next(c for c in record.checks if c.name == check).evidence
+        assert set(evidence["token_ids_outside_vocabulary"]) == {10**6} and evidence["vocab"] == 49152
+
+
+def test_tokenizer_os_error_is_a_record(tiny_source, tmp_path):
+    pkg = make_package(tmp_path, tiny_source, HONEST, name="badtok", tokenizer="inference.py")  # a file: OSError
+    record = run(pkg, tiny_source)
+    assert record.checks[-1].name == "tokenizer" and record.checks[-1].evidence["cause"] == "OSError"
+    assert verdict(record, Task(name="t", source="tiny", limit_gib=1.0)).failed_check == "tokenizer"
+
+
+def test_accuracy_gate_against_other_questions_is_a_record(tiny_source, tmp_path):
+    from conftest import embedded_config
+
+    from infbench.compression.accuracy import make_gate
+    from infbench.compression.answers import driver, results
+    from infbench.compression.answers.questions import load_questions
+    from infbench.compression.answers.settings import from_config
+
+    cfg = embedded_config()
+    for bench in ("gsm8k", "humaneval", "triviaqa"):
+        cfg["answers"][bench].update(n_questions=1, max_new_tokens=4)
+    settings = from_config(cfg)
+    other = load_questions(settings, seed=1)
+    reference = driver.evaluate(lambda batch, n, stop: ["42"] * len(batch), other, settings, label="source")
+    results.write_json(tmp_path / "reference.json", reference)
+    gate = make_gate(cfg["answers"], tmp_path / "reference.json", tiny_source / "hf", label="c", question_seed=0)
+    record = run(make_package(tmp_path, tiny_source, HONEST, name="gated"), tiny_source, accuracy_gate=gate)
+    judged = verdict(record, Task(name="t", source="tiny", limit_gib=1.0))
+    assert judged.failed_check == "accuracy_gate" and "AnswerMismatchError" in record.failure
+
+
+def test_symlink_out_of_the_package_is_a_record(tiny_source, tmp_path):
+    pkg = make_package(tmp_path, tiny_source, HONEST, name="linked")
+    os.symlink(tiny_source / "hf/model.safetensors", pkg / "model/extra.safetensors")
+    record = run(pkg, tiny_source)
+    assert record.checks[-1].name == "package" and "extra.safetensors: symlink" in record.failure
+
+
+def test_reward_reads_only_the_search_set(tiny_source, smollm2_source, tmp_path):
+    """The agent's workspace holds the source and the search set only: the reward needs nothing else."""
+    import json
+
+    from infbench.compression import verification
+
+    results = tmp_path / "results"
+    shutil.copytree(tiny_source / "hf", results / "sources/tiny/hf")
+    record = json.loads((smollm2_source[0] / "source.json").read_text())
+    (results / "sources/tiny/source.json").write_text(json.dumps({**record, "name": "tiny"}))
+    shutil.copytree(tiny_source / "search", results / "likelihood/tiny/search")
+    pkg = make_package(tmp_path, tiny_source, HONEST, name="agent")
+    judged = verification.reward(str(pkg), Task(name="tiny-1gib", source="tiny", limit_gib=1.0), results=results,
+                                 settings=SETTINGS.model_dump(exclude={"threads"}), threads=1,
+                                 log_path=tmp_path / "reward_log.jsonl")
+    assert judged.failure is None and judged.reward == pytest.approx(10.0, abs=1e-3)
+    assert judged.secret_label is None and judged.secret_value is None

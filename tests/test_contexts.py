@@ -21,40 +21,50 @@ def test_family_quotas_largest_remainder():
         {"code": 51, "math": 26, "web": 179}
 
 
+def _both_sets(docs, n, length, families, search_seed, verification_seed):
+    search, quotas, _ = contexts.select_contexts(docs, _tokenize, n, length, families, search_seed, "search")
+    verification, quotas_v, _ = contexts.select_contexts(docs, _tokenize, n, length, families, verification_seed,
+                                                         "verification", exclude=set(search["doc_id"]))
+    assert quotas == quotas_v
+    return search, verification, quotas
+
+
 def test_sets_are_stratified_and_disjoint():
     docs = _docs("prose", 30, 50) + _docs("code", 30, 50) + _docs("short", 30, 3)
-    table, quotas, _ = contexts.select_contexts(docs, _tokenize, 10, 20, {"prose": 3, "code": 2}, seed=0)
+    search, verification, quotas = _both_sets(docs, 10, 20, {"prose": 3, "code": 2}, 0, 12345)
     assert quotas == {"code": 4, "prose": 6}
-    for set_name in contexts.SET_NAMES:
-        part = table[table["set"] == set_name]
+    for set_name, part in [("search", search), ("verification", verification)]:
+        assert set(part["set"]) == {set_name}
         assert list(part["index"]) == list(range(10))
         assert part["family"].value_counts().to_dict() == {"prose": 6, "code": 4}
         assert part["doc_id"].is_unique
-    assert table["doc_id"].is_unique  # no document in both sets
+    assert set(search["doc_id"]).isdisjoint(verification["doc_id"])  # no document in both sets
     by_id = {d.doc_id: d for d in docs}
-    for row in table.itertuples():
+    for row in [*search.itertuples(), *verification.itertuples()]:
         assert len(row.token_ids) == 20
         assert list(row.token_ids) == _tokenize(by_id[row.doc_id].text)[row.offset:row.offset + 20]
 
 
 def test_selection_is_deterministic_and_seeded():
     docs = _docs("prose", 40, 60) + _docs("code", 40, 60)
-    a, _, _ = contexts.select_contexts(docs, _tokenize, 8, 16, "natural", seed=1)
-    b, _, _ = contexts.select_contexts(list(reversed(docs)), _tokenize, 8, 16, "natural", seed=1)
-    c, _, _ = contexts.select_contexts(docs, _tokenize, 8, 16, "natural", seed=2)
+    a, _, _ = contexts.select_contexts(docs, _tokenize, 8, 16, "natural", 1, "search")
+    b, _, _ = contexts.select_contexts(list(reversed(docs)), _tokenize, 8, 16, "natural", 1, "search")
+    c, _, _ = contexts.select_contexts(docs, _tokenize, 8, 16, "natural", 2, "search")
     assert a.equals(b)
     assert not a.equals(c)
 
 
 def test_too_small_corpus_names_the_key():
     docs = _docs("prose", 5, 50) + _docs("code", 30, 50)
-    with pytest.raises(ConfigError, match="likelihood.contexts_per_set.*'prose'"):
-        contexts.select_contexts(docs, _tokenize, 8, 20, {"prose": 1, "code": 1}, seed=0)
+    search, _, _ = contexts.select_contexts(docs, _tokenize, 8, 20, {"prose": 1, "code": 1}, 0, "search")
+    with pytest.raises(ConfigError, match="likelihood.contexts_per_set.*'prose'.*outside the 8 documents"):
+        contexts.select_contexts(docs, _tokenize, 8, 20, {"prose": 1, "code": 1}, 1, "verification",
+                                 exclude=set(search["doc_id"]))
 
 
 def test_unknown_family_names_the_key():
     with pytest.raises(ConfigError, match="likelihood.corpus.families"):
-        contexts.select_contexts(_docs("prose", 5, 50), _tokenize, 2, 10, {"poetry": 1}, seed=0)
+        contexts.select_contexts(_docs("prose", 5, 50), _tokenize, 2, 10, {"poetry": 1}, 0, "search")
 
 
 def test_context_limit_names_the_keys():

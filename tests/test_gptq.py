@@ -19,8 +19,8 @@ def contexts_file(smollm2_source, tmp_path_factory):
     out = tmp_path_factory.mktemp("gptq_contexts")
     src, _ = smollm2_source
     contexts.build("smollm2-135m", src / "hf", src / "source.json", out / "contexts.parquet", out / "contexts.json",
-                   corpus={"type": "embedded"}, contexts_per_set=4, context_tokens=32, continuation_tokens=8,
-                   seed=0)
+                   set_name="search", corpus={"type": "embedded"}, contexts_per_set=4, context_tokens=32,
+                   continuation_tokens=8, seed=0)
     return out / "contexts.parquet"
 
 

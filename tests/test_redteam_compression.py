@@ -12,7 +12,7 @@ import pytest
 from infbench.compression.evaluation import Task, verdict
 from infbench.compression.submission import GIB
 from conftest import needs_sandbox
-from test_compression_eval import HONEST, make_package, run, tiny_source  # noqa: F401 (fixture)
+from compression_helpers import HONEST, make_package, run
 
 pytestmark = [pytest.mark.slow, needs_sandbox()]
 
@@ -117,10 +117,10 @@ def test_network_fetch_of_weights_fails_and_reaches_nothing(tiny_source, tmp_pat
 
 
 def test_reading_the_verification_set_or_writing_the_judges_files_fails(tiny_source, tmp_path):
-    reference = tiny_source / "ref.parquet"
+    reference = tiny_source / "verification" / "reference_scores.parquet"
     before = reference.read_bytes()
     for name, prefix in [
-        ("read_verification_set", f"import pyarrow.parquet as pq\nself.answers = pq.read_table({str(tiny_source / 'cont.parquet')!r})"),
+        ("read_verification_set", f"import pyarrow.parquet as pq\nself.answers = pq.read_table({str(tiny_source / 'verification' / 'continuations.parquet')!r})"),
         ("write_reference_scores", f"open({str(reference)!r}, 'wb').write(b'forged')"),
     ]:
         record = run(make_package(tmp_path, tiny_source, attack(prefix), name=name), tiny_source)

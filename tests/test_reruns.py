@@ -28,12 +28,21 @@ def test_up_to_date_workflow_plans_no_jobs(tiny_run):
 
 @pytest.mark.parametrize("change, expected", [
     ({"bootstrap_resamples": 150}, {"score_reference": 2, "tables": 1}),
-    ({"context_seed": 1}, {"contexts": 1, "sample_continuations": 2, "score_reference": 2, "tables": 1}),
+    ({"context_seed": 1}, {"contexts": 2, "sample_continuations": 2, "score_reference": 2, "tables": 1}),
 ], ids=["bootstrap_resamples", "context_seed"])
 def test_one_config_value_reruns_exactly_downstream(tiny_run, tmp_path, change, expected):
     workdir, _ = tiny_run
     proc = run_snakemake(workdir, "-n", TABLE_TARGET, "--configfile", str(tiny_config(tmp_path / "c.yaml", **change)))
     assert planned_jobs(proc) == expected
+
+
+def test_a_new_operator_secret_reruns_only_the_verification_set(tiny_run):
+    """The search set follows the public seeds: rotating the secret leaves it (and an agent's rewards) alone."""
+    workdir, config = tiny_run
+    env = {**os.environ, "INFBENCH_OPERATOR_SECRET": "the operator's round-2 secret"}
+    proc = run_snakemake(workdir, "-n", TABLE_TARGET, "--configfile", str(config), env=env)
+    assert planned_jobs(proc) == {"contexts": 1, "sample_continuations": 1, "score_reference": 1, "tables": 1}
+    assert "results/likelihood/smollm2-135m/verification/contexts.parquet" in proc.stdout
 
 
 def test_one_rule_script_reruns_exactly_downstream(tiny_run, tmp_path):

@@ -182,11 +182,11 @@ def test_the_meter_counts_what_the_sandbox_holds(tmp_path, how):
 
 def test_no_sandbox_is_refused_unless_allowed(tmp_path):
     """Without bubblewrap on the PATH the launch is refused, or runs marked 'none' when the config allows it."""
-    code = textwrap.dedent(f"""
+    code = textwrap.dedent("""
         import json, subprocess, sys
         from infbench.sandbox.launch import Sandboxed, SandboxUnavailable
         from infbench.sandbox.policy import Policy
-        policy = Policy(read_only=(), env={{"PATH": "/nonexistent"}})
+        policy = Policy(read_only=(), env={"PATH": "/nonexistent"})
         try:
             Sandboxed(policy, [sys.executable, "-c", "pass"], allow_unsandboxed=False, network="none").__enter__()
             refused = ""
@@ -194,7 +194,7 @@ def test_no_sandbox_is_refused_unless_allowed(tmp_path):
             refused = str(exc)
         with Sandboxed(policy, [sys.executable, "-c", "pass"], allow_unsandboxed=True, network="none") as box:
             box.proc.wait()
-        print(json.dumps({{"refused": refused, "kind": box.record.kind, "reason": box.record.reason}}))
+        print(json.dumps({"refused": refused, "kind": box.record.kind, "reason": box.record.reason}))
     """)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
                          env={**os.environ, "PATH": "/nonexistent"})

@@ -82,8 +82,8 @@ def _running_job(env, rule: str, deadline: float) -> str:
 def test_a_job_killed_by_slurm_is_reported_and_the_rerun_resumes(slurm_env, tiny_run, tmp_path):
     """scancel stands for a job SLURM kills (time, memory, node failure)."""
     baseline, config = tiny_run
-    for done in ["results/sources", "results/likelihood/smollm2-135m/contexts.parquet",
-                 "results/likelihood/smollm2-135m/contexts.json"]:
+    for done in ["results/sources"] + [f"results/likelihood/smollm2-135m/{s}/contexts.{ext}"
+                                       for s in ("search", "verification") for ext in ("parquet", "json")]:
         (tmp_path / done).parent.mkdir(parents=True, exist_ok=True)
         (shutil.copytree if (baseline / done).is_dir() else shutil.copy2)(baseline / done, tmp_path / done)
     args = ["--profile", str(REPO / "profiles/slurm"), TABLE_TARGET, "--configfile", str(config)]

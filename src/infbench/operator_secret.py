@@ -94,3 +94,15 @@ def load(settings: SecretSettings | dict) -> OperatorSecret:
         raise ConfigError("operator_secret", f"no secret: set the environment variable {s.env} or "
                                              f"operator_secret.file (require: true refuses the public demo)")
     return _make("public demo", DEMO_SECRET)
+
+
+def for_job(settings: SecretSettings | dict, planned_fingerprint: str | None) -> OperatorSecret | None:
+    """The secret, loaded inside a job, which must be the one the workflow was planned with (its
+    ``fingerprint``, a rule parameter); None where the job draws nothing from it (no fingerprint)."""
+    if not planned_fingerprint:
+        return None
+    secret = load(dict(settings) if isinstance(settings, dict) else settings)
+    if secret.fingerprint != planned_fingerprint:
+        raise ConfigError("operator_secret", f"the secret changed since the workflow was planned (fingerprint "
+                                             f"{secret.fingerprint}, planned {planned_fingerprint}); run it again")
+    return secret

@@ -1,5 +1,6 @@
 # The source's reference accuracy A(p) for the accuracy gate (PROTOCOL A5.2),
-# computed once per source; candidates are compared with it.
+# computed once per source; candidates are compared with it. Its questions are
+# drawn from the operator secret (only the fingerprint is a parameter).
 
 
 rule answers_reference:
@@ -11,6 +12,7 @@ rule answers_reference:
         item_records="results/answers/{source}/reference_items.parquet",
     params:
         answers=config["answers"],
+        secret=OPERATOR_SECRET.fingerprint,
     log:
         "logs/answers_reference/{source}.log",
     threads: 2

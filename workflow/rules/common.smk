@@ -4,7 +4,7 @@ import re
 
 from snakemake.utils import validate
 
-from infbench import config_checks, resources
+from infbench import config_checks, operator_secret, resources
 
 
 validate(config, schema="../schemas/config.schema.yaml")
@@ -15,6 +15,10 @@ SETS = ["search", "verification"]
 
 config_checks.check(config)
 config_checks.check_serving(config)
+
+# Held-out material is drawn from the operator secret (src/infbench/operator_secret.py); rules get its
+# fingerprint only (a changed secret reruns what depends on it), jobs load the secret themselves.
+OPERATOR_SECRET = operator_secret.load(config["operator_secret"])
 
 # Scale-out (README "Scale-out"): every rule declares threads and resources
 # (mem_mb and runtime in minutes sized for the embedded default, gpu from the
@@ -39,6 +43,18 @@ wildcard_constraints:
 
 def source_dir(wildcards):
     return f"results/sources/{wildcards.source}/hf"
+
+
+def sets_drawn_before(wildcards):
+    """The verification set is drawn after the search set, from the documents it left."""
+    if wildcards.set == "verification":
+        return [f"results/likelihood/{wildcards.source}/search/contexts.parquet"]
+    return []
+
+
+def secret_of_set(wildcards):
+    """The secret's fingerprint for the verification set's jobs; the search set follows public seeds."""
+    return OPERATOR_SECRET.fingerprint if wildcards.set == "verification" else None
 
 
 # CompressionBench tasks and candidates ------------------------------------

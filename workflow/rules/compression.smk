@@ -75,7 +75,7 @@ rule released_gguf:
 rule gptq_baseline:
     input:
         checkpoint=source_dir,
-        contexts="results/likelihood/{source}/contexts.parquet",
+        contexts="results/likelihood/{source}/search/contexts.parquet",
     output:
         package=directory("results/candidates/{source}/gptq-{limit}gib"),
         record="results/compression/{source}/gptq-{limit}gib.json",
@@ -109,6 +109,8 @@ rule measure_candidate:
         settings=config["verification"],
         sandbox=config["sandbox"],
         answers=config["answers"],
+        temperature=config["likelihood"]["temperature"],
+        secret=OPERATOR_SECRET.fingerprint,
     log:
         "logs/measure_candidate/{source}/{candidate}.log",
     threads: 2
@@ -129,6 +131,7 @@ rule verify:
         "results/compression/verification/{task}/{candidate}.json",
     params:
         task=lambda wc: TASKS[wc.task].model_dump(),
+        secret=OPERATOR_SECRET.fingerprint,
     log:
         "logs/verify/{task}/{candidate}.log",
     threads: 1

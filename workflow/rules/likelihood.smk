@@ -1,22 +1,26 @@
 # The BF16 reference likelihood (PROTOCOL A3): context sets, sampled
-# continuations and teacher-forced reference scores.
+# continuations and teacher-forced reference scores. The search set follows the
+# public seeds; the verification set is drawn from the operator secret
+# (compression/held_out.py), after the search set and from the documents it left.
 
 
 rule contexts:
     input:
         checkpoint=source_dir,
         record="results/sources/{source}/source.json",
+        drawn_before=sets_drawn_before,
     output:
-        contexts="results/likelihood/{source}/contexts.parquet",
-        manifest="results/likelihood/{source}/contexts.json",
+        contexts="results/likelihood/{source}/{set}/contexts.parquet",
+        manifest="results/likelihood/{source}/{set}/contexts.json",
     params:
         corpus=config["likelihood"]["corpus"],
         contexts_per_set=config["likelihood"]["contexts_per_set"],
         context_tokens=config["likelihood"]["context_tokens"],
         continuation_tokens=config["likelihood"]["continuation_tokens"],
         seed=config["likelihood"]["context_seed"],
+        secret=secret_of_set,
     log:
-        "logs/contexts/{source}.log",
+        "logs/contexts/{source}/{set}.log",
     threads: 1
     resources:
         mem_mb=2000,
@@ -30,7 +34,7 @@ rule contexts:
 rule sample_continuations:
     input:
         checkpoint=source_dir,
-        contexts="results/likelihood/{source}/contexts.parquet",
+        contexts="results/likelihood/{source}/{set}/contexts.parquet",
     output:
         continuations="results/likelihood/{source}/{set}/continuations.parquet",
         summary="results/likelihood/{source}/{set}/sampling.json",
@@ -44,6 +48,7 @@ rule sample_continuations:
         dtype=config["likelihood"]["dtype"],
         device=config["likelihood"]["device"],
         tensor_parallel=config["likelihood"]["tensor_parallel"],
+        secret=secret_of_set,
     log:
         "logs/sample_continuations/{source}/{set}.log",
     threads: 2
@@ -72,6 +77,7 @@ rule score_reference:
         tensor_parallel=config["likelihood"]["tensor_parallel"],
         bootstrap_resamples=config["likelihood"]["bootstrap_resamples"],
         seed=config["likelihood"]["seed"],
+        secret=secret_of_set,
     log:
         "logs/score_reference/{source}/{set}.log",
     threads: 2

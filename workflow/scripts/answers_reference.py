@@ -4,13 +4,19 @@ import sys
 sys.stderr = open(snakemake.log[0], "w")
 logging.basicConfig(stream=sys.stderr, level=logging.INFO)
 
+from infbench import operator_secret
+from infbench.compression import held_out
 from infbench.compression.answers import reference, settings
 
+answers = settings.from_config({"answers": snakemake.params.answers})
+secret = operator_secret.for_job(snakemake.config["operator_secret"], snakemake.params.secret)
 reference.compute_reference(
     snakemake.wildcards.source,
     snakemake.input.checkpoint,
-    settings.from_config({"answers": snakemake.params.answers}),
+    answers,
     snakemake.output.reference,
     snakemake.output.item_records,
+    question_seed=held_out.question_seed(secret, answers.seed),
+    secret_label=secret.label,
     threads=snakemake.threads,
 )

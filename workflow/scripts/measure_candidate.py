@@ -2,9 +2,11 @@ import sys
 
 sys.stderr = open(snakemake.log[0], "w")
 
-from infbench.compression import verification
+from infbench import operator_secret
+from infbench.compression import held_out, verification
 from infbench.compression.accuracy import make_gate
 
+secret = operator_secret.for_job(snakemake.config["operator_secret"], snakemake.params.secret)
 verification.measure_for_pipeline(
     snakemake.params.package,
     snakemake.wildcards.source,
@@ -16,11 +18,14 @@ verification.measure_for_pipeline(
     sandbox=dict(snakemake.params.sandbox),
     threads=snakemake.threads,
     out=snakemake.output[0],
+    secret=secret,
+    sample_temperature=snakemake.params.temperature,
     worker_log=snakemake.log[0],
     accuracy_gate=make_gate(
         dict(snakemake.params.answers),
         snakemake.input.answers_reference,
         snakemake.input.checkpoint,
         label=snakemake.wildcards.candidate,
+        question_seed=held_out.question_seed(secret, snakemake.params.answers["seed"]),
     ),
 )

@@ -2,7 +2,11 @@ import sys
 
 sys.stderr = open(snakemake.log[0], "w")
 
+from infbench import operator_secret
 from infbench.compression import likelihood
+
+params = dict(snakemake.params.items())
+secret = operator_secret.for_job(snakemake.config["operator_secret"], params.pop("secret"))
 
 likelihood.sample_set(
     snakemake.wildcards.source,
@@ -12,5 +16,6 @@ likelihood.sample_set(
     snakemake.output.continuations,
     snakemake.output.summary,
     threads=snakemake.threads,
-    **dict(snakemake.params.items()),
+    secret=secret,
+    **params,
 )

@@ -2,7 +2,11 @@ import sys
 
 sys.stderr = open(snakemake.log[0], "w")
 
+from infbench import operator_secret
 from infbench.compression import likelihood
+
+params = dict(snakemake.params.items())
+secret = operator_secret.for_job(snakemake.config["operator_secret"], params.pop("secret"))
 
 likelihood.score_reference(
     snakemake.wildcards.source,
@@ -11,5 +15,6 @@ likelihood.score_reference(
     snakemake.output.scores,
     snakemake.output.summary,
     threads=snakemake.threads,
-    **dict(snakemake.params.items()),
+    secret=secret,
+    **params,
 )

@@ -4,7 +4,8 @@ sys.stderr = open(snakemake.log[0], "w")
 
 from infbench.compression.answers.settings import AnswerSettings
 from infbench.serving.verify import reference
-from infbench.serving.verify.common import VerifySettings, job_secret
+from infbench import operator_secret
+from infbench.serving.verify.common import VerifySettings
 
 record = reference.compute(
     snakemake.params.source,
@@ -13,7 +14,7 @@ record = reference.compute(
     VerifySettings.model_validate(snakemake.params.verification),
     tuple(snakemake.params.token_id_range),
     snakemake.output[0],
-    job_secret(snakemake.config["operator_secret"], snakemake.params.secret),
+    operator_secret.for_job(snakemake.config["operator_secret"], snakemake.params.secret),
     threads=snakemake.threads,
 )
 print(f"{len(record.eos_probes)} EOS probes, k_ref {record.k_ref}/{len(record.answers)}", file=sys.stderr)

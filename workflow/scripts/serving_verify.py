@@ -4,7 +4,7 @@ sys.stderr = open(snakemake.log.run, "w")
 
 from infbench.compression.answers.settings import AnswerSettings
 from infbench.serving.verify import verdict
-from infbench.serving.verify.common import job_secret
+from infbench import operator_secret
 
 record = verdict.run_job(
     snakemake.params.directory,
@@ -18,7 +18,7 @@ record = verdict.run_job(
     snakemake.output.record,
     snakemake.log.server,
     sandbox=dict(snakemake.params.sandbox),
-    secret=job_secret(snakemake.config["operator_secret"], snakemake.params.secret),
+    secret=operator_secret.for_job(snakemake.config["operator_secret"], snakemake.params.secret),
     threads=snakemake.threads,
 )
 print(f"{record.submission}: verified={record.verified} failing={record.failing_check} cause={record.cause}",

@@ -14,7 +14,9 @@ from infbench.compression.answers import driver
 from infbench.compression.answers.settings import AnswerSettings
 
 
-def make_gate(settings: dict, reference_json: str | Path, source_checkpoint: str | Path, label: str):
+def make_gate(settings: dict, reference_json: str | Path, source_checkpoint: str | Path, label: str, *,
+              question_seed: int):
+    """``question_seed``: the seed the reference's questions were drawn by (``held_out.question_seed``)."""
     from transformers import AutoTokenizer
 
     answer_settings = AnswerSettings.model_validate(settings)
@@ -39,7 +41,8 @@ def make_gate(settings: dict, reference_json: str | Path, source_checkpoint: str
                 completions.append(tokenizer.decode(tokens, skip_special_tokens=True))
             return completions
 
-        results, verdict = driver.gate_candidate(generate_fn, answer_settings, reference_json, label)
+        results, verdict = driver.gate_candidate(generate_fn, answer_settings, reference_json, label,
+                                                 question_seed=question_seed)
         return {"per_benchmark": {b.benchmark: b.accuracy for b in results.benchmarks},
                 "mean": verdict.candidate_accuracy, "reference": verdict.reference_accuracy,
                 "passed": verdict.passed, "evidence": verdict.model_dump(mode="json")}

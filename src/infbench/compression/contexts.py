@@ -1,6 +1,15 @@
 """Likelihood context sets: N contexts of L tokens per set, stratified by
-source family with the same family proportions in every set, each context
-from its own document and no document shared between sets (PROTOCOL A3).
+source family with the same family quotas in every set, each context from its
+own document and no document shared between sets (PROTOCOL A3).
+
+The search set is drawn first, from the public config seed
+(``likelihood.context_seed``), so a submitter can rebuild it. The verification
+set is drawn afterwards from the documents the search set left, by a seed only
+the operator's secret gives (:mod:`infbench.compression.held_out`).
+
+Files (per source and set): ``<set>/contexts.parquet`` (``set, index, family,
+doc_id, offset, token_ids``) and ``<set>/contexts.json``
+(:class:`ContextSetsManifest`).
 """
 
 from __future__ import annotations
@@ -16,11 +25,14 @@ import pyarrow.parquet as pq
 from pydantic import BaseModel
 
 from infbench import atomic, provenance
+from infbench.compression import held_out
 from infbench.compression.corpus import CorpusSpec, Document, load_documents
 from infbench.errors import ConfigError
+from infbench.hashing import sha256_file
+from infbench.operator_secret import OperatorSecret
 from infbench.seeding import derive_seed
 
-SET_NAMES = ("search", "verification")
+SET_NAMES = (held_out.SEARCH, held_out.VERIFICATION)  # drawn in this order
 
 CONTEXTS_SCHEMA = pa.schema([
     ("set", pa.string()),
@@ -33,18 +45,20 @@ CONTEXTS_SCHEMA = pa.schema([
 
 
 class ContextSetsManifest(BaseModel):
-    """``contexts.json`` beside ``contexts.parquet``."""
+    """``<set>/contexts.json`` beside ``<set>/contexts.parquet``."""
 
     source: str
-    sets: list[str]
+    set: str
     contexts_per_set: int
     context_tokens: int
     quotas: dict[str, int]
     corpus_type: str
     corpus_hash: str
     corpus_documents: int
+    excluded_documents: int  # documents of sets drawn before (the search set's, for verification)
     eligible_seen: dict[str, int]
-    seed: int
+    seed: int  # likelihood.context_seed
+    secret_label: str | None  # verification: the operator secret the draw came from; search: None (public seed)
     provenance: provenance.Provenance
 
 
@@ -61,10 +75,13 @@ def family_quotas(n: int, weights: dict[str, float]) -> dict[str, int]:
     return {f: q for f, q in sorted(quotas.items()) if q > 0}
 
 
-def select_contexts(docs: list[Document], tokenize, n_per_set: int, length: int,
-                    families: dict[str, float] | str, seed: int,
-                    set_names: tuple[str, ...] = SET_NAMES) -> tuple[pd.DataFrame, dict, dict]:
-    """Rows of every set, the per-set family quotas, and eligible documents seen per family."""
+def select_contexts(docs: list[Document], tokenize, n: int, length: int, families: dict[str, float] | str,
+                    seed: int, set_name: str, exclude: set[str] = frozenset()) -> tuple[pd.DataFrame, dict, dict]:
+    """Rows of one set, its family quotas, and eligible documents seen per family.
+
+    Documents in ``exclude`` (the sets drawn before) are never drawn; quotas come
+    from the whole corpus, so every set gets the same ones.
+    """
     by_family: dict[str, list[Document]] = {}
     for d in sorted(docs, key=lambda d: (d.family, d.doc_id)):
         by_family.setdefault(d.family, []).append(d)
@@ -76,36 +93,36 @@ def select_contexts(docs: list[Document], tokenize, n_per_set: int, length: int,
             raise ConfigError("likelihood.corpus.families",
                               f"families {missing} have no documents in the corpus (it has {sorted(by_family)})")
         weights = dict(families)
-    quotas = family_quotas(n_per_set, weights)
+    quotas = family_quotas(n, weights)
     rows, seen = [], {}
     for family, quota in quotas.items():
-        need = quota * len(set_names)
         rng = np.random.default_rng(derive_seed(seed, "contexts", family))
+        candidates = [d for d in by_family[family] if d.doc_id not in exclude]
         picked, eligible = [], 0
-        for i in rng.permutation(len(by_family[family])):
-            doc = by_family[family][i]
+        for i in rng.permutation(len(candidates)):
+            doc = candidates[i]
             ids = tokenize(doc.text)
             if len(ids) < length:
                 continue
             eligible += 1
             offset = int(rng.integers(0, len(ids) - length + 1))
             picked.append((doc, offset, ids[offset:offset + length]))
-            if len(picked) == need:
+            if len(picked) == quota:
                 break
         seen[family] = eligible
-        if len(picked) < need:
+        if len(picked) < quota:
+            left = f" outside the {len(exclude)} documents of the sets drawn before" if exclude else ""
             raise ConfigError(
                 "likelihood.contexts_per_set",
-                f"the corpus has {len(picked)} documents of family '{family}' with at least "
-                f"{length} tokens; {len(set_names)} disjoint sets of {quota} need {need} "
-                "(lower likelihood.contexts_per_set or likelihood.context_tokens, or use a larger corpus)",
+                f"the corpus has {len(picked)} documents of family '{family}' with at least {length} tokens{left}; "
+                f"the {set_name} set needs {quota} (every set needs its own documents: lower "
+                "likelihood.contexts_per_set or likelihood.context_tokens, or use a larger corpus)",
             )
-        for k, (doc, offset, ids) in enumerate(picked):
-            rows.append({"set": set_names[k % len(set_names)], "family": family, "doc_id": doc.doc_id,
-                         "offset": offset, "token_ids": [int(t) for t in ids]})
+        for doc, offset, ids in picked:
+            rows.append({"set": set_name, "family": family, "doc_id": doc.doc_id, "offset": offset,
+                         "token_ids": [int(t) for t in ids]})
     table = pd.DataFrame(rows)
-    table["index"] = table.groupby("set").cumcount().astype("int32")
-    table = table.sort_values(["set", "index"]).reset_index(drop=True)
+    table["index"] = np.arange(len(table), dtype="int32")
     return table[[f.name for f in CONTEXTS_SCHEMA]], quotas, seen
 
 
@@ -119,8 +136,11 @@ def check_context_limit(context_tokens: int, continuation_tokens: int, limit: in
 
 
 def build(source: str, tokenizer_dir: str | Path, source_record: str | Path, out_parquet: str | Path,
-          out_manifest: str | Path, *, corpus: dict[str, Any], contexts_per_set: int, context_tokens: int,
-          continuation_tokens: int, seed: int) -> ContextSetsManifest:
+          out_manifest: str | Path, *, set_name: str, corpus: dict[str, Any], contexts_per_set: int,
+          context_tokens: int, continuation_tokens: int, seed: int, secret: OperatorSecret | None = None,
+          search_contexts: str | Path | None = None) -> ContextSetsManifest:
+    """One set's contexts: search from the public ``seed``; verification from ``secret``, outside
+    the documents of ``search_contexts``."""
     from transformers import AutoTokenizer
 
     from infbench.sources import read_record
@@ -134,16 +154,28 @@ def build(source: str, tokenizer_dir: str | Path, source_record: str | Path, out
     def tokenize(text: str) -> list[int]:
         return tokenizer(text, add_special_tokens=False)["input_ids"]
 
-    table, quotas, seen = select_contexts(docs, tokenize, contexts_per_set, context_tokens, spec.families, seed)
+    inputs = {"source.json": record.files.get("tokenizer.json", "")}
+    if set_name == held_out.SEARCH:
+        draw_seed, exclude = seed, set()
+    elif secret is None or search_contexts is None:
+        raise ValueError("the verification set is drawn from the operator secret, after the search set")
+    else:
+        draw_seed = held_out.context_seed(secret, source, seed)
+        exclude = set(pq.read_table(search_contexts, columns=["doc_id"]).column("doc_id").to_pylist())
+        inputs["search contexts.parquet"] = sha256_file(search_contexts)
+    table, quotas, seen = select_contexts(docs, tokenize, contexts_per_set, context_tokens, spec.families,
+                                          draw_seed, set_name, exclude)
     atomic.write_parquet(out_parquet, table, CONTEXTS_SCHEMA)
     manifest = ContextSetsManifest(
-        source=source, sets=list(SET_NAMES), contexts_per_set=contexts_per_set, context_tokens=context_tokens,
+        source=source, set=set_name, contexts_per_set=contexts_per_set, context_tokens=context_tokens,
         quotas=quotas, corpus_type=spec.type, corpus_hash=corpus_hash, corpus_documents=len(docs),
-        eligible_seen=seen, seed=seed,
+        excluded_documents=len(exclude), eligible_seen=seen, seed=seed,
+        secret_label=secret.label if set_name == held_out.VERIFICATION else None,
         provenance=provenance.collect(
-            {"corpus": corpus, "contexts_per_set": contexts_per_set, "context_tokens": context_tokens,
-             "seed": seed},
-            {"source.json": record.files.get("tokenizer.json", "")}),
+            {"set": set_name, "corpus": corpus, "contexts_per_set": contexts_per_set,
+             "context_tokens": context_tokens, "seed": seed,
+             "secret": secret.public() if set_name == held_out.VERIFICATION else None},
+            inputs),
     )
     atomic.write_json(out_manifest, manifest.model_dump(mode="json"))
     return manifest

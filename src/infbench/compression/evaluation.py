@@ -1,14 +1,20 @@
 """Search-time reward (PROTOCOL A3, A4) and final verification (A5) of a submission.
 
 Both run the submission in a fresh worker process; the pipeline computes every
-log-prob from the raw logits it returns. A failure anywhere becomes a record
-naming the failing check, never an exception that stops other jobs.
+log-prob from the raw logits it returns, which must span the source's
+vocabulary (check ``logits_vocabulary``). Final verification hides its
+integrity probes among the scoring requests (:mod:`infbench.compression.probes`),
+placed by the operator secret. A failure anywhere, expected or not, becomes a
+record naming the check that was measuring and the cause, never an exception
+that stops the job or other jobs.
 """
 
 from __future__ import annotations
 
 import contextlib
 import time
+import traceback
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable
@@ -16,8 +22,10 @@ from typing import Any, Callable
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
+from infbench.errors import InfbenchError
+from infbench.operator_secret import OperatorSecret
 from infbench.provenance import Provenance, collect as collect_provenance
-from infbench.compression import integrity, scoring
+from infbench.compression import held_out, integrity, probes, scoring
 from infbench.compression.decode import DecodeTiming, measure as measure_decode
 from infbench.compression.client import SubmissionProcess, WorkerFailure
 from infbench.compression.integrity import Check
@@ -39,10 +47,11 @@ class DecodeSettings(BaseModel):
 
 class IntegritySettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    sequences: int
+    probe_requests: int
     tolerance: float
     tie_margin: float
     greedy_tokens: int
+    likelihood_slack: float
 
 
 class EvaluationSettings(BaseModel):
@@ -100,77 +109,143 @@ class EvaluationRecord(BaseModel):
     reward: float | None = None
     score: float | None = None
     wall_s: float = 0.0
-    phase_s: dict[str, float] = {}  # wall seconds per phase: load, likelihood, integrity, accuracy, decode
+    # wall seconds per phase: load, likelihood (the hidden probes included), integrity, accuracy, decode
+    phase_s: dict[str, float] = {}
     finished_at: datetime | None = None  # UTC; set by the search-time reward (run records order calls by it)
+    secret_label: str | None = None  # verification: the operator secret its set and probes were drawn from
+    secret_value: str | None = None  # the secret itself, in the final (per-task) verification record only
     provenance: Provenance | None = None
 
 
-@contextlib.contextmanager
-def _timed(record: EvaluationRecord, phase: str):
-    start = time.monotonic()
-    try:
-        yield
-    finally:
-        record.phase_s[phase] = round(time.monotonic() - start, 3)
+class CheckFailed(InfbenchError):
+    """A named check that stops the measurement, with its evidence (e.g. ``logits_vocabulary``)."""
+
+    def __init__(self, check: str, evidence: dict[str, Any]):
+        self.check, self.evidence = check, evidence
+        super().__init__(f"{check}: {evidence}")
+
+
+class _Steps:
+    """Which check or phase is measuring now, so that a failure names it; wall seconds per phase."""
+
+    def __init__(self, record: EvaluationRecord):
+        self.record, self.now = record, "package"
+
+    @contextlib.contextmanager
+    def __call__(self, name: str, phase: str | None = None):
+        self.now = name
+        start = time.monotonic()
+        try:
+            yield
+        finally:
+            if phase:
+                self.record.phase_s[phase] = round(time.monotonic() - start, 3)
 
 
 def _fail(record: EvaluationRecord, name: str, evidence: dict[str, Any]) -> None:
     record.checks.append(Check(name=name, passed=False, evidence=evidence))
 
 
-def _likelihood(proc: SubmissionProcess, continuations: str, ref_scores: np.ndarray | None, settings) -> dict:
+def _vocabulary_checked(logits: Callable, vocab: int) -> Callable:
+    """``logits`` whose every answer must span the source's ``vocab`` (a smaller one would concentrate mass)."""
+
+    def checked(ids: np.ndarray, n_last: int) -> np.ndarray:
+        out = logits(ids, n_last)
+        if out.shape[-1] != vocab:
+            raise CheckFailed("logits_vocabulary", {"logits_shape": list(out.shape), "source_vocab": vocab})
+        return out
+
+    return checked
+
+
+@dataclass(frozen=True)
+class _Rows:
+    """The scored set: contexts, continuations, the sampler's own log-probs and the reference scores."""
+
+    contexts: np.ndarray
+    continuations: np.ndarray
+    sampler: np.ndarray
+    reference: np.ndarray
+
+
+def _read_rows(continuations: str, reference_scores: str) -> _Rows:
     table = read_continuations(continuations)
-    ctx, cont = stack(table["context_ids"], np.int32), stack(table["continuation_ids"], np.int32)
-    lp = scoring.score_continuations(proc.logits_fn(), ctx, cont, batch_size=settings.score_batch_size)
+    return _Rows(contexts=stack(table["context_ids"], np.int32),
+                 continuations=stack(table["continuation_ids"], np.int32),
+                 sampler=stack(table["logprobs"], np.float32),
+                 reference=stack(read_continuations(reference_scores)["logprobs"], np.float32))
+
+
+def _score(logits: Callable, rows: _Rows, settings: EvaluationSettings, probe_requests: int,
+           probe_seed: int) -> tuple[np.ndarray, list[probes.Answered]]:
+    schedule = probes.plan(rows.contexts, rows.continuations, settings.score_batch_size, probe_requests, probe_seed)
+    lp, answered = probes.run(logits, schedule, rows.continuations)
     if not np.all(np.isfinite(lp)):
         raise WorkerFailure("non-finite log-probs", f"{int(np.sum(~np.isfinite(lp)))} tokens")
-    return {"logprobs": lp, "contexts": ctx, "continuations": cont}
+    return lp, answered
 
 
 def measure(kind: str, package: str | Path, source: str, *, source_checkpoint: str, n_params: int,
             vocab_size: int, continuations: str, reference_scores: str, settings: EvaluationSettings,
-            accuracy_gate: Callable | None = None, log_path: str | None = None) -> EvaluationRecord:
-    """Everything about ``package`` that does not depend on a storage limit; ``kind``: reward or verification."""
+            accuracy_gate: Callable | None = None, log_path: str | None = None,
+            secret: OperatorSecret | None = None, sample_temperature: float | None = None) -> EvaluationRecord:
+    """Everything about ``package`` that does not depend on a storage limit; ``kind``: reward or verification.
+
+    Verification needs the operator ``secret`` (where the probes go) and the temperature the set was
+    sampled at (``likelihood_above_source`` applies at 1).
+    """
     start = time.monotonic()
     package = Path(package)
     record = EvaluationRecord(kind=kind, submission=package.name, task="", source=source, limit_gib=0.0)
-    ref = stack(read_continuations(reference_scores)["logprobs"], np.float32)
+    verifying = kind == "verification"
+    if verifying and (secret is None or sample_temperature is None):
+        raise ValueError("final verification needs the operator secret and the sampling temperature")
+    record.secret_label = secret.label if verifying else None
+    rows = _read_rows(continuations, reference_scores)
+    step = _Steps(record)
     try:
         manifest = load_manifest(package)
         record.runtime = manifest.runtime
         if manifest.source != source:
             raise SubmissionError(f"{package}/manifest.yaml: field 'source' is '{manifest.source}', "
                                   f"the task compresses '{source}'")
-        check_tokenizer(package, manifest, source_checkpoint)
-        record.content_hash = content_hash(package)
-        record.s_pkg_bytes = package_bytes(package)
+        with step("tokenizer"):
+            check_tokenizer(package, manifest, source_checkpoint)
+        with step("package"):
+            record.content_hash = content_hash(package)
+            record.s_pkg_bytes = package_bytes(package)
         record.s_pkg_gib = record.s_pkg_bytes / GIB
         record.package_bits_per_param = 8 * record.s_pkg_bytes / n_params
         preload = preload_modules(package, manifest)
         process = dict(sandbox=settings.sandbox, preload=preload, device=settings.device, threads=settings.threads,
                        timeout_s=settings.timeout_s, log_path=log_path)
-        with SubmissionProcess(None, baseline=True, **process) as empty:
-            baseline, device_baseline = empty.memory(), empty.device_memory()
+        with step("baseline"):
+            with SubmissionProcess(None, baseline=True, **process) as empty:
+                baseline, device_baseline = empty.memory(), empty.device_memory()
         with SubmissionProcess(package, **process) as proc:
             record.sandbox = proc.sandbox_record
-            with _timed(record, "load"):
+            with step("load", phase="load"):
                 loaded = proc.load()
                 after_load, device_after_load = proc.memory(), proc.device_memory()
-            with _timed(record, "likelihood"):
-                result = _likelihood(proc, continuations, ref, settings)
-            lp = result["logprobs"]
+            logits = _vocabulary_checked(proc.logits, vocab_size)
+            with step("likelihood", phase="likelihood"):
+                lp, answered = _score(logits, rows, settings, settings.integrity.probe_requests if verifying else 0,
+                                      held_out.probe_seed(secret, source, settings.seed) if verifying else 0)
+            record.checks.append(Check(name="logits_vocabulary", passed=True, evidence={"source_vocab": vocab_size}))
             record.tokens_scored = int(lp.size)
-            record.ppl, record.ref_ppl = scoring.perplexity(lp), scoring.perplexity(ref)
-            record.f = scoring.ppl_ratio(ref, lp)
-            record.f_ci95 = scoring.bootstrap_ppl_ratio(ref, lp, n_resamples=settings.bootstrap_resamples,
+            record.ppl, record.ref_ppl = scoring.perplexity(lp), scoring.perplexity(rows.reference)
+            record.f = scoring.ppl_ratio(rows.reference, lp)
+            record.f_ci95 = scoring.bootstrap_ppl_ratio(rows.reference, lp, n_resamples=settings.bootstrap_resamples,
                                                         seed=settings.seed)
-            if kind == "verification":
-                _verification_checks(proc, record, result, vocab_size, settings, accuracy_gate)
-            with _timed(record, "decode"):
+            if verifying:
+                _verification_checks(proc, logits, vocab_size, record, rows, lp, answered, settings, accuracy_gate,
+                                     step, sample_temperature)
+            with step("decode", phase="decode"):
                 record.decode = measure_decode(proc.generate, vocab_size=vocab_size, seed=settings.seed,
                                                **settings.decode.model_dump())
-            released = proc.release()
-            after_inference, device_after_inference = proc.memory(), proc.device_memory()
+            with step("release"):
+                released = proc.release()
+                after_inference, device_after_inference = proc.memory(), proc.device_memory()
             record.resident = ResidentMeasure(
                 baseline=baseline, after_load=after_load, after_inference=after_inference,
                 inprocess_after_load=int(loaded["inprocess_resident_bytes"]),
@@ -180,19 +255,27 @@ def measure(kind: str, package: str | Path, source: str, *, source_checkpoint: s
                 runtime_allowance_bytes=int(settings.runtime_allowance_mib * 2**20))
             record.s_res_load_bytes = record.resident.s_res_after_load
             record.s_res_after_inference_bytes = record.resident.s_res_after_inference
-            if kind == "verification":
+            if verifying:
                 record.diagnostics["in_process_audit"] = proc.access()
         record.s_res_bytes = max(record.s_res_load_bytes, record.s_res_after_inference_bytes)
         record.s_res_gib = record.s_res_bytes / GIB
     except SubmissionError as exc:
         record.failure = str(exc)
-        _fail(record, "package", {"error": str(exc)})
+        _fail(record, step.now, {"error": str(exc)})
     except WorkerFailure as exc:
         record.failure = str(exc)[:4000]
         _fail(record, "sandbox" if exc.cause == "sandbox" else "execution",
-              {"cause": exc.cause, "error": str(exc)[:4000]})
+              {"cause": exc.cause, "during": step.now, "error": str(exc)[:4000]})
+    except CheckFailed as exc:
+        record.failure = str(exc)[:4000]
+        _fail(record, exc.check, exc.evidence)
+    except Exception as exc:  # anything else the package provoked: a failure record, never a crashed job
+        record.failure = f"{step.now}: {type(exc).__name__}: {exc}"[:4000]
+        _fail(record, step.now, {"cause": type(exc).__name__, "error": str(exc)[:4000],
+                                 "traceback": traceback.format_exc()[-4000:]})
     record.wall_s = time.monotonic() - start
-    record.provenance = collect_provenance({"kind": kind, "source": source, "settings": settings.model_dump()},
+    record.provenance = collect_provenance({"kind": kind, "source": source, "settings": settings.model_dump(),
+                                            "secret": secret.public() if verifying else None},
                                            {"submission": record.content_hash or ""})
     return record
 
@@ -218,22 +301,21 @@ def verdict(measured: EvaluationRecord, task: Task) -> EvaluationRecord:
     return record
 
 
-def _verification_checks(proc, record: EvaluationRecord, result: dict, vocab: int, settings, accuracy_gate) -> None:
-    with _timed(record, "integrity"):
-        _integrity_checks(proc, record, result, vocab, settings)
+def _verification_checks(proc, logits: Callable, vocab: int, record: EvaluationRecord, rows: _Rows,
+                         lp: np.ndarray, answered: list[probes.Answered], settings: EvaluationSettings,
+                         accuracy_gate, step: _Steps, temperature: float) -> None:
+    s = settings.integrity
+    with step("integrity", phase="integrity"):
+        record.checks.extend(probes.checks(lp, answered, s.tolerance))
+        record.checks.append(integrity.likelihood_above_source(
+            rows.sampler, lp, temperature=temperature, slack=s.likelihood_slack,
+            n_resamples=settings.bootstrap_resamples, seed=settings.seed))
+        with step("greedy_matches_argmax"):
+            prompt = np.concatenate([rows.contexts[0], rows.continuations[0]])[:32].tolist()
+            record.checks.append(integrity.greedy_matches_argmax(logits, proc.generate, prompt, s.greedy_tokens,
+                                                                 s.tie_margin, vocab))
     if accuracy_gate is not None:
-        with _timed(record, "accuracy"):
+        with step("accuracy_gate", phase="accuracy"):
             gate = accuracy_gate(proc)
         record.accuracy, record.accuracy_mean, record.accuracy_ref = gate["per_benchmark"], gate["mean"], gate["reference"]
         record.checks.append(Check(name="accuracy_gate", passed=gate["passed"], evidence=gate["evidence"]))
-
-
-def _integrity_checks(proc, record: EvaluationRecord, result: dict, vocab: int, settings) -> None:
-    s = settings.integrity
-    ids = np.concatenate([result["contexts"], result["continuations"]], axis=1)[:s.sequences]
-    ids = ids[:, :min(ids.shape[1], 96)].astype(np.int64)
-    record.checks.append(integrity.causality(proc.logits, ids, ids.shape[1] // 2, vocab, s.tolerance, settings.seed))
-    record.checks.append(integrity.greedy_matches_argmax(proc.logits, proc.generate, ids[0, :32].tolist(),
-                                                         s.greedy_tokens, s.tie_margin))
-    record.checks.extend(integrity.batch_invariance_and_determinism(proc.logits, ids, ids.shape[1] // 2,
-                                                                    s.tolerance))

@@ -5,6 +5,8 @@ Files (per source and set):
 - ``continuations.parquet``: ``set, index, family, doc_id, context_ids,
   continuation_ids, logprobs`` (the sampler's own log-probs);
 - ``sampling.json``: :class:`SamplingSummary`, PPL from the sampler's log-probs;
+  the verification set is sampled with a seed drawn from the operator secret
+  (:mod:`infbench.compression.held_out`), and its records carry the secret's label;
 - ``reference_scores.parquet``: ``index, logprobs`` teacher-forced by the scorer;
 - ``reference.json``: :class:`ReferenceSummary`, the reference ``PPL_D(p)``
   that candidates are compared with, and the self-check ``F`` of the scorer's
@@ -24,9 +26,10 @@ from pydantic import BaseModel
 
 from infbench import atomic, provenance
 from infbench.compression import contexts as ctx
-from infbench.compression import sampling, scoring
+from infbench.compression import held_out, sampling, scoring
 from infbench.compression.hf_runtime import load_causal_lm
 from infbench.hashing import sha256_file
+from infbench.operator_secret import OperatorSecret
 from infbench.resources import check_visible_gpus
 
 CONTINUATIONS_SCHEMA = pa.schema([
@@ -51,7 +54,8 @@ class SamplingSummary(BaseModel):
     context_tokens: int
     continuation_tokens: int
     temperature: float
-    seed: int
+    seed: int  # likelihood.seed; the verification set's sampling seed is drawn from it and the secret
+    secret_label: str | None  # verification: the operator secret the sampling seed came from; search: None
     batch_size: int
     cross_entropy: float
     ppl: float
@@ -71,6 +75,7 @@ class ReferenceSummary(BaseModel):
     f_self: float
     f_self_ci95: tuple[float, float]
     max_abs_logprob_diff: float
+    secret_label: str | None  # as the set's sampling.json
     provenance: provenance.Provenance
 
 
@@ -80,6 +85,14 @@ def read_continuations(path: str | Path) -> pd.DataFrame:
 
 def stack(column: pd.Series, dtype) -> np.ndarray:
     return np.stack([np.asarray(v, dtype=dtype) for v in column])
+
+
+def _label(set_name: str, secret: OperatorSecret | None) -> str | None:
+    if set_name != held_out.VERIFICATION:
+        return None
+    if secret is None:
+        raise ValueError("records of the verification set name the operator secret it was drawn from")
+    return secret.label
 
 
 def check_devices(backend: str, device: str, tensor_parallel: int) -> None:
@@ -93,23 +106,25 @@ def check_devices(backend: str, device: str, tensor_parallel: int) -> None:
 def sample_set(source: str, checkpoint: str, contexts_parquet: str, set_name: str, out_parquet: str,
                out_summary: str, *, backend: str, n_tokens: int, temperature: float, seed: int,
                batch_size: int, dtype: str, device: str, tensor_parallel: int = 1, cuda_graphs: bool = True,
-               threads: int | None = None) -> SamplingSummary:
+               threads: int | None = None, secret: OperatorSecret | None = None) -> SamplingSummary:
+    """``seed``: ``likelihood.seed``; the verification set samples with a seed drawn from it and ``secret``."""
     if threads:
         torch.set_num_threads(threads)
     check_devices(backend, device, tensor_parallel)
+    draw_seed = held_out.sampling_seed(set_name, source, seed, secret)
     table = ctx.read_contexts(contexts_parquet, set_name)
     contexts = stack(table["token_ids"], np.int32)
     indices = table["index"].tolist()
     if backend == "vllm":
         result = sampling.sample_vllm(checkpoint, contexts, indices, set_name=set_name, n_tokens=n_tokens,
-                                      temperature=temperature, seed=seed, dtype=dtype,
+                                      temperature=temperature, seed=draw_seed, dtype=dtype,
                                       tensor_parallel=tensor_parallel)
         used_device = "cuda"
     else:
         model = load_causal_lm(checkpoint, dtype, device)
         used_device = str(next(model.parameters()).device)
         result = sampling.sample_transformers(model, contexts, indices, set_name=set_name, n_tokens=n_tokens,
-                                              temperature=temperature, seed=seed, batch_size=batch_size,
+                                              temperature=temperature, seed=draw_seed, batch_size=batch_size,
                                               cuda_graphs=cuda_graphs)
     frame = pd.DataFrame({
         "set": set_name, "index": table["index"].astype("int32"), "family": table["family"],
@@ -120,11 +135,12 @@ def sample_set(source: str, checkpoint: str, contexts_parquet: str, set_name: st
     summary = SamplingSummary(
         source=source, set=set_name, backend=backend, dtype=dtype, device=used_device,
         n_contexts=len(frame), context_tokens=contexts.shape[1], continuation_tokens=n_tokens,
-        temperature=temperature, seed=seed, batch_size=batch_size,
+        temperature=temperature, seed=seed, secret_label=_label(set_name, secret), batch_size=batch_size,
         cross_entropy=scoring.cross_entropy(result.logprobs), ppl=scoring.perplexity(result.logprobs),
         provenance=provenance.collect(
             {"backend": backend, "n_tokens": n_tokens, "temperature": temperature, "seed": seed,
-             "batch_size": batch_size, "dtype": dtype, "device": device, "cuda_graphs": cuda_graphs},
+             "batch_size": batch_size, "dtype": dtype, "device": device, "cuda_graphs": cuda_graphs,
+             "secret": secret.public() if set_name == held_out.VERIFICATION else None},
             {"contexts.parquet": sha256_file(contexts_parquet)}),
     )
     atomic.write_json(out_summary, summary.model_dump(mode="json"))
@@ -134,7 +150,7 @@ def sample_set(source: str, checkpoint: str, contexts_parquet: str, set_name: st
 def score_reference(source: str, checkpoint: str, continuations_parquet: str, out_parquet: str,
                     out_summary: str, *, backend: str, batch_size: int, dtype: str, device: str,
                     bootstrap_resamples: int, seed: int, tensor_parallel: int = 1,
-                    threads: int | None = None) -> ReferenceSummary:
+                    threads: int | None = None, secret: OperatorSecret | None = None) -> ReferenceSummary:
     if threads:
         torch.set_num_threads(threads)
     check_devices(backend, device, tensor_parallel)
@@ -160,6 +176,7 @@ def score_reference(source: str, checkpoint: str, continuations_parquet: str, ou
         f_self_ci95=scoring.bootstrap_ppl_ratio(sampler_logprobs, scored, n_resamples=bootstrap_resamples,
                                                 seed=seed),
         max_abs_logprob_diff=float(np.max(np.abs(scored - sampler_logprobs))),
+        secret_label=_label(set_name, secret),
         provenance=provenance.collect(
             {"backend": backend, "batch_size": batch_size, "dtype": dtype, "device": device,
              "bootstrap_resamples": bootstrap_resamples, "seed": seed},

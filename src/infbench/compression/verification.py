@@ -1,9 +1,12 @@
 """Pipeline glue for final verification and the search-time reward.
 
 ``measure_for_pipeline``: one measurement per (source, candidate) on the
-verification set; ``verdict_for_pipeline``: the task's storage limit applied
-(cheap, per task x candidate); ``reward``: the search-time evaluator that
-``infbench reward`` runs on the search set and appends to a JSONL log.
+verification set, with the operator secret placing the integrity probes;
+``verdict_for_pipeline``: the task's storage limit applied (cheap, per task x
+candidate), the record then carrying the secret itself so the operator can
+reproduce it; ``reward``: the search-time evaluator that ``infbench reward``
+runs on the search set only (nothing of the verification set, the answers
+reference or the secret is read) and appends to a JSONL log.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from pathlib import Path
 from infbench import atomic
 from infbench.compression.device import resolve
 from infbench.compression.evaluation import EvaluationRecord, EvaluationSettings, Task, measure, verdict
+from infbench.operator_secret import OperatorSecret
 from infbench.sources import read_record
 
 
@@ -25,20 +29,25 @@ def _settings(settings: dict, sandbox: dict, threads: int) -> EvaluationSettings
 
 def measure_for_pipeline(package: str, source: str, *, source_checkpoint: str, source_record: str,
                          continuations: str, reference_scores: str, settings: dict, sandbox: dict, threads: int,
-                         out: str,
-                         worker_log: str | None = None, accuracy_gate=None) -> EvaluationRecord:
+                         out: str, secret: OperatorSecret, sample_temperature: float, worker_log: str | None = None,
+                         accuracy_gate=None) -> EvaluationRecord:
     record = read_record(source_record)
     measured = measure("verification", package, source, source_checkpoint=source_checkpoint,
                        n_params=record.n_params, vocab_size=record.vocab_size, continuations=continuations,
                        reference_scores=reference_scores, settings=_settings(settings, sandbox, threads),
-                       accuracy_gate=accuracy_gate, log_path=worker_log)
+                       accuracy_gate=accuracy_gate, log_path=worker_log, secret=secret,
+                       sample_temperature=sample_temperature)
     atomic.write_json(out, measured.model_dump(mode="json"))
     return measured
 
 
-def verdict_for_pipeline(measured_json: str, task: dict, out: str) -> EvaluationRecord:
+def verdict_for_pipeline(measured_json: str, task: dict, out: str, secret: OperatorSecret) -> EvaluationRecord:
+    """The final verification record: the verdict, and the secret the measurement was drawn from."""
     measured = EvaluationRecord.model_validate_json(Path(measured_json).read_text())
+    if measured.secret_label != secret.label:
+        raise ValueError(f"{measured_json} was measured with {measured.secret_label}, not {secret.label}")
     record = verdict(measured, Task.model_validate(task))
+    record.secret_value = secret.value
     atomic.write_json(out, record.model_dump(mode="json"))
     return record
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from infbench.compression.submission import content_hash, package_bytes
+from infbench.compression.submission import SubmissionError, content_hash, package_bytes
 from infbench.runs.jsonl import RunError, first_error
 from infbench.runs.schema import VersionPublished
 
@@ -31,8 +31,10 @@ def events(versions_dir: Path, *, hashes: bool = True) -> list[VersionPublished]
             meta = VersionMeta.model_validate_json(meta_path.read_text())
         except ValidationError as exc:
             raise RunError(meta_path, first_error(exc)) from None
-        found.append(VersionPublished(time=meta.published_at, version=folder.name,
-                                      content_hash=content_hash(folder) if hashes else "",
-                                      s_pkg_bytes=package_bytes(folder) if hashes else 0,
-                                      local_metrics=meta.local_metrics))
+        try:
+            digest, size = (content_hash(folder), package_bytes(folder)) if hashes else ("", 0)
+        except SubmissionError as exc:  # a link out of the version folder
+            raise RunError(folder, str(exc)) from None
+        found.append(VersionPublished(time=meta.published_at, version=folder.name, content_hash=digest,
+                                      s_pkg_bytes=size, local_metrics=meta.local_metrics))
     return sorted(found, key=lambda e: e.time)

@@ -22,7 +22,6 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 

@@ -1,5 +1,9 @@
 """``results/tables/compression.{csv,md}``: the paper's Table A3 layout, one row per
-task x candidate (its figure, Figure 1a: :mod:`infbench.plots.accuracy_vs_bits`)."""
+task x candidate (its figure, Figure 1a: :mod:`infbench.plots.accuracy_vs_bits`).
+
+Each row names the operator secret its verification set was drawn from
+(``verification_set``); the Markdown table ends with one line per secret, e.g.
+``verification set: public demo`` when the embedded demo secret was used."""
 
 from __future__ import annotations
 
@@ -28,6 +32,7 @@ class CompressionRow(BaseModel):
     tps: float | None
     verdict: str
     score: float
+    verification_set: str | None  # the operator secret's label: "public demo" or "operator secret <fingerprint>"
 
 
 def row(r: EvaluationRecord) -> CompressionRow:
@@ -37,6 +42,7 @@ def row(r: EvaluationRecord) -> CompressionRow:
         resident_gib=r.s_res_gib, bits_per_param=r.package_bits_per_param,
         tps=r.decode.tps if r.decode else None,
         verdict="verified" if r.failed_check is None else f"failed: {r.failed_check}", score=r.score or 0.0,
+        verification_set=r.secret_label,
     )
 
 
@@ -56,6 +62,9 @@ def write(records: list[str], sources: list[str], *, csv_path: str, md_path: str
     judged = read(records, labels)
     rows = sorted((row(r).model_copy(update={"method": label}) for r, label in judged),
                   key=lambda r: (r.source, r.limit_gib, -(r.bits_per_param or 0), r.method))
+    secrets = sorted({r.verification_set or "unknown" for r in rows})
     write_table(rows, csv_path=csv_path, md_path=md_path, provenance_path=provenance_path,
-                params={"table": "compression"}, config=config, inputs={p: sha256_file(p) for p in [*records, *sources]})
+                params={"table": "compression"}, config=config,
+                inputs={p: sha256_file(p) for p in [*records, *sources]},
+                md_notes=[f"verification set: {label}" for label in secrets])
     return judged

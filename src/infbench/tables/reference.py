@@ -1,4 +1,6 @@
-"""``results/tables/reference.{csv,md}``: the BF16 reference PPL per source and set."""
+"""``results/tables/reference.{csv,md}``: the BF16 reference PPL per source and set, and what each set was
+drawn from (``drawn_from``: the search set's public seeds, the verification set's operator secret, e.g.
+``public demo``)."""
 
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ class ReferenceRow(BaseModel):
     f_self_ci95_high: float
     dtype: str
     backend: str
+    drawn_from: str
 
 
 def rows(records: list[str], sampling: list[str], reference: list[str]) -> list[ReferenceRow]:
@@ -41,6 +44,7 @@ def rows(records: list[str], sampling: list[str], reference: list[str]) -> list[
             context_tokens=s.context_tokens, tokens_scored=ref.tokens_scored, ppl=ref.ppl,
             ppl_sampler=s.ppl, f_self=ref.f_self, f_self_ci95_low=ref.f_self_ci95[0],
             f_self_ci95_high=ref.f_self_ci95[1], dtype=ref.dtype, backend=ref.backend,
+            drawn_from=ref.secret_label or "public seeds",
         ))
     return sorted(out, key=lambda r: (r.source, r.set))
 

@@ -128,8 +128,9 @@ def gate(candidate: AnswerResults, reference: AnswerResults, rho: float) -> Gate
 
 
 def gate_candidate(generate_fn: GenerateFn, settings: AnswerSettings, reference_json: str | Path,
-                   label: str) -> tuple[AnswerResults, GateResult]:
-    """Evaluate a candidate on the source's questions and gate it against the frozen ``A(p)`` file."""
+                   label: str, *, question_seed: int) -> tuple[AnswerResults, GateResult]:
+    """Evaluate a candidate on the source's questions (drawn by ``question_seed``, as the reference's were)
+    and gate it against the frozen ``A(p)`` file."""
     reference = read_json(reference_json)
-    candidate = evaluate(generate_fn, load_questions(settings), settings, label=label)
+    candidate = evaluate(generate_fn, load_questions(settings, seed=question_seed), settings, label=label)
     return candidate, gate(candidate, reference, settings.rho)

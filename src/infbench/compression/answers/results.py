@@ -59,6 +59,7 @@ class AnswerResults(BaseModel):
     mean_accuracy: float  # A: the three benchmark accuracies averaged equally
     items: list[ItemRecord]
     wall_s: float
+    secret_label: str | None = None  # the operator secret the questions were drawn from (the pipeline's A(p))
     provenance: Provenance | None = None
 
     def accuracy(self, benchmark: Benchmark) -> float:

@@ -13,7 +13,7 @@ first plan that fits is quantized and its real package measured; if it does
 not fit, the next plan is tried.
 Group sizes that do not divide a layer's width leave a partial last group
 (GPTQModel accepts any input width). Calibration: documents of the
-configured corpus that no likelihood context uses.
+configured corpus that no search context uses.
 """
 
 from __future__ import annotations
@@ -79,7 +79,8 @@ def estimate_bytes(shapes: Shapes, bits: int, group_size: int, extra_bytes: int,
 
 def calibration_texts(corpus: dict, contexts_parquet: str, tokenizer, samples: int, tokens: int,
                       seed: int) -> list[list[int]]:
-    """``samples`` windows of ``tokens`` tokens from documents no likelihood context uses."""
+    """``samples`` windows of ``tokens`` tokens from documents no search context uses (the verification
+    set is the operator's secret: the baseline knows no more of it than a submitter)."""
     used = set(pq.read_table(contexts_parquet, columns=["doc_id"]).column("doc_id").to_pylist())
     docs, _ = load_documents(CorpusSpec.model_validate(corpus), seed)
     rng = np.random.default_rng(derive_seed(seed, "gptq-calibration"))
@@ -93,7 +94,7 @@ def calibration_texts(corpus: dict, contexts_parquet: str, tokenizer, samples: i
             out.append(ids[start:start + tokens])
         if len(out) == samples:
             return out
-    raise ValueError(f"only {len(out)} calibration windows of {tokens} tokens outside the likelihood sets "
+    raise ValueError(f"only {len(out)} calibration windows of {tokens} tokens outside the search set "
                      f"(compression.gptq.calibration_samples = {samples})")
 
 

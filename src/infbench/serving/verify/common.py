@@ -6,9 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from infbench import operator_secret
 from infbench.config_io import section
-from infbench.errors import ConfigError
 
 
 class CheckResult(BaseModel):
@@ -43,12 +41,3 @@ class VerifySettings(BaseModel):
 
 def settings_from(serving: dict[str, Any]) -> VerifySettings:
     return section(serving, "verification", VerifySettings, path="serving.verification")
-
-
-def job_secret(settings: dict[str, Any], planned_fingerprint: str) -> operator_secret.OperatorSecret:
-    """The operator's secret, loaded inside a job; refused if it is not the one the workflow was planned with."""
-    secret = operator_secret.load(settings)
-    if secret.fingerprint != planned_fingerprint:
-        raise ConfigError("operator_secret", f"the secret changed since the workflow was planned (fingerprint "
-                                             f"{secret.fingerprint}, planned {planned_fingerprint}); run again")
-    return secret
