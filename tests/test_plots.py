@@ -162,52 +162,48 @@ def test_two_sources_get_a_column_each():
 
 # ServerBench, Figure 4 ---------------------------------------------------------------------------
 
-def serving_row(system, c, D, G, f, completed, **extra):
-    fields = {"deployment": "smollm2-135m-cpu", "system": system, "concurrency": c, "seeds": "1000", "D": D,
-              "D_at_c": f"{D:.3g} @{c}", "G": G, "f": f, "p90_ttft_s": 1.0, "p90_tpot_ms": 20.0,
-              "completed": completed, "failed": 0}
-    return ServingRow(**fields) if not extra else SealedRow(**fields, **extra)
+def serving_row(system, c, D, G, f, completed, d_ci95=None, g_ci95=None):
+    """A development-table row; D None below the minimum of completed timed requests."""
+    d_low, d_high = d_ci95 or (None, None)
+    g_low, g_high = g_ci95 or (G, G)
+    return ServingRow(deployment="smollm2-135m-cpu", system=system, concurrency=c, seeds="1000", D=D,
+                      D_at_c=f"{D} @{c}", d_ci95_low=d_low, d_ci95_high=d_high, G=G, g_ci95_low=g_low,
+                      g_ci95_high=g_high, f=f, p90_ttft_s=1.0, p90_tpot_ms=20.0, completed_timed_requests=completed,
+                      sessions=2, failed=0, counts="token ids")
 
 
-class SealedRow(ServingRow):
-    """A row as the sealed-ServerBench tables carry it: bootstrap intervals and timed-request counts."""
-    d_ci95: tuple[float, float] | None = None
-    g_ci95: tuple[float, float] | None = None
-    completed_timed_requests: int | None = None
-
-
-BASELINE = serving_row("llamacpp (calibration baseline)", 1, 0.0599, 0.0640, 0.936, 0)
+BASELINE = serving_row("llamacpp (calibration baseline)", 1, 0.0599, 0.0640, 0.936, 34, d_ci95=(0.05, 0.07))
 BASELINE.seeds = "2000,2001"
 
 
-def test_serving_points_carry_counts_and_intervals_where_rows_have_them():
-    plain, sealed = serving_row("S0", 1, 0.058, 0.063, 0.92, 3), serving_row(
-        "mine", 4, 0.2, 0.3, 0.667, 40, d_ci95=(0.15, 0.25), g_ci95=(0.25, 0.35), completed_timed_requests=38)
-    base, p, s = fig4.points(BASELINE, [plain, sealed])
+def test_serving_points_carry_counts_and_intervals():
+    few, enough = serving_row("S0", 1, None, 0.063, 0.92, 3), serving_row(
+        "mine", 4, 0.2, 0.3, 0.667, 38, d_ci95=(0.15, 0.25), g_ci95=(0.25, 0.35))
+    base, p, s = fig4.points(BASELINE, [few, enough])
     assert (base.role, base.completed_requests, p.completed_requests, s.completed_requests) == \
-        (fig4.BASELINE, None, 3, 38)
-    assert (p.G_ci95_low, s.G_ci95_low, s.D_ci95_high) == (None, 0.25, 0.25)
+        (fig4.BASELINE, 34, 3, 38)
+    assert (p.D, p.D_ci95_low, s.G_ci95_low, s.D_ci95_high) == (None, None, 0.25, 0.25)
 
 
 def test_serving_figure_axes_from_zero_baseline_equal_value_curves_and_counts():
-    rows = [serving_row("S0", 1, 0.058, 0.063, 0.92, 3), serving_row("llamacpp", 1, 0.061, 0.064, 0.95, 3),
-            serving_row("mine", 4, 0.2, 0.3, 0.667, 40, d_ci95=(0.15, 0.25), g_ci95=(0.25, 0.35),
-                        completed_timed_requests=38)]
+    rows = [serving_row("S0", 1, None, 0.063, 0.92, 3), serving_row("llamacpp", 1, 0.061, 0.064, 0.95, 31),
+            serving_row("mine", 4, 0.2, 0.3, 0.667, 38, d_ci95=(0.15, 0.25), g_ci95=(0.25, 0.35))]
     fig = fig4.draw(fig4.points(BASELINE, rows))
     (ax,) = fig.axes
     assert ax.get_xlim() == (0, 1) and ax.get_ylim()[0] == 0
     text = shown(fig)
-    for label in ["S0: D = 0.058 @1, n = 3 req, 1 seed", "llamacpp (calibration baseline): D = 0.0599 @1, 2 seeds",
+    for label in ["S0: D = too few requests @1, n = 3 req, 1 seed", "llamacpp: D = 0.061 @1, n = 31 req",
+                  "llamacpp (calibration baseline): D = 0.0599 [0.05, 0.07] @1, n = 34 req, 2 seeds",
                   "mine: D = 0.2 [0.15, 0.25] @4, n = 38 req", "D = baseline 0.0599", "D = 2x baseline"]:
         assert label in text, label
     assert any(line.get_marker() == "*" for line in ax.lines)  # the baseline
-    assert sum(isinstance(c, ErrorbarContainer) for c in ax.containers) == 1
+    assert sum(isinstance(c, ErrorbarContainer) for c in ax.containers) == 3  # one G interval per system
     assert overprinted(fig) == []
 
 
 def test_serving_system_that_completed_nothing_is_labelled_not_dropped():
-    fig = fig4.draw(fig4.points(BASELINE, [serving_row("broken", 2, 0.0, 0.0, None, 0)]))
-    assert "broken: D = 0 @2, n = 0 req, 1 seed (nothing completed: f undefined)" in shown(fig)
+    fig = fig4.draw(fig4.points(BASELINE, [serving_row("broken", 2, None, 0.0, None, 0)]))
+    assert "broken: D = too few requests @2, n = 0 req, 1 seed (nothing completed: f undefined)" in shown(fig)
 
 
 # Run analyses --------------------------------------------------------------------------------------

@@ -4,8 +4,8 @@
 Both axes start at 0 and ``f`` runs to 1. Dashed curves ``G = D / f`` are lines of equal qualified
 value ``D``, drawn at the calibration baseline's ``D`` and multiples of it (the baseline itself is
 the black star). Each system's point is the mean over its final seeds; its label gives ``D @ c``
-and the completed requests it rests on. Where a row carries bootstrap 95% intervals (``g_ci95``,
-``d_ci95``) they are drawn (``G``) and printed (``D``).
+and the completed timed requests it rests on, its bootstrap 95% intervals are drawn (``G``) and
+printed (``D``); a row with too few completed requests for a D (the table's minimum) says so.
 """
 
 from __future__ import annotations
@@ -37,27 +37,19 @@ class ServingPoint(BaseModel):
     seeds: str
     f: float | None
     G: float
-    D: float
-    G_ci95_low: float | None
-    G_ci95_high: float | None
+    D: float | None  # None: fewer completed timed requests than the table's minimum
+    G_ci95_low: float
+    G_ci95_high: float
     D_ci95_low: float | None
     D_ci95_high: float | None
-    completed_requests: int | None  # completed timed requests over the seeds (None: not counted)
-
-
-def _interval(row: ServingRow, name: str) -> tuple[float | None, float | None]:
-    ci = getattr(row, name, None)  # the bootstrap intervals of the sealed-ServerBench rows, when present
-    return (None, None) if ci is None else (ci[0], ci[1])
+    completed_requests: int  # completed timed requests over the seeds
 
 
 def point(row: ServingRow, role: str) -> ServingPoint:
-    g, d = _interval(row, "g_ci95"), _interval(row, "d_ci95")
-    completed = getattr(row, "completed_timed_requests", None)
-    if completed is None and role == SYSTEM:
-        completed = row.completed
     return ServingPoint(deployment=row.deployment, role=role, system=row.system, concurrency=row.concurrency,
-                        seeds=row.seeds, f=row.f, G=row.G, D=row.D, G_ci95_low=g[0], G_ci95_high=g[1],
-                        D_ci95_low=d[0], D_ci95_high=d[1], completed_requests=completed)
+                        seeds=row.seeds, f=row.f, G=row.G, D=row.D, G_ci95_low=row.g_ci95_low,
+                        G_ci95_high=row.g_ci95_high, D_ci95_low=row.d_ci95_low, D_ci95_high=row.d_ci95_high,
+                        completed_requests=row.completed_timed_requests)
 
 
 def points(baseline: ServingRow, systems: list[ServingRow]) -> list[ServingPoint]:
@@ -67,22 +59,22 @@ def points(baseline: ServingRow, systems: list[ServingRow]) -> list[ServingPoint
 def _label(p: ServingPoint) -> str:
     name = p.system.removesuffix(f" ({BASELINE})")
     ci = f" [{p.D_ci95_low:.3g}, {p.D_ci95_high:.3g}]" if p.D_ci95_low is not None else ""
-    n = "" if p.completed_requests is None else f", n = {p.completed_requests} req"
+    d = "too few requests" if p.D is None else f"{p.D:.3g}{ci}"
     seeds = len(p.seeds.split(","))
     head = f"{name} ({BASELINE})" if p.role == BASELINE else name
     tail = "" if p.f is not None else " (nothing completed: f undefined)"
-    return f"{head}: D = {p.D:.3g}{ci} @{p.concurrency}{n}, {seeds} seed{'s' if seeds > 1 else ''}{tail}"
+    return f"{head}: D = {d} @{p.concurrency}, n = {p.completed_requests} req, {seeds} seed{'s' if seeds > 1 else ''}{tail}"
 
 
 def _iso_levels(baseline: ServingPoint, g_max: float) -> list[tuple[float, str]]:
-    if baseline.D > 0:
+    if baseline.D:
         return [(k * baseline.D, f"D = {k:g}x baseline" if k != 1 else f"D = baseline {baseline.D:.3g}")
                 for k in ISO_MULTIPLES]
     return [(d, f"D = {d:.3g}") for d in MaxNLocator(4).tick_values(0, g_max)[1:]]
 
 
 def _panel(ax, pts: list[ServingPoint]) -> None:
-    highs = [p.G_ci95_high or p.G for p in pts]
+    highs = [max(p.G_ci95_high, p.G) for p in pts]
     g_max = 1.18 * max([*highs, 1e-9])
     ax.set_xlim(0, 1.0)  # f is a share; points at f = 1 sit on the right edge
     ax.set_ylim(0, g_max)
@@ -104,10 +96,9 @@ def _panel(ax, pts: list[ServingPoint]) -> None:
             color = "black"
         else:
             color = next(colors)
-            if p.G_ci95_low is not None:
-                ax.errorbar(x, y, yerr=[[y - p.G_ci95_low], [p.G_ci95_high - y]], color=color, capsize=3, lw=1,
-                            clip_on=False)
-                avoid += [(x, g) for g in np.linspace(p.G_ci95_low, p.G_ci95_high, 15)]
+            ax.errorbar(x, y, yerr=[[max(0.0, y - p.G_ci95_low)], [max(0.0, p.G_ci95_high - y)]], color=color,
+                        capsize=3, lw=1, clip_on=False)
+            avoid += [(x, g) for g in np.linspace(p.G_ci95_low, p.G_ci95_high, 15)]
             ax.plot(x, y, marker="o" if p.f is not None else "x", markersize=8, color=color, ls="none", zorder=6,
                     clip_on=False)
         texts.append(ax.text(x, y, _label(p), fontsize=7, color=color, bbox=figure.LABEL_BOX, zorder=5))
