@@ -93,7 +93,7 @@ def test_compression_table(finished):
         assert (r.score == r.f_v) if r.verdict == "verified" else r.score == 0
     record = json.loads((workdir / "results/compression/verification/smollm2-135m-0.12gib/gguf-Q4_0.json").read_text())
     names = {c["name"] for c in record["checks"]}
-    assert {"storage_package", "storage_resident", "logits_vocabulary", "causality", "greedy_matches_argmax",
+    assert {"storage_package", "storage_resident", "logits_shape", "causality", "greedy_matches_argmax",
             "batch_invariance", "determinism", "likelihood_above_source", "accuracy_gate"} <= names
     assert record["secret_label"] == "public demo" and record["secret_value"] == "infbench-public-demo-secret"
     assert set(table["verification_set"]) == {"public demo"}

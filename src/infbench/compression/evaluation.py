@@ -1,8 +1,8 @@
 """Search-time reward (PROTOCOL A3, A4) and final verification (A5) of a submission.
 
 Both run the submission in a fresh worker process; the pipeline computes every
-log-prob from the raw logits it returns, which must span the source's
-vocabulary (check ``logits_vocabulary``). Final verification hides its
+log-prob from the raw logits it returns, one row per sequence and asked position, each spanning the
+source's vocabulary (check ``logits_shape``). Final verification hides its
 integrity probes among the scoring requests (:mod:`infbench.compression.probes`),
 placed by the operator secret. A failure anywhere, expected or not, becomes a
 record naming the check that was measuring and the cause, never an exception
@@ -118,7 +118,7 @@ class EvaluationRecord(BaseModel):
 
 
 class CheckFailed(InfbenchError):
-    """A named check that stops the measurement, with its evidence (e.g. ``logits_vocabulary``)."""
+    """A named check that stops the measurement, with its evidence (e.g. ``logits_shape``)."""
 
     def __init__(self, check: str, evidence: dict[str, Any]):
         self.check, self.evidence = check, evidence
@@ -146,13 +146,16 @@ def _fail(record: EvaluationRecord, name: str, evidence: dict[str, Any]) -> None
     record.checks.append(Check(name=name, passed=False, evidence=evidence))
 
 
-def _vocabulary_checked(logits: Callable, vocab: int) -> Callable:
-    """``logits`` whose every answer must span the source's ``vocab`` (a smaller one would concentrate mass)."""
+def _shape_checked(logits: Callable, vocab: int) -> Callable:
+    """``logits`` whose every answer must be ``(sequences, n_last, vocab)``: every asked position, each over the
+    source's whole vocabulary (a smaller one would concentrate mass)."""
 
     def checked(ids: np.ndarray, n_last: int) -> np.ndarray:
         out = logits(ids, n_last)
-        if out.shape[-1] != vocab:
-            raise CheckFailed("logits_vocabulary", {"logits_shape": list(out.shape), "source_vocab": vocab})
+        expected = [len(ids), n_last, vocab]
+        if list(out.shape) != expected:
+            raise CheckFailed("logits_shape", {"logits_shape": list(out.shape), "expected": expected,
+                                               "source_vocab": vocab})
         return out
 
     return checked
@@ -227,11 +230,11 @@ def measure(kind: str, package: str | Path, source: str, *, source_checkpoint: s
             with step("load", phase="load"):
                 loaded = proc.load()
                 after_load, device_after_load = proc.memory(), proc.device_memory()
-            logits = _vocabulary_checked(proc.logits, vocab_size)
+            logits = _shape_checked(proc.logits, vocab_size)
             with step("likelihood", phase="likelihood"):
                 lp, answered = _score(logits, rows, settings, settings.integrity.probe_requests if verifying else 0,
                                       held_out.probe_seed(secret, source, settings.seed) if verifying else 0)
-            record.checks.append(Check(name="logits_vocabulary", passed=True, evidence={"source_vocab": vocab_size}))
+            record.checks.append(Check(name="logits_shape", passed=True, evidence={"source_vocab": vocab_size}))
             record.tokens_scored = int(lp.size)
             record.ppl, record.ref_ppl = scoring.perplexity(lp), scoring.perplexity(rows.reference)
             record.f = scoring.ppl_ratio(rows.reference, lp)
