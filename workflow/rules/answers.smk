@@ -10,9 +10,12 @@ rule answers_reference:
         reference="results/answers/{source}/reference.json",
         item_records="results/answers/{source}/reference_items.parquet",
     params:
+        code=code("answers_reference"),
         answers=config["answers"],
     log:
         "logs/answers_reference/{source}.log",
+    benchmark:
+        "benchmarks/answers_reference/{source}.tsv"
     threads: 2
     resources:
         mem_mb=8000,

@@ -4,7 +4,7 @@ import re
 
 from snakemake.utils import validate
 
-from infbench import config_checks, resources
+from infbench import code_digest, config_checks, resources
 
 
 validate(config, schema="../schemas/config.schema.yaml")
@@ -35,6 +35,18 @@ wildcard_constraints:
     qtype="[A-Za-z0-9_]+",
     limit="[0-9.]+",
     task="[A-Za-z0-9._-]+",
+
+
+def code(script, also_files=(), also_modules=()):
+    """The `code` parameter of the jobs running workflow/scripts/<script>.py, a digest of the package
+    code the script reaches (src/infbench/code_digest.py), so that an edit under src/infbench/ reruns
+    exactly the jobs that run it. `also_files` are Python and YAML files the job runs besides (a
+    submission's), `also_modules` package modules it launches by name (server commands)."""
+    return code_digest.digest(
+        os.path.join(workflow.basedir, "workflow", "scripts", f"{script}.py"),
+        also_files=[f for f in also_files if f.endswith((".py", ".yaml", ".yml"))],
+        also_modules=also_modules,
+    )
 
 
 def source_dir(wildcards):
@@ -85,6 +97,12 @@ def candidate_package(wildcards):
     if wildcards.candidate in RUN_CANDIDATES:  # a run's final submission (runs.smk)
         return RUN_CANDIDATES[wildcards.candidate].final_inputs
     return f"results/candidates/{wildcards.source}/{wildcards.candidate}"
+
+
+def candidate_code(wildcards):
+    """measure_candidate's code: its script's, and what a submission's own Python files import from infbench."""
+    package = candidate_package(wildcards)
+    return code("measure_candidate", also_files=package if isinstance(package, list) else [])
 
 
 def candidate_dir(wildcards):

@@ -10,6 +10,7 @@ rule contexts:
         contexts="results/likelihood/{source}/contexts.parquet",
         manifest="results/likelihood/{source}/contexts.json",
     params:
+        code=code("contexts"),
         corpus=config["likelihood"]["corpus"],
         contexts_per_set=config["likelihood"]["contexts_per_set"],
         context_tokens=config["likelihood"]["context_tokens"],
@@ -17,6 +18,8 @@ rule contexts:
         seed=config["likelihood"]["context_seed"],
     log:
         "logs/contexts/{source}.log",
+    benchmark:
+        "benchmarks/contexts/{source}.tsv"
     threads: 1
     resources:
         mem_mb=2000,
@@ -35,6 +38,7 @@ rule sample_continuations:
         continuations="results/likelihood/{source}/{set}/continuations.parquet",
         summary="results/likelihood/{source}/{set}/sampling.json",
     params:
+        code=code("sample_continuations"),
         backend=config["likelihood"]["backend"],
         n_tokens=config["likelihood"]["continuation_tokens"],
         temperature=config["likelihood"]["temperature"],
@@ -46,6 +50,8 @@ rule sample_continuations:
         tensor_parallel=config["likelihood"]["tensor_parallel"],
     log:
         "logs/sample_continuations/{source}/{set}.log",
+    benchmark:
+        "benchmarks/sample_continuations/{source}/{set}.tsv"
     threads: 2
     resources:
         mem_mb=4000,
@@ -65,6 +71,7 @@ rule score_reference:
         scores="results/likelihood/{source}/{set}/reference_scores.parquet",
         summary="results/likelihood/{source}/{set}/reference.json",
     params:
+        code=code("score_reference"),
         backend=config["likelihood"]["backend"],
         batch_size=config["likelihood"]["score_batch_size"],
         dtype=config["likelihood"]["dtype"],
@@ -74,6 +81,8 @@ rule score_reference:
         seed=config["likelihood"]["seed"],
     log:
         "logs/score_reference/{source}/{set}.log",
+    benchmark:
+        "benchmarks/score_reference/{source}/{set}.tsv"
     threads: 2
     resources:
         mem_mb=4000,

@@ -28,6 +28,7 @@ rule serving_verification_reference:
     output:
         "results/serving/reference/verification.json",
     params:
+        code=code("serving_verification_reference"),
         source=SERVING_SOURCE,
         verification=SERVING["verification"],
         token_id_range=SERVING["workload"]["token_id_range"],
@@ -35,6 +36,8 @@ rule serving_verification_reference:
         secret=SERVING_SECRET,
     log:
         "logs/serving/verification_reference.log",
+    benchmark:
+        "benchmarks/serving_verification_reference.tsv"
     threads: 2
     resources:
         mem_mb=4000,
@@ -55,6 +58,7 @@ rule serving_verify:
         record="results/serving/verification/{submission}.json",
         runs=directory("results/serving/verification/{submission}"),
     params:
+        code=lambda wc: code("serving_verify", also_files=server_submission.files(SERVING_SUBMISSIONS[wc.submission]), also_modules=SERVING_SERVER_MODULES),
         serving=SERVING_VERIFY,
         answers=config["answers"],
         sandbox=config["sandbox"],
@@ -63,6 +67,8 @@ rule serving_verify:
     log:
         run="logs/serving/verify/{submission}.log",
         server="logs/serving/servers/verify_{submission}.log",
+    benchmark:
+        "benchmarks/serving_verify/{submission}.tsv"
     threads: 2
     resources:
         mem_mb=8000,
@@ -92,10 +98,13 @@ rule serving_verified_table:
         md="results/tables/serving_verified.md",
         provenance="results/tables/serving_verified.provenance.json",
     params:
+        code=code("serving_verified_table"),
         serving=SERVING_VERIFY,
         uncertainty=SERVING["uncertainty"],
     log:
         "logs/serving/verified_table.log",
+    benchmark:
+        "benchmarks/serving_verified_table.tsv"
     threads: 1
     resources:
         mem_mb=1000,

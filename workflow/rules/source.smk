@@ -6,10 +6,13 @@ rule source_model:
         checkpoint=directory("results/sources/{source}/hf"),
         record="results/sources/{source}/source.json",
     params:
+        code=code("source_model"),
         origin=lambda wc: config["sources"][wc.source]["origin"],
         dtype=lambda wc: config["sources"][wc.source].get("dtype", "bfloat16"),
     log:
         "logs/source_model/{source}.log",
+    benchmark:
+        "benchmarks/source_model/{source}.tsv"
     threads: 2
     resources:
         mem_mb=4000,
@@ -27,9 +30,12 @@ rule source_gguf:
     output:
         "results/sources/{source}/f16.gguf",
     params:
+        code=code("source_gguf"),
         convert_script=config["llama_cpp"]["convert_hf_to_gguf"],
     log:
         "logs/source_gguf/{source}.log",
+    benchmark:
+        "benchmarks/source_gguf/{source}.tsv"
     threads: 1
     resources:
         mem_mb=4000,

@@ -20,9 +20,12 @@ rule tables:
         md="results/tables/reference.md",
         provenance="results/tables/reference.provenance.json",
     params:
+        code=code("reference_table"),
         config={"sources": config["sources"], "likelihood": config["likelihood"]},
     log:
         "logs/tables/reference.log",
+    benchmark:
+        "benchmarks/tables.tsv"
     threads: 1
     resources:
         mem_mb=1000,
@@ -54,9 +57,12 @@ rule plot_reference:
         ),
         plot_data="results/plots/reference_ppl.csv",
     params:
+        code=code("plot_reference"),
         labels=[(source, set_) for source in SOURCES for set_ in SETS],
     log:
         "logs/tables/reference_plot.log",
+    benchmark:
+        "benchmarks/plot_reference.tsv"
     threads: 1
     resources:
         mem_mb=1000,

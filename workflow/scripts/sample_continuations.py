@@ -12,5 +12,5 @@ likelihood.sample_set(
     snakemake.output.continuations,
     snakemake.output.summary,
     threads=snakemake.threads,
-    **dict(snakemake.params.items()),
+    **{k: v for k, v in snakemake.params.items() if k != "code"},  # code: a rerun trigger only
 )

@@ -11,5 +11,5 @@ likelihood.score_reference(
     snakemake.output.scores,
     snakemake.output.summary,
     threads=snakemake.threads,
-    **dict(snakemake.params.items()),
+    **{k: v for k, v in snakemake.params.items() if k != "code"},  # code: a rerun trigger only
 )
