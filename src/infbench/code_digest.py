@@ -29,11 +29,14 @@ from __future__ import annotations
 import ast
 import functools
 import hashlib
+import json
 import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
+
+from infbench import atomic
 
 PACKAGE = "infbench"
 ROOT = Path(__file__).resolve().parent  # src/infbench
@@ -42,6 +45,7 @@ WHOLE = "<whole>"  # every part of a module
 _MODULE_NAME = re.compile(rf"{PACKAGE}(?:\.[A-Za-z_]\w*)+")  # in config values and non-Python files
 
 
+@functools.lru_cache(maxsize=None)
 def module_file(name: str) -> Path | None:
     """The source file of package module ``name`` (``infbench.a.b``), or None if there is none."""
     parts = name.split(".")
@@ -146,8 +150,13 @@ class _Collector(ast.NodeVisitor):
 
 @dataclass
 class _Part:
-    dump: str
+    nodes: list[ast.AST]
     refs: _Refs
+
+    @functools.cached_property
+    def dump(self) -> str:
+        """The part's syntax tree (no docstrings, no positions), as text."""
+        return "\n".join(ast.dump(n) for n in self.nodes)
 
 
 @dataclass
@@ -166,10 +175,6 @@ def _collect(nodes: Iterable[ast.AST], package: str) -> _Refs:
     for node in nodes:
         collector.visit(node)
     return collector.refs
-
-
-def _digest_of(nodes: list[ast.AST]) -> str:
-    return hashlib.sha256("\n".join(ast.dump(n) for n in nodes).encode()).hexdigest()
 
 
 def _foreign_names(tree: ast.Module) -> set[str]:
@@ -201,22 +206,18 @@ def _analyse(name: str, path: Path, source: str) -> _Module:
         # torch.inference_mode, dataclass) leave it a part of its own.
         own_decorator = any(_decorator_root(d) not in foreign for d in getattr(node, "decorator_list", []))
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and not own_decorator:
-            parts[node.name] = _Part(_digest_of([node]), _collect([node], package))
+            parts[node.name] = _Part([node], _collect([node], package))
         else:
             base.append(node)
-    parts[BASE] = _Part(_digest_of(base), _collect(base, package))
+    parts[BASE] = _Part(base, _collect(base, package))
     return _Module(name, path, parts)
 
 
 @functools.lru_cache(maxsize=None)
-def _module(name: str, mtime_ns: int) -> _Module:
+def _load(name: str) -> _Module:
+    """The parts of module ``name``, read once per process (a workflow run sees one state of the code)."""
     path = module_file(name)
     return _analyse(name, path, path.read_text())
-
-
-def _load(name: str) -> _Module:
-    path = module_file(name)
-    return _module(name, path.stat().st_mtime_ns)
 
 
 @dataclass
@@ -259,25 +260,17 @@ def _data_files(folder: Path) -> list[Path]:
     return found
 
 
-class _Walker:
+class _Resolver:
+    """The parts that one part's references resolve to (its direct dependencies)."""
+
     def __init__(self):
-        self.reach = Reach()
-        self.todo: list[tuple[str, str]] = []
+        self.targets: set[tuple[str, str]] = set()
 
     def add(self, module: str, part: str) -> None:
         if part == WHOLE:
-            for name in _load(module).parts:
-                self.add(module, name)
-            return
-        if (module, part) in self.reach.parts:
-            return
-        self.reach.parts.add((module, part))
-        self.todo.append((module, part))
-        parent = module.rpartition(".")[0]
-        if part != BASE:
-            self.add(module, BASE)
-        elif parent:
-            self.add(parent, BASE)
+            self.targets.update((module, name) for name in _load(module).parts)
+        else:
+            self.targets.add((module, part))
 
     def attribute(self, module: str, attr: str, seen: frozenset = frozenset()) -> None:
         """``module.attr``: a function or class of it, a submodule, or a name it imports."""
@@ -297,61 +290,72 @@ class _Walker:
             self.add(module, BASE)
 
     def chain(self, chain: tuple[str, ...], bindings: dict) -> None:
-        head, rest = chain[0], chain[1:]
-        target = bindings.get(head)
-        if target is None:
+        target = bindings.get(chain[0])
+        if target is None:  # a local, builtin or third-party name
             return
         module, attr = target
         if attr is not None:
             self.attribute(module, attr)
             return
-        for name in rest:
+        for name in chain[1:]:
             if _is_module(f"{module}.{name}"):
                 module = f"{module}.{name}"
                 continue
             self.attribute(module, name)
             return
-        self.add(module, WHOLE)
+        self.add(module, WHOLE)  # the module itself used as a value
 
-    def follow(self, module: str, part: str) -> None:
-        mod = _load(module)
-        refs = mod.parts[part].refs
-        self.visit_refs(refs, {**mod.bindings, **refs.bindings}, local=set(mod.parts) - {BASE}, module=module)
-
-    def visit_refs(self, refs: _Refs, bindings: dict, local: set[str], module: str | None) -> None:
-        self.reach.third_party |= refs.third_party
+    def refs(self, refs: _Refs, bindings: dict, module: str | None = None, local: set[str] = frozenset()) -> None:
         for name in refs.imported:
             self.add(name, BASE)
         for name in refs.modules:
             self.add(name, WHOLE)
         for chain in refs.chains:
-            if module is not None and chain[0] in local:
+            if chain[0] in local:
                 self.add(module, chain[0])
             else:
                 self.chain(chain, bindings)
 
-    def run(self) -> Reach:
-        while self.todo:
-            self.follow(*self.todo.pop())
-        return self.reach
+
+@functools.lru_cache(maxsize=None)
+def _edges(module: str, part: str) -> frozenset[tuple[str, str]]:
+    """What ``module``'s ``part`` depends on directly: what it names, and the module-level code it runs in."""
+    mod = _load(module)
+    refs = mod.parts[part].refs
+    resolver = _Resolver()
+    resolver.refs(refs, {**mod.bindings, **refs.bindings}, module, set(mod.parts) - {BASE})
+    parent = module.rpartition(".")[0]
+    if part != BASE:
+        resolver.add(module, BASE)
+    elif parent:
+        resolver.add(parent, BASE)
+    return frozenset(resolver.targets)
 
 
 def reach(script: str | Path, *, also_files: Iterable[str | Path] = (), also_modules: Iterable[str] = ()) -> Reach:
     """What ``script`` reaches, plus what the Python files in ``also_files`` reach (code a job runs besides
     its script: a submission's files) and the package modules named in ``also_modules`` or in the
     non-Python ``also_files`` (servers launched with ``-m infbench...``)."""
-    walker = _Walker()
+    start, third_party = _Resolver(), set()
     for path in [Path(script), *map(Path, also_files)]:
         text = path.read_text(errors="replace")
         if path.suffix == ".py":
             refs = _collect([_strip_docstrings(ast.parse(text, filename=str(path)))], package="")
-            walker.visit_refs(refs, refs.bindings, local=set(), module=None)
+            start.refs(refs, refs.bindings)
+            third_party |= refs.third_party
         else:
-            walker.visit_refs(_Refs(modules={m for m in _MODULE_NAME.findall(text) if _is_module(m)}), {},
-                              set(), None)
+            start.refs(_Refs(modules={m for m in _MODULE_NAME.findall(text) if _is_module(m)}), {})
     for name in also_modules:
-        walker.add(name, WHOLE)
-    return walker.run()
+        start.add(name, WHOLE)
+    seen: set[tuple[str, str]] = set()
+    todo = list(start.targets)
+    while todo:
+        node = todo.pop()
+        if node not in seen:
+            seen.add(node)
+            third_party |= _load(node[0]).parts[node[1]].refs.third_party
+            todo.extend(_edges(*node))
+    return Reach(parts=seen, third_party=third_party)
 
 
 def modules_named(value) -> list[str]:
@@ -372,11 +376,40 @@ def modules_named(value) -> list[str]:
     return sorted(found)
 
 
-@functools.lru_cache(maxsize=None)
-def _cached_digest(script: str, also_files: tuple[str, ...], also_modules: tuple[str, ...]) -> str:
+def digest(script: str | Path, *, also_files: Iterable[str | Path] = (), also_modules: Iterable[str] = ()) -> str:
+    """The ``code`` parameter of the rule running ``script`` (see the module docstring)."""
     return reach(script, also_files=also_files, also_modules=also_modules).digest()
 
 
-def digest(script: str | Path, *, also_files: Iterable[str | Path] = (), also_modules: Iterable[str] = ()) -> str:
-    """The ``code`` parameter of the rule running ``script`` (see the module docstring)."""
-    return _cached_digest(str(script), tuple(sorted(map(str, also_files))), tuple(sorted(also_modules)))
+def _files_state(paths: Iterable[str | Path]) -> str:
+    """sha256 over the size and modification time of each of ``paths``."""
+    h = hashlib.sha256()
+    for path in sorted(map(Path, paths)):
+        stat = path.stat()
+        h.update(f"{path}:{stat.st_size}:{stat.st_mtime_ns}\n".encode())
+    return h.hexdigest()
+
+
+class DigestCache:
+    """Digests kept in a JSON file while no file of the package changes (size or modification time), so
+    that a workflow that is up to date starts without parsing the package again."""
+
+    def __init__(self, path: str | Path, scripts_dir: str | Path):
+        self.path, self.scripts_dir = Path(path), Path(scripts_dir)
+        package = [p for p in ROOT.rglob("*") if p.is_file() and "__pycache__" not in p.parts]
+        self.state = _files_state([*package, *self.scripts_dir.glob("*.py")])
+        try:
+            stored = json.loads(self.path.read_text())
+        except (OSError, ValueError):
+            stored = {}
+        self.digests: dict[str, str] = stored.get("digests", {}) if stored.get("state") == self.state else {}
+
+    def digest(self, script: str, also_files: Iterable[str | Path] = (), also_modules: Iterable[str] = ()) -> str:
+        """``digest()`` of ``scripts_dir/<script>.py``; ``also_files`` are part of the key with their state."""
+        also_files, also_modules = sorted(map(str, also_files)), sorted(also_modules)
+        key = json.dumps([script, also_files, _files_state(also_files) if also_files else None, also_modules])
+        if key not in self.digests:
+            self.digests[key] = digest(self.scripts_dir / f"{script}.py", also_files=also_files,
+                                       also_modules=also_modules)
+            atomic.write_json(self.path, {"state": self.state, "digests": self.digests})
+        return self.digests[key]

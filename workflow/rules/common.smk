@@ -37,13 +37,20 @@ wildcard_constraints:
     task="[A-Za-z0-9._-]+",
 
 
+# Digests kept between starts while the package is unchanged (src/infbench/code_digest.py).
+CODE_DIGESTS = code_digest.DigestCache(
+    ".snakemake/infbench/code_digests.json",
+    os.path.join(workflow.basedir, "workflow", "scripts"),
+)
+
+
 def code(script, also_files=(), also_modules=()):
     """The `code` parameter of the jobs running workflow/scripts/<script>.py, a digest of the package
     code the script reaches (src/infbench/code_digest.py), so that an edit under src/infbench/ reruns
     exactly the jobs that run it. `also_files` are Python and YAML files the job runs besides (a
     submission's), `also_modules` package modules it launches by name (server commands)."""
-    return code_digest.digest(
-        os.path.join(workflow.basedir, "workflow", "scripts", f"{script}.py"),
+    return CODE_DIGESTS.digest(
+        script,
         also_files=[f for f in also_files if f.endswith((".py", ".yaml", ".yml"))],
         also_modules=also_modules,
     )
