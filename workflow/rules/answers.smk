@@ -21,6 +21,6 @@ rule answers_reference:
         mem_mb=8000,
         runtime=60,
     conda:
-        "../../envs/compression-cpu.yaml"
+        "../../envs/pipeline.yaml"
     script:
         "../scripts/answers_reference.py"

@@ -24,7 +24,7 @@ VERIFICATION_GPUS = 1 if config["verification"]["device"].startswith("cuda") els
 LIKELIHOOD_ENV = (
     "../../envs/vllm.yaml"
     if config["likelihood"]["backend"] == "vllm"
-    else "../../envs/compression-cpu.yaml"
+    else "../../envs/pipeline.yaml"
 )
 
 

@@ -17,7 +17,7 @@ rule bf16_package:
         mem_mb=2000,
         runtime=10,
     conda:
-        "../../envs/compression-cpu.yaml"
+        "../../envs/pipeline.yaml"
     script:
         "../scripts/bf16_package.py"
 
@@ -39,7 +39,7 @@ rule starter_submission:
         mem_mb=2000,
         runtime=10,
     conda:
-        "../../envs/compression-cpu.yaml"
+        "../../envs/pipeline.yaml"
     script:
         "../scripts/starter_submission.py"
 
@@ -61,7 +61,7 @@ rule gguf_baseline:
         mem_mb=8000,
         runtime=30,
     conda:
-        "../../envs/llama-cpp.yaml"
+        "../../envs/pipeline.yaml"
     script:
         "../scripts/gguf_baseline.py"
 
@@ -83,7 +83,7 @@ rule released_gguf:
         mem_mb=2000,
         runtime=10,
     conda:
-        "../../envs/llama-cpp.yaml"
+        "../../envs/pipeline.yaml"
     script:
         "../scripts/released_gguf.py"
 
@@ -108,7 +108,7 @@ rule gptq_baseline:
         mem_mb=16000,
         runtime=120,
     conda:
-        "../../envs/gptq.yaml"
+        "../../envs/pipeline.yaml"
     script:
         "../scripts/gptq_baseline.py"
 
@@ -139,7 +139,7 @@ rule measure_candidate:
         runtime=90,
         gpu=VERIFICATION_GPUS,
     conda:
-        "../../envs/compression-cpu.yaml"
+        "../../envs/pipeline.yaml"
     script:
         "../scripts/measure_candidate.py"
 
@@ -161,7 +161,7 @@ rule verify:
         mem_mb=2000,
         runtime=5,
     conda:
-        "../../envs/compression-cpu.yaml"
+        "../../envs/pipeline.yaml"
     script:
         "../scripts/verify.py"
 
@@ -213,6 +213,6 @@ rule compression_table:
         mem_mb=2000,
         runtime=10,
     conda:
-        "../../envs/compression-cpu.yaml"
+        "../../envs/pipeline.yaml"
     script:
         "../scripts/compression_table.py"

@@ -25,7 +25,7 @@ rule contexts:
         mem_mb=2000,
         runtime=30,
     conda:
-        "../../envs/compression-cpu.yaml"
+        "../../envs/pipeline.yaml"
     script:
         "../scripts/contexts.py"
 

@@ -35,7 +35,7 @@ if REFERENCE_TASK is not None:
             mem_mb=8000,
             runtime=30,
         conda:
-            "../../envs/llama-cpp.yaml"
+            "../../envs/pipeline.yaml"
         script:
             "../scripts/reference_search.py"
 
@@ -62,7 +62,7 @@ rule ingest_run:
         mem_mb=2000,
         runtime=10,
     conda:
-        "../../envs/compression-cpu.yaml"
+        "../../envs/pipeline.yaml"
     script:
         "../scripts/ingest_run.py"
 
@@ -117,6 +117,6 @@ rule runs_analysis:
         mem_mb=2000,
         runtime=10,
     conda:
-        "../../envs/compression-cpu.yaml"
+        "../../envs/pipeline.yaml"
     script:
         "../scripts/runs_analysis.py"

@@ -40,7 +40,7 @@ rule serving_synthetic:
         mem_mb=1000,
         runtime=10,
     conda:
-        "../../envs/serving-cpu.yaml"
+        "../../envs/pipeline.yaml"
     script:
         "../scripts/serving_synthetic.py"
 
@@ -64,7 +64,7 @@ rule serving_workload:
         mem_mb=2000,
         runtime=10,
     conda:
-        "../../envs/serving-cpu.yaml"
+        "../../envs/pipeline.yaml"
     script:
         "../scripts/serving_workload.py"
 
@@ -87,7 +87,7 @@ rule serving_coverage:
         mem_mb=2000,
         runtime=10,
     conda:
-        "../../envs/serving-cpu.yaml"
+        "../../envs/pipeline.yaml"
     script:
         "../scripts/serving_coverage.py"
 
@@ -113,7 +113,7 @@ rule serving_calibrate:
         runtime=SERVING_CALIBRATE_MINUTES,
         gpu=SERVING_GPUS,
     conda:
-        "../../envs/serving-cpu.yaml"
+        "../../envs/pipeline.yaml"
     script:
         "../scripts/serving_calibrate.py"
 
@@ -141,7 +141,7 @@ rule serving_replay:
         runtime=SERVING_REPLAY_MINUTES,
         gpu=SERVING_GPUS,
     conda:
-        "../../envs/serving-cpu.yaml"
+        "../../envs/pipeline.yaml"
     script:
         "../scripts/serving_replay.py"
 
@@ -189,7 +189,7 @@ rule serving_table:
         mem_mb=1000,
         runtime=10,
     conda:
-        "../../envs/serving-cpu.yaml"
+        "../../envs/pipeline.yaml"
     script:
         "../scripts/serving_table.py"
 

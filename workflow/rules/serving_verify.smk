@@ -43,7 +43,7 @@ rule serving_verification_reference:
         mem_mb=4000,
         runtime=60,
     conda:
-        "../../envs/serving-cpu.yaml"
+        "../../envs/pipeline.yaml"
     script:
         "../scripts/serving_verification_reference.py"
 
@@ -75,7 +75,7 @@ rule serving_verify:
         runtime=SERVING_REPLAY_MINUTES * len(SERVING["seeds"]["final"]) + 30,
         gpu=SERVING_GPUS,
     conda:
-        "../../envs/serving-cpu.yaml"
+        "../../envs/pipeline.yaml"
     script:
         "../scripts/serving_verify.py"
 
@@ -110,6 +110,6 @@ rule serving_verified_table:
         mem_mb=1000,
         runtime=10,
     conda:
-        "../../envs/serving-cpu.yaml"
+        "../../envs/pipeline.yaml"
     script:
         "../scripts/serving_verified_table.py"

@@ -18,7 +18,7 @@ rule source_model:
         mem_mb=4000,
         runtime=30,
     conda:
-        "../../envs/compression-cpu.yaml"
+        "../../envs/pipeline.yaml"
     script:
         "../scripts/source_model.py"
 
@@ -41,6 +41,6 @@ rule source_gguf:
         mem_mb=4000,
         runtime=30,
     conda:
-        "../../envs/compression-cpu.yaml"
+        "../../envs/pipeline.yaml"
     script:
         "../scripts/source_gguf.py"

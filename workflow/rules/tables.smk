@@ -31,7 +31,7 @@ rule tables:
         mem_mb=1000,
         runtime=10,
     conda:
-        "../../envs/compression-cpu.yaml"
+        "../../envs/pipeline.yaml"
     script:
         "../scripts/reference_table.py"
 
@@ -68,6 +68,6 @@ rule plot_reference:
         mem_mb=1000,
         runtime=10,
     conda:
-        "../../envs/compression-cpu.yaml"
+        "../../envs/pipeline.yaml"
     script:
         "../scripts/plot_reference.py"
