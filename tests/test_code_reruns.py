@@ -137,6 +137,16 @@ def test_a_worker_run_by_name_is_reached_whole():
     assert {"llama_cpp", "gptqmodel", "transformers"} <= reach.third_party
 
 
+def test_an_import_guarded_by_except_import_error_is_not_required(tmp_path):
+    """provenance reads llama.cpp's build flags where llama-cpp-python is installed; the vLLM environment
+    runs without it."""
+    script = tmp_path / "job.py"
+    script.write_text("try:\n    import llama_cpp\nexcept (OSError, ImportError):\n    pass\nimport pandas\n")
+    assert code_digest.reach(script).third_party == {"pandas"}
+    sampling = code_digest.reach(REPO / "workflow/scripts/sample_continuations.py")
+    assert "infbench.provenance" in sampling.modules and "llama_cpp" not in sampling.third_party
+
+
 def test_servers_launched_by_config_and_a_submissions_files_are_reached(tmp_path):
     plain = code_digest.digest(REPO / "workflow/scripts/serving_replay.py")
     with_servers = code_digest.digest(REPO / "workflow/scripts/serving_replay.py",

@@ -87,6 +87,16 @@ class _Refs:
 class _Collector(ast.NodeVisitor):
     def __init__(self, package: str):
         self.package, self.refs = package, _Refs()
+        self.optional = 0  # inside `try: import x / except ImportError`: the job runs without x
+
+    def visit_Try(self, node: ast.Try) -> None:
+        guarded = any(_catches_import_error(h.type) for h in node.handlers)
+        self.optional += guarded
+        for child in node.body:
+            self.visit(child)
+        self.optional -= guarded
+        for child in (*node.handlers, *node.orelse, *node.finalbody):
+            self.visit(child)
 
     def _absolute(self, node: ast.ImportFrom) -> str:
         if not node.level:
@@ -97,7 +107,7 @@ class _Collector(ast.NodeVisitor):
 
     def _third_party(self, name: str) -> None:
         top = name.split(".")[0]
-        if top and top not in sys.stdlib_module_names:
+        if top and top not in sys.stdlib_module_names and not self.optional:
             self.refs.third_party.add(top)
 
     def visit_Import(self, node: ast.Import) -> None:
@@ -175,6 +185,11 @@ def _collect(nodes: Iterable[ast.AST], package: str) -> _Refs:
     for node in nodes:
         collector.visit(node)
     return collector.refs
+
+
+def _catches_import_error(handler: ast.expr | None) -> bool:
+    names = handler.elts if isinstance(handler, ast.Tuple) else [handler]
+    return any(isinstance(n, ast.Name) and n.id in ("ImportError", "ModuleNotFoundError") for n in names)
 
 
 def _foreign_names(tree: ast.Module) -> set[str]:
