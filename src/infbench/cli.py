@@ -34,6 +34,18 @@ def _bench_stages(args) -> None:
                     compare=args.compare, likelihood_only=args.likelihood_only, threads=args.threads))
 
 
+def _bench_noop_rerun(args) -> None:
+    from infbench.bench import noop_rerun
+
+    print(noop_rerun.run(args.workflow, args.config, args.workdir, repeats=args.repeats, out_md=args.out))
+
+
+def _stage_times(args) -> None:
+    from infbench import stage_times
+
+    print(stage_times.report(args.benchmarks, out_md=args.out))
+
+
 def _replay(args) -> None:
     from pydantic import ValidationError
 
@@ -279,6 +291,19 @@ def main(argv: list[str] | None = None) -> int:
                    help="stop after the reference likelihood (no answers reference, no verification)")
     p.add_argument("--threads", type=int, default=2)
     p.set_defaults(func=_bench_stages)
+    p = sub.add_parser("bench-noop-rerun", help="seconds `snakemake -n` takes on a working directory that is up to "
+                                              "date (made without running the jobs' work)")
+    p.add_argument("--workflow", default=".", help="the repository (its Snakefile and src/)")
+    p.add_argument("--config", default="config/config.yaml")
+    p.add_argument("--workdir", required=True, help="an empty directory to make up to date")
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--out", default=None, help="also write the table (Markdown) here")
+    p.set_defaults(func=_bench_noop_rerun)
+    p = sub.add_parser("stage-times", help="seconds and peak memory per stage and per rule, from the benchmark: "
+                                          "files of a pipeline run")
+    p.add_argument("--benchmarks", default="benchmarks", help="the run's benchmarks/ directory")
+    p.add_argument("--out", default=None, help="also write the tables (Markdown) here")
+    p.set_defaults(func=_stage_times)
     _add_replay(sub)
 
     args = parser.parse_args(argv)

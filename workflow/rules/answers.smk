@@ -11,15 +11,18 @@ rule answers_reference:
         reference="results/answers/{source}/reference.json",
         item_records="results/answers/{source}/reference_items.parquet",
     params:
+        code=code("answers_reference"),
         answers=config["answers"],
         secret=OPERATOR_SECRET.fingerprint,
     log:
         "logs/answers_reference/{source}.log",
+    benchmark:
+        "benchmarks/answers_reference/{source}.tsv"
     threads: 2
     resources:
         mem_mb=8000,
         runtime=60,
     conda:
-        "../../envs/compression-cpu.yaml"
+        "../../envs/pipeline.yaml"
     script:
         "../scripts/answers_reference.py"

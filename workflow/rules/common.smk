@@ -4,7 +4,7 @@ import re
 
 from snakemake.utils import validate
 
-from infbench import config_checks, operator_secret, resources
+from infbench import code_digest, config_checks, operator_secret, resources
 
 
 validate(config, schema="../schemas/config.schema.yaml")
@@ -28,7 +28,7 @@ VERIFICATION_GPUS = 1 if config["verification"]["device"].startswith("cuda") els
 LIKELIHOOD_ENV = (
     "../../envs/vllm.yaml"
     if config["likelihood"]["backend"] == "vllm"
-    else "../../envs/compression-cpu.yaml"
+    else "../../envs/pipeline.yaml"
 )
 
 
@@ -39,6 +39,25 @@ wildcard_constraints:
     qtype="[A-Za-z0-9_]+",
     limit="[0-9.]+",
     task="[A-Za-z0-9._-]+",
+
+
+# Digests kept between starts while the package is unchanged (src/infbench/code_digest.py).
+CODE_DIGESTS = code_digest.DigestCache(
+    ".snakemake/infbench/code_digests.json",
+    os.path.join(workflow.basedir, "workflow", "scripts"),
+)
+
+
+def code(script, also_files=(), also_modules=()):
+    """The `code` parameter of the jobs running workflow/scripts/<script>.py, a digest of the package
+    code the script reaches (src/infbench/code_digest.py), so that an edit under src/infbench/ reruns
+    exactly the jobs that run it. `also_files` are Python and YAML files the job runs besides (a
+    submission's), `also_modules` package modules it launches by name (server commands)."""
+    return CODE_DIGESTS.digest(
+        script,
+        also_files=[f for f in also_files if f.endswith((".py", ".yaml", ".yml"))],
+        also_modules=also_modules,
+    )
 
 
 def source_dir(wildcards):
@@ -101,6 +120,12 @@ def candidate_package(wildcards):
     if wildcards.candidate in RUN_CANDIDATES:  # a run's final submission (runs.smk)
         return RUN_CANDIDATES[wildcards.candidate].final_inputs
     return f"results/candidates/{wildcards.source}/{wildcards.candidate}"
+
+
+def candidate_code(wildcards):
+    """measure_candidate's code: its script's, and what a submission's own Python files import from infbench."""
+    package = candidate_package(wildcards)
+    return code("measure_candidate", also_files=package if isinstance(package, list) else [])
 
 
 def candidate_dir(wildcards):

@@ -6,14 +6,18 @@ rule bf16_package:
         checkpoint=source_dir,
     output:
         directory("results/candidates/{source}/bf16"),
+    params:
+        code=code("bf16_package"),
     log:
         "logs/bf16_package/{source}.log",
+    benchmark:
+        "benchmarks/bf16_package/{source}.tsv"
     threads: 1
     resources:
         mem_mb=2000,
         runtime=10,
     conda:
-        "../../envs/compression-cpu.yaml"
+        "../../envs/pipeline.yaml"
     script:
         "../scripts/bf16_package.py"
 
@@ -24,14 +28,18 @@ rule starter_submission:
         code=STARTER_CODE,
     output:
         directory("results/candidates/{source}/starter"),
+    params:
+        code=code("starter_submission"),
     log:
         "logs/starter_submission/{source}.log",
+    benchmark:
+        "benchmarks/starter_submission/{source}.tsv"
     threads: 1
     resources:
         mem_mb=2000,
         runtime=10,
     conda:
-        "../../envs/compression-cpu.yaml"
+        "../../envs/pipeline.yaml"
     script:
         "../scripts/starter_submission.py"
 
@@ -42,14 +50,18 @@ rule gguf_baseline:
         checkpoint=source_dir,
     output:
         directory("results/candidates/{source}/gguf-{qtype}"),
+    params:
+        code=code("gguf_baseline"),
     log:
         "logs/gguf_baseline/{source}/{qtype}.log",
+    benchmark:
+        "benchmarks/gguf_baseline/{source}/{qtype}.tsv"
     threads: 2
     resources:
         mem_mb=8000,
         runtime=30,
     conda:
-        "../../envs/llama-cpp.yaml"
+        "../../envs/pipeline.yaml"
     script:
         "../scripts/gguf_baseline.py"
 
@@ -60,14 +72,18 @@ rule released_gguf:
         checkpoint=source_dir,
     output:
         directory("results/candidates/{source}/released-{name}"),
+    params:
+        code=code("released_gguf"),
     log:
         "logs/released_gguf/{source}/{name}.log",
+    benchmark:
+        "benchmarks/released_gguf/{source}/{name}.tsv"
     threads: 1
     resources:
         mem_mb=2000,
         runtime=10,
     conda:
-        "../../envs/llama-cpp.yaml"
+        "../../envs/pipeline.yaml"
     script:
         "../scripts/released_gguf.py"
 
@@ -80,16 +96,19 @@ rule gptq_baseline:
         package=directory("results/candidates/{source}/gptq-{limit}gib"),
         record="results/compression/{source}/gptq-{limit}gib.json",
     params:
+        code=code("gptq_baseline"),
         corpus=config["likelihood"]["corpus"],
         gptq=COMPRESSION["gptq"],
     log:
         "logs/gptq_baseline/{source}/{limit}.log",
+    benchmark:
+        "benchmarks/gptq_baseline/{source}/{limit}.tsv"
     threads: 2
     resources:
         mem_mb=16000,
         runtime=120,
     conda:
-        "../../envs/gptq.yaml"
+        "../../envs/pipeline.yaml"
     script:
         "../scripts/gptq_baseline.py"
 
@@ -105,6 +124,7 @@ rule measure_candidate:
     output:
         "results/compression/{source}/measured/{candidate}.json",
     params:
+        code=candidate_code,
         package=candidate_dir,
         settings=config["verification"],
         sandbox=config["sandbox"],
@@ -113,13 +133,15 @@ rule measure_candidate:
         secret=OPERATOR_SECRET.fingerprint,
     log:
         "logs/measure_candidate/{source}/{candidate}.log",
+    benchmark:
+        "benchmarks/measure_candidate/{source}/{candidate}.tsv"
     threads: 2
     resources:
         mem_mb=16000,
         runtime=90,
         gpu=VERIFICATION_GPUS,
     conda:
-        "../../envs/compression-cpu.yaml"
+        "../../envs/pipeline.yaml"
     script:
         "../scripts/measure_candidate.py"
 
@@ -130,16 +152,19 @@ rule verify:
     output:
         "results/compression/verification/{task}/{candidate}.json",
     params:
+        code=code("verify"),
         task=lambda wc: TASKS[wc.task].model_dump(),
         secret=OPERATOR_SECRET.fingerprint,
     log:
         "logs/verify/{task}/{candidate}.log",
+    benchmark:
+        "benchmarks/verify/{task}/{candidate}.tsv"
     threads: 1
     resources:
         mem_mb=2000,
         runtime=5,
     conda:
-        "../../envs/compression-cpu.yaml"
+        "../../envs/pipeline.yaml"
     script:
         "../scripts/verify.py"
 
@@ -153,6 +178,7 @@ rule compression_table:
         ],
         sources=expand("results/sources/{source}/source.json", source=SOURCES),
     params:
+        code=code("compression_table"),
         config={
             "tasks": config["tasks"],
             "compression": COMPRESSION,
@@ -183,11 +209,13 @@ rule compression_table:
         plot_data="results/plots/accuracy_vs_bits.csv",
     log:
         "logs/tables/compression.log",
+    benchmark:
+        "benchmarks/compression_table.tsv"
     threads: 1
     resources:
         mem_mb=2000,
         runtime=10,
     conda:
-        "../../envs/compression-cpu.yaml"
+        "../../envs/pipeline.yaml"
     script:
         "../scripts/compression_table.py"

@@ -13,6 +13,7 @@ rule contexts:
         contexts="results/likelihood/{source}/{set}/contexts.parquet",
         manifest="results/likelihood/{source}/{set}/contexts.json",
     params:
+        code=code("contexts"),
         corpus=config["likelihood"]["corpus"],
         contexts_per_set=config["likelihood"]["contexts_per_set"],
         context_tokens=config["likelihood"]["context_tokens"],
@@ -21,12 +22,14 @@ rule contexts:
         secret=secret_of_set,
     log:
         "logs/contexts/{source}/{set}.log",
+    benchmark:
+        "benchmarks/contexts/{source}/{set}.tsv"
     threads: 1
     resources:
         mem_mb=2000,
         runtime=30,
     conda:
-        "../../envs/compression-cpu.yaml"
+        "../../envs/pipeline.yaml"
     script:
         "../scripts/contexts.py"
 
@@ -39,6 +42,7 @@ rule sample_continuations:
         continuations="results/likelihood/{source}/{set}/continuations.parquet",
         summary="results/likelihood/{source}/{set}/sampling.json",
     params:
+        code=code("sample_continuations"),
         backend=config["likelihood"]["backend"],
         n_tokens=config["likelihood"]["continuation_tokens"],
         temperature=config["likelihood"]["temperature"],
@@ -51,6 +55,8 @@ rule sample_continuations:
         secret=secret_of_set,
     log:
         "logs/sample_continuations/{source}/{set}.log",
+    benchmark:
+        "benchmarks/sample_continuations/{source}/{set}.tsv"
     threads: 2
     resources:
         mem_mb=4000,
@@ -70,6 +76,7 @@ rule score_reference:
         scores="results/likelihood/{source}/{set}/reference_scores.parquet",
         summary="results/likelihood/{source}/{set}/reference.json",
     params:
+        code=code("score_reference"),
         backend=config["likelihood"]["backend"],
         batch_size=config["likelihood"]["score_batch_size"],
         dtype=config["likelihood"]["dtype"],
@@ -80,6 +87,8 @@ rule score_reference:
         secret=secret_of_set,
     log:
         "logs/score_reference/{source}/{set}.log",
+    benchmark:
+        "benchmarks/score_reference/{source}/{set}.tsv"
     threads: 2
     resources:
         mem_mb=4000,

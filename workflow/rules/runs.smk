@@ -21,18 +21,21 @@ if REFERENCE_TASK is not None:
         output:
             directory(runs_discover.REFERENCE_DIR),
         params:
+            code=code("reference_search"),
             task=REFERENCE_TASK.model_dump(),
             search=config["runs"]["reference_search"],
             settings=config["verification"],
             sandbox=config["sandbox"],
         log:
             "logs/reference_search/reference_search.log",
+        benchmark:
+            "benchmarks/reference_search.tsv"
         threads: 2
         resources:
             mem_mb=8000,
             runtime=30,
         conda:
-            "../../envs/llama-cpp.yaml"
+            "../../envs/pipeline.yaml"
         script:
             "../scripts/reference_search.py"
 
@@ -45,18 +48,21 @@ rule ingest_run:
         record="results/runs/ingested/{run}/record.json",
         events="results/runs/ingested/{run}/events.parquet",
     params:
+        code=code("ingest_run"),
         run_dir=lambda wc: RUNS[wc.run].path,
         candidate=lambda wc: RUNS[wc.run].candidate,
         models=sorted(config["runs"]["prices"]),
         tasks=sorted(TASKS),
     log:
         "logs/ingest_run/{run}.log",
+    benchmark:
+        "benchmarks/ingest_run/{run}.tsv"
     threads: 1
     resources:
         mem_mb=2000,
         runtime=10,
     conda:
-        "../../envs/compression-cpu.yaml"
+        "../../envs/pipeline.yaml"
     script:
         "../scripts/ingest_run.py"
 
@@ -71,6 +77,7 @@ rule runs_analysis:
             if e.candidate
         ],
     params:
+        code=code("runs_analysis"),
         runs=[n for n, e in sorted(RUNS.items()) if e.candidate],
         settings={
             **config["runs"]["analysis"],
@@ -103,11 +110,13 @@ rule runs_analysis:
         **{f"{name}_data": f"results/plots/runs/{name}.csv" for name in RUN_PLOTTED},
     log:
         "logs/tables/runs.log",
+    benchmark:
+        "benchmarks/runs_analysis.tsv"
     threads: 1
     resources:
         mem_mb=2000,
         runtime=10,
     conda:
-        "../../envs/compression-cpu.yaml"
+        "../../envs/pipeline.yaml"
     script:
         "../scripts/runs_analysis.py"

@@ -11,6 +11,9 @@ SERVING_CORE = {
     for k, v in SERVING.items()
     if k not in ("submissions", "verification", "uncertainty")
 }
+# Package modules the configured servers run (`{python} -m infbench.serving.starter`): part of the code of
+# the jobs that launch them.
+SERVING_SERVER_MODULES = code_digest.modules_named(SERVING["servers"])
 SERVING_MODEL = {
     "model_dir": f"results/sources/{SERVING_SOURCE}/hf",
     "gguf": f"results/sources/{SERVING_SOURCE}/f16.gguf",
@@ -26,15 +29,18 @@ rule serving_synthetic:
     output:
         "results/serving/trace/synthetic.jsonl",
     params:
+        code=code("serving_synthetic"),
         synthetic=SERVING["workload"]["synthetic"],
     log:
         "logs/serving/synthetic.log",
+    benchmark:
+        "benchmarks/serving_synthetic.tsv"
     threads: 1
     resources:
         mem_mb=1000,
         runtime=10,
     conda:
-        "../../envs/serving-cpu.yaml"
+        "../../envs/pipeline.yaml"
     script:
         "../scripts/serving_synthetic.py"
 
@@ -46,16 +52,19 @@ rule serving_workload:
         sessions="results/serving/workload/sessions.jsonl",
         summary="results/serving/workload/workload.json",
     params:
+        code=code("serving_workload"),
         workload=SERVING["workload"],
         context_limit=SERVING["deployment"]["context_limit"],
     log:
         "logs/serving/workload.log",
+    benchmark:
+        "benchmarks/serving_workload.tsv"
     threads: 1
     resources:
         mem_mb=2000,
         runtime=10,
     conda:
-        "../../envs/serving-cpu.yaml"
+        "../../envs/pipeline.yaml"
     script:
         "../scripts/serving_workload.py"
 
@@ -67,15 +76,18 @@ rule serving_coverage:
         csv="results/serving/coverage.csv",
         json="results/serving/coverage.json",
     params:
+        code=code("serving_coverage"),
         serving=SERVING_CORE,
     log:
         "logs/serving/coverage.log",
+    benchmark:
+        "benchmarks/serving_coverage.tsv"
     threads: 1
     resources:
         mem_mb=2000,
         runtime=10,
     conda:
-        "../../envs/serving-cpu.yaml"
+        "../../envs/pipeline.yaml"
     script:
         "../scripts/serving_coverage.py"
 
@@ -88,17 +100,20 @@ rule serving_calibrate:
         targets="results/serving/calibration/targets.json",
         runs=directory("results/serving/calibration/runs"),
     params:
+        code=code("serving_calibrate", also_modules=SERVING_SERVER_MODULES),
         serving=SERVING_CORE,
     log:
         run="logs/serving/calibrate.log",
         server="logs/serving/servers/calibrate.log",
+    benchmark:
+        "benchmarks/serving_calibrate.tsv"
     threads: 2
     resources:
         mem_mb=8000,
         runtime=SERVING_CALIBRATE_MINUTES,
         gpu=SERVING_GPUS,
     conda:
-        "../../envs/serving-cpu.yaml"
+        "../../envs/pipeline.yaml"
     script:
         "../scripts/serving_calibrate.py"
 
@@ -112,18 +127,21 @@ rule serving_replay:
         records="results/serving/replays/{system}/seed{seed}.parquet",
         summary="results/serving/replays/{system}/seed{seed}.json",
     params:
+        code=code("serving_replay", also_modules=SERVING_SERVER_MODULES),
         serving=SERVING_CORE,
         concurrency=lambda wc: SERVING_SYSTEMS[wc.system],
     log:
         run="logs/serving/replay/{system}_seed{seed}.log",
         server="logs/serving/servers/{system}_seed{seed}.log",
+    benchmark:
+        "benchmarks/serving_replay/{system}/{seed}.tsv"
     threads: 2
     resources:
         mem_mb=8000,
         runtime=SERVING_REPLAY_MINUTES,
         gpu=SERVING_GPUS,
     conda:
-        "../../envs/serving-cpu.yaml"
+        "../../envs/pipeline.yaml"
     script:
         "../scripts/serving_replay.py"
 
@@ -159,16 +177,19 @@ rule serving_table:
         ),
         plot_data="results/plots/serving_value_share.csv",
     params:
+        code=code("serving_table"),
         serving=SERVING_CORE,
         uncertainty=SERVING["uncertainty"],
     log:
         "logs/serving/table.log",
+    benchmark:
+        "benchmarks/serving_table.tsv"
     threads: 1
     resources:
         mem_mb=1000,
         runtime=10,
     conda:
-        "../../envs/serving-cpu.yaml"
+        "../../envs/pipeline.yaml"
     script:
         "../scripts/serving_table.py"
 

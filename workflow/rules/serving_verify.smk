@@ -28,6 +28,7 @@ rule serving_verification_reference:
     output:
         "results/serving/reference/verification.json",
     params:
+        code=code("serving_verification_reference"),
         source=SERVING_SOURCE,
         verification=SERVING["verification"],
         token_id_range=SERVING["workload"]["token_id_range"],
@@ -35,12 +36,14 @@ rule serving_verification_reference:
         secret=SERVING_SECRET,
     log:
         "logs/serving/verification_reference.log",
+    benchmark:
+        "benchmarks/serving_verification_reference.tsv"
     threads: 2
     resources:
         mem_mb=4000,
         runtime=60,
     conda:
-        "../../envs/serving-cpu.yaml"
+        "../../envs/pipeline.yaml"
     script:
         "../scripts/serving_verification_reference.py"
 
@@ -55,6 +58,7 @@ rule serving_verify:
         record="results/serving/verification/{submission}.json",
         runs=directory("results/serving/verification/{submission}"),
     params:
+        code=lambda wc: code("serving_verify", also_files=server_submission.files(SERVING_SUBMISSIONS[wc.submission]), also_modules=SERVING_SERVER_MODULES),
         serving=SERVING_VERIFY,
         answers=config["answers"],
         sandbox=config["sandbox"],
@@ -63,13 +67,15 @@ rule serving_verify:
     log:
         run="logs/serving/verify/{submission}.log",
         server="logs/serving/servers/verify_{submission}.log",
+    benchmark:
+        "benchmarks/serving_verify/{submission}.tsv"
     threads: 2
     resources:
         mem_mb=8000,
         runtime=SERVING_REPLAY_MINUTES * len(SERVING["seeds"]["final"]) + 30,
         gpu=SERVING_GPUS,
     conda:
-        "../../envs/serving-cpu.yaml"
+        "../../envs/pipeline.yaml"
     script:
         "../scripts/serving_verify.py"
 
@@ -92,15 +98,18 @@ rule serving_verified_table:
         md="results/tables/serving_verified.md",
         provenance="results/tables/serving_verified.provenance.json",
     params:
+        code=code("serving_verified_table"),
         serving=SERVING_VERIFY,
         uncertainty=SERVING["uncertainty"],
     log:
         "logs/serving/verified_table.log",
+    benchmark:
+        "benchmarks/serving_verified_table.tsv"
     threads: 1
     resources:
         mem_mb=1000,
         runtime=10,
     conda:
-        "../../envs/serving-cpu.yaml"
+        "../../envs/pipeline.yaml"
     script:
         "../scripts/serving_verified_table.py"

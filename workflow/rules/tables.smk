@@ -20,15 +20,18 @@ rule tables:
         md="results/tables/reference.md",
         provenance="results/tables/reference.provenance.json",
     params:
+        code=code("reference_table"),
         config={"sources": config["sources"], "likelihood": config["likelihood"]},
     log:
         "logs/tables/reference.log",
+    benchmark:
+        "benchmarks/tables.tsv"
     threads: 1
     resources:
         mem_mb=1000,
         runtime=10,
     conda:
-        "../../envs/compression-cpu.yaml"
+        "../../envs/pipeline.yaml"
     script:
         "../scripts/reference_table.py"
 
@@ -54,14 +57,17 @@ rule plot_reference:
         ),
         plot_data="results/plots/reference_ppl.csv",
     params:
+        code=code("plot_reference"),
         labels=[(source, set_) for source in SOURCES for set_ in SETS],
     log:
         "logs/tables/reference_plot.log",
+    benchmark:
+        "benchmarks/plot_reference.tsv"
     threads: 1
     resources:
         mem_mb=1000,
         runtime=10,
     conda:
-        "../../envs/compression-cpu.yaml"
+        "../../envs/pipeline.yaml"
     script:
         "../scripts/plot_reference.py"

@@ -7,6 +7,7 @@ from infbench.compression import likelihood
 
 params = dict(snakemake.params.items())
 secret = operator_secret.for_job(snakemake.config["operator_secret"], params.pop("secret"))
+params.pop("code")  # a rerun trigger only
 
 likelihood.sample_set(
     snakemake.wildcards.source,

@@ -32,6 +32,7 @@ from infbench.compression.integrity import Check
 from infbench.compression.likelihood import read_continuations, stack
 from infbench.compression.runtimes import preload_modules
 from infbench.compression.storage import ResidentMeasure
+from infbench.compression.tasks import Task  # re-exported: records and verdicts take it
 from infbench.compression.submission import GIB, SubmissionError, check_tokenizer, content_hash, load_manifest, package_bytes
 from infbench.sandbox.launch import SandboxRecord, SandboxSettings
 
@@ -68,12 +69,6 @@ class EvaluationSettings(BaseModel):
     integrity: IntegritySettings
     sandbox: SandboxSettings
     threads: int = 1
-
-
-class Task(BaseModel):
-    name: str
-    source: str
-    limit_gib: float
 
 
 class EvaluationRecord(BaseModel):

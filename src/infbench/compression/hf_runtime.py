@@ -13,10 +13,20 @@ def cache_kwargs(out) -> dict:
     return {"cache": out.cache} if hasattr(out, "cache") else {"past_key_values": out.past_key_values}
 
 
-def load_causal_lm(checkpoint: str, dtype: str, device: str):
+def from_pretrained_on(checkpoint, device: str, **kwargs):
+    """A transformers checkpoint on ``device``. With ``cuda`` and more than one GPU visible it is spread over
+    all of them (``device_map="auto"``, accelerate): a job is given several GPUs (``sources.<name>.devices``)
+    because its model does not fit one, as a BF16 MoE source (PROTOCOL A6: two GPUs). Inputs go to the first
+    GPU; accelerate moves activations from layer to layer."""
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(checkpoint, dtype=getattr(torch, dtype))
-    model.to(torch.device(resolve(device)))
+    device = resolve(device)
+    if device == "cuda" and torch.cuda.device_count() > 1:
+        return AutoModelForCausalLM.from_pretrained(checkpoint, device_map="auto", **kwargs)
+    return AutoModelForCausalLM.from_pretrained(checkpoint, **kwargs).to(torch.device(device))
+
+
+def load_causal_lm(checkpoint: str, dtype: str, device: str):
+    model = from_pretrained_on(checkpoint, device, dtype=getattr(torch, dtype))
     model.eval()
     return model

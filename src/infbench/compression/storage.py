@@ -70,16 +70,18 @@ def live_cpu_bytes() -> int:
 def resident_bytes(device: str, native_bytes: int = 0) -> int:
     """The in-process figure: live tensors and arrays plus bytes a runtime holds natively (llama.cpp's model).
 
-    On CUDA the device allocator's bytes plus every live host-side storage: a copy kept in host memory
+    On CUDA the device allocator's bytes on every visible GPU plus every live host-side storage: a copy kept in host memory
     (a full-precision twin, offloaded weights) is model storage too.
     """
     host = live_cpu_bytes() + native_bytes
     if device.startswith("cuda"):
-        torch.cuda.synchronize()
+        for i in range(torch.cuda.device_count()):
+            torch.cuda.synchronize(i)
         # cuBLAS keeps its matmul workspaces (32 MiB per handle by default) in the caching allocator:
         # temporary workspace, not model storage
         torch._C._cuda_clearCublasWorkspaces()
-        return int(torch.cuda.memory_allocated()) + host
+        # every visible GPU: a model too large for one is spread over several (hf_runtime.from_pretrained_on)
+        return sum(int(torch.cuda.memory_allocated(i)) for i in range(torch.cuda.device_count())) + host
     return host
 
 

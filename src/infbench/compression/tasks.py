@@ -5,9 +5,17 @@ from __future__ import annotations
 from pathlib import Path
 
 import yaml
+from pydantic import BaseModel
 
-from infbench.compression.evaluation import Task
 from infbench.compression.submission import MANIFEST
+
+
+class Task(BaseModel):
+    """A CompressionBench task: a source under a storage limit (PROTOCOL A1, A7)."""
+
+    name: str
+    source: str
+    limit_gib: float
 
 
 def task_name(source: str, limit_gib: float) -> str:

@@ -13,12 +13,15 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from infbench.compression.evaluation import Task
+from infbench.compression.tasks import Task
 from infbench.errors import ConfigError
 from infbench.runs import ingest
+from infbench.runs.schema import Agent
 
 REFERENCE = "reference-search"
 REFERENCE_DIR = f"results/runs/{REFERENCE}"
+# the scripted reference search (infbench.runs.reference_search) as the agent of its run
+REFERENCE_AGENT = Agent(model="scripted-reference", scaffold="infbench.runs.reference_search")
 NAME = re.compile(r"^[A-Za-z0-9._-]+$")
 
 
@@ -57,11 +60,9 @@ def discover(config: dict, tasks: dict[str, Task]) -> dict[str, RunEntry]:
     found: dict[str, RunEntry] = {}
     task = reference_task(config, tasks)
     if task is not None:
-        from infbench.runs.reference_search import AGENT
-
         found[REFERENCE] = RunEntry(name=REFERENCE, path=REFERENCE_DIR, inputs=[REFERENCE_DIR], task=task.name, source=task.source,
                                     candidate=f"run-{REFERENCE}", final=f"{REFERENCE_DIR}/final", final_inputs=[REFERENCE_DIR],
-                                    label=_label(REFERENCE, AGENT.model, AGENT.scaffold, AGENT.effort))
+                                    label=_label(REFERENCE, REFERENCE_AGENT.model, REFERENCE_AGENT.scaffold, REFERENCE_AGENT.effort))
     root = Path(runs_cfg["dir"])
     for path in sorted(root.iterdir()) if root.is_dir() else []:
         if not path.is_dir() or path.name.startswith("."):

@@ -23,12 +23,12 @@ from pydantic import BaseModel, ConfigDict
 from infbench import atomic
 from infbench.compression.baselines.gguf import WEIGHTS, quantize
 from infbench.compression.baselines.package import copy_tokenizer, write_package
-from infbench.compression.evaluation import Task
+from infbench.compression.tasks import Task
 from infbench.compression.submission import Manifest
 from infbench.compression.verification import reward
-from infbench.runs.schema import Agent, RunSpec
+from infbench.runs.discover import REFERENCE_AGENT as AGENT
+from infbench.runs.schema import RunSpec
 
-AGENT = Agent(model="scripted-reference", scaffold="infbench.runs.reference_search")
 KEY = "runs.reference_search.candidates"
 
 

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from infbench.compression.evaluation import EvaluationRecord
 from infbench.runs.jsonl import timed_events
 from infbench.runs.schema import RewardCall
 
 
 def _call(obj: dict) -> RewardCall:
+    # imported here: the workflow discovers runs at start, and evaluation pulls in torch (seconds)
+    from infbench.compression.evaluation import EvaluationRecord
+
     record = EvaluationRecord.model_validate(obj)
     if record.finished_at is None or record.reward is None:
         raise ValueError("a reward record needs 'finished_at' and 'reward' (written by infbench reward)")

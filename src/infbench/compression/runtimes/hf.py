@@ -9,7 +9,7 @@ from typing import Iterator
 import numpy as np
 import torch
 
-from infbench.compression.hf_runtime import cache_kwargs
+from infbench.compression.hf_runtime import cache_kwargs, from_pretrained_on
 
 
 def _load(checkpoint: Path, device: str):
@@ -28,9 +28,7 @@ def _load(checkpoint: Path, device: str):
         model = GPTQModel.load(str(checkpoint), device=device, backend=BACKEND.TORCH).model
         model.__dict__.pop("tokenizer", None)  # GPTQModel hangs its tokenizer on the model; the pipeline tokenizes
         return model
-    from transformers import AutoModelForCausalLM
-
-    return AutoModelForCausalLM.from_pretrained(checkpoint, dtype="auto").to(device)
+    return from_pretrained_on(checkpoint, device, dtype="auto")
 
 
 @contextlib.contextmanager
