@@ -84,21 +84,28 @@ def test_a_job_refuses_a_secret_other_than_the_planned_one(monkeypatch):
         operator_secret.for_job(settings, planned)
 
 
-def test_compression_table_names_the_verification_set(tmp_path):
+def test_compression_table_names_the_verification_set_and_marks_unsandboxed_rows(tmp_path):
     from infbench.compression.evaluation import EvaluationRecord
+    from infbench.sandbox.launch import SandboxRecord
     from infbench.tables import compression
 
     paths = []
+    isolated = {"a": SandboxRecord(kind="bwrap", bwrap_version="0.8.0"),
+                "b": SandboxRecord(kind="none", reason="bubblewrap (bwrap) is not installed")}
     for name, label in [("a", DEMO.label), ("b", _secret("r3").label)]:
         record = EvaluationRecord(kind="verification", submission=name, task="t", source="s", limit_gib=0.1,
-                                  failed_check="causality", secret_label=label, secret_value="not shown")
+                                  failed_check="causality", secret_label=label, secret_value="not shown",
+                                  sandbox=isolated[name])
         paths.append(tmp_path / f"{name}.json")
         paths[-1].write_text(record.model_dump_json())
     (tmp_path / "source.json").write_text("{}")
     compression.write([str(p) for p in paths], [str(tmp_path / "source.json")], csv_path=str(tmp_path / "t.csv"),
-                      md_path=str(tmp_path / "t.md"), provenance_path=str(tmp_path / "t.json"),
-                      plot_path=str(tmp_path / "t.png"), config={})
+                      md_path=str(tmp_path / "t.md"), provenance_path=str(tmp_path / "t.json"), config={})
     md = (tmp_path / "t.md").read_text()
     assert "verification set: public demo" in md and "verification set: operator secret fp-r3" in md
     assert "not shown" not in md + (tmp_path / "t.csv").read_text()
     assert "failed: causality" in md
+    rows = {r.method: r for r in compression.rows_of(compression.read([str(p) for p in paths]))}
+    assert (rows["a"].verdict, rows["a"].isolation) == ("failed: causality", "bwrap 0.8.0")
+    assert rows["b"].verdict == "failed: causality (unsandboxed)"
+    assert rows["b"].isolation == "UNSANDBOXED (bubblewrap (bwrap) is not installed)"

@@ -45,6 +45,20 @@ class SandboxRecord(BaseModel):
     network: str = ""
 
 
+def isolation(record: SandboxRecord | None) -> str:
+    """How a table row's measurements were isolated: ``bwrap 0.8.0``, ``UNSANDBOXED (<why>)`` or ``not started``."""
+    if record is None:
+        return "not started"
+    if record.kind == "none":
+        return f"UNSANDBOXED ({record.reason})" if record.reason else "UNSANDBOXED"
+    return f"bwrap {record.bwrap_version}".strip()
+
+
+def marked(verdict: str, record: SandboxRecord | None) -> str:
+    """A verdict reached without a sandbox says so in the verdict itself."""
+    return f"{verdict} (unsandboxed)" if record is not None and record.kind == "none" else verdict
+
+
 class SandboxUnavailable(InfbenchError):
     """No sandbox can be made here and the config does not allow unsandboxed runs."""
 

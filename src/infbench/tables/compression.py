@@ -3,7 +3,8 @@ task x candidate (its figure, Figure 1a: :mod:`infbench.plots.accuracy_vs_bits`)
 
 Each row names the operator secret its verification set was drawn from
 (``verification_set``); the Markdown table ends with one line per secret, e.g.
-``verification set: public demo`` when the embedded demo secret was used."""
+``verification set: public demo`` when the embedded demo secret was used. ``isolation`` says how the
+package's process was sandboxed; a verdict reached without a sandbox ends in "(unsandboxed)"."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from pydantic import BaseModel
 
 from infbench.compression.evaluation import EvaluationRecord
 from infbench.hashing import sha256_file
+from infbench.sandbox.launch import isolation, marked
 from infbench.tables.io import write_table
 
 
@@ -33,6 +35,7 @@ class CompressionRow(BaseModel):
     verdict: str
     score: float
     verification_set: str | None  # the operator secret's label: "public demo" or "operator secret <fingerprint>"
+    isolation: str  # "bwrap <version>", or "UNSANDBOXED (<why>)" (sandbox.allow_unsandboxed)
 
 
 def row(r: EvaluationRecord) -> CompressionRow:
@@ -41,8 +44,8 @@ def row(r: EvaluationRecord) -> CompressionRow:
         f_v=r.f, accuracy=r.accuracy_mean, accuracy_bf16=r.accuracy_ref, package_gib=r.s_pkg_gib,
         resident_gib=r.s_res_gib, bits_per_param=r.package_bits_per_param,
         tps=r.decode.tps if r.decode else None,
-        verdict="verified" if r.failed_check is None else f"failed: {r.failed_check}", score=r.score or 0.0,
-        verification_set=r.secret_label,
+        verdict=marked("verified" if r.failed_check is None else f"failed: {r.failed_check}", r.sandbox),
+        score=r.score or 0.0, verification_set=r.secret_label, isolation=isolation(r.sandbox),
     )
 
 
@@ -56,12 +59,17 @@ def read(records: list[str], labels: dict[str, str] | None = None) -> list[tuple
     return out
 
 
+def rows_of(judged: list[tuple[EvaluationRecord, str]]) -> list[CompressionRow]:
+    """The table's rows from labelled records (:func:`read`): by source, limit, then bits per parameter."""
+    return sorted((row(r).model_copy(update={"method": label}) for r, label in judged),
+                  key=lambda r: (r.source, r.limit_gib, -(r.bits_per_param or 0), r.method))
+
+
 def write(records: list[str], sources: list[str], *, csv_path: str, md_path: str, provenance_path: str,
           config: dict, labels: dict[str, str] | None = None) -> list[tuple[EvaluationRecord, str]]:
     """The table; returns the labelled records (:func:`read`) for the figure."""
     judged = read(records, labels)
-    rows = sorted((row(r).model_copy(update={"method": label}) for r, label in judged),
-                  key=lambda r: (r.source, r.limit_gib, -(r.bits_per_param or 0), r.method))
+    rows = rows_of(judged)
     secrets = sorted({r.verification_set or "unknown" for r in rows})
     write_table(rows, csv_path=csv_path, md_path=md_path, provenance_path=provenance_path,
                 params={"table": "compression"}, config=config,

@@ -18,6 +18,7 @@ from pydantic import BaseModel
 from infbench.serving import calibrate, runs
 from infbench.serving.uncertainty import UncertaintySettings
 from infbench.serving.verify.verdict import VerificationRecord
+from infbench.sandbox.launch import isolation, marked
 from infbench.tables.io import write_table
 from infbench.tables.serving import Measured, baseline, measured
 
@@ -44,6 +45,7 @@ class VerifiedRow(BaseModel):
     counts: str
     checks_passed: str
     probes: str
+    isolation: str  # "bwrap <version>", or "UNSANDBOXED (<why>)" (sandbox.allow_unsandboxed)
     cause: str
 
 
@@ -54,21 +56,22 @@ def rows(serving: dict[str, Any], settings: UncertaintySettings, targets: calibr
          record_paths: list[str]) -> list[VerifiedRow]:
     dep = serving["deployment"]["name"]
     base = baseline(serving, settings, targets)
-    out = [VerifiedRow(**base.model_dump(), verdict="reference", checks_passed="", probes="", cause="")]
+    out = [VerifiedRow(**base.model_dump(), verdict="reference", checks_passed="", probes="", isolation="operator's",
+                       cause="")]
     for path in record_paths:
         rec = VerificationRecord.model_validate_json(Path(path).read_text())
         passed = f"{sum(c.passed for c in rec.checks)}/{len(rec.checks)}"
         seeds = ",".join(str(r.seed) for r in rec.replays)
         common = dict(deployment=dep, system=rec.submission, concurrency=rec.concurrency, seeds=seeds,
-                      checks_passed=passed, probes=f"probes: {rec.drawn_with}")
+                      checks_passed=passed, probes=f"probes: {rec.drawn_with}", isolation=isolation(rec.sandbox))
         if not rec.verified:
-            out.append(VerifiedRow(**common, **NOT_SCORED, verdict=f"failed: {rec.failing_check}",
+            out.append(VerifiedRow(**common, **NOT_SCORED, verdict=marked(f"failed: {rec.failing_check}", rec.sandbox),
                                    D_at_c=f"not scored (fails {rec.failing_check})", counts="",
                                    cause=" ".join((rec.cause or "").split(":\n")[0].split())[:300]))
             continue
         m = measured(serving, settings, [r.records for r in rec.replays], rec.concurrency, targets.targets,
                      f"verified/{rec.submission}")
-        out.append(VerifiedRow(**common, **m.model_dump(), verdict="verified", cause=""))
+        out.append(VerifiedRow(**common, **m.model_dump(), verdict=marked("verified", rec.sandbox), cause=""))
     return out
 
 
