@@ -20,7 +20,7 @@ config_checks.check_serving(config)
 # fingerprint only (a changed secret reruns what depends on it), jobs load the secret themselves.
 OPERATOR_SECRET = operator_secret.load(config["operator_secret"])
 
-# Scale-out (README "Scale-out"): every rule declares threads and resources
+# Scale-out (docs/slurm.md): every rule declares threads and resources
 # (mem_mb and runtime in minutes sized for the embedded default, gpu from the
 # config); profiles/paper raises memory and runtime for the paper sources.
 LIKELIHOOD_GPUS = resources.likelihood_gpus(config["likelihood"])
