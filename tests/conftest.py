@@ -83,6 +83,19 @@ def planned_jobs(proc: subprocess.CompletedProcess) -> dict[str, int]:
     return jobs
 
 
+# The paper configs (config/paper/) name llama.cpp's converter relative to the working directory.
+PAPER_CONVERTER = "llama.cpp/convert_hf_to_gguf.py"
+
+
+def with_llama_cpp(workdir: Path) -> Path:
+    """``workdir`` with a stand-in for the paper configs' llama.cpp converter, which the workflow checks for
+    at start (config_checks.check_gguf_converter); a dry run never runs it."""
+    script = workdir / PAPER_CONVERTER
+    script.parent.mkdir(parents=True, exist_ok=True)
+    script.write_text("raise SystemExit('a stand-in for llama.cpp/convert_hf_to_gguf.py')\n")
+    return workdir
+
+
 @pytest.fixture
 def workdir(tmp_path):
     shutil.copytree(REPO / "config", tmp_path / "config")

@@ -6,7 +6,7 @@ import jsonschema
 import pytest
 import yaml
 
-from conftest import REPO, planned_jobs, run_snakemake
+from conftest import REPO, planned_jobs, run_snakemake, with_llama_cpp
 
 SCHEMA = yaml.safe_load((REPO / "workflow/schemas/config.schema.yaml").read_text())
 PROFILES = sorted((REPO / "config").rglob("*.yaml"))
@@ -24,7 +24,7 @@ def test_profile_validates(profile):
 
 @pytest.mark.parametrize("profile", sorted((REPO / "config/paper").glob("*.yaml")), ids=lambda p: p.stem)
 def test_paper_profile_dry_run(profile, tmp_path):
-    proc = run_snakemake(tmp_path, "-n", "--configfile", str(profile))
+    proc = run_snakemake(with_llama_cpp(tmp_path), "-n", "--configfile", str(profile))
     jobs = planned_jobs(proc)
     assert jobs["sample_continuations"] == 2 and jobs["score_reference"] == 2 and jobs["tables"] == 1
     paper = yaml.safe_load(profile.read_text())["likelihood"]

@@ -22,6 +22,7 @@ rule answers_reference:
     resources:
         mem_mb=8000,
         runtime=60,
+        gpu=gpus("answers_reference"),
     conda:
         "../../envs/pipeline.yaml"
     script:

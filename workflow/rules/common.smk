@@ -16,15 +16,38 @@ SETS = ["search", "verification"]
 config_checks.check(config)
 config_checks.check_serving(config)
 
+
+def _set_resources():
+    """rule -> resource -> value of --set-resources and the workflow profile's set-resources."""
+    overrides = workflow.resource_settings.overwrite_resources
+    return {
+        name: {key: getattr(r, "value", r) for key, r in mapping.items()}
+        for name, mapping in overrides.items()
+    }
+
+
+_GPU_LIMIT = workflow.resource_settings.resources.get("gpu")
+config_checks.check_gpus(
+    config, _set_resources(), getattr(_GPU_LIMIT, "value", _GPU_LIMIT)
+)
+
 # Held-out material is drawn from the operator secret (src/infbench/operator_secret.py); rules get its
 # fingerprint only (a changed secret reruns what depends on it), jobs load the secret themselves.
 OPERATOR_SECRET = operator_secret.load(config["operator_secret"])
 
-# Scale-out (docs/slurm.md): every rule declares threads and resources
-# (mem_mb and runtime in minutes sized for the embedded default, gpu from the
-# config); profiles/paper raises memory and runtime for the paper sources.
-LIKELIHOOD_GPUS = resources.likelihood_gpus(config["likelihood"])
-VERIFICATION_GPUS = 1 if config["verification"]["device"].startswith("cuda") else 0
+# Scale-out (docs/slurm.md, docs/paper_scale.md): every rule declares threads
+# and resources (mem_mb and runtime in minutes sized for the embedded default, gpu
+# from the config); profiles/paper raises memory and runtime for the paper sources.
+
+
+def gpus(rule):
+    """The `gpu` resource of a per-source rule: the GPUs its config puts it on (src/infbench/resources.py)."""
+    return lambda wildcards: resources.job_gpus(config, rule, wildcards.source)
+
+
+# A verification job's worker has verification.timeout_s for everything (load, likelihood, probes, decode,
+# accuracy gate); the job around it a half hour more.
+VERIFICATION_MINUTES = int(config["verification"]["timeout_s"] / 60) + 30
 LIKELIHOOD_ENV = (
     "../../envs/vllm.yaml"
     if config["likelihood"]["backend"] == "vllm"

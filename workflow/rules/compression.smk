@@ -98,7 +98,8 @@ rule gptq_baseline:
     params:
         code=code("gptq_baseline"),
         corpus=config["likelihood"]["corpus"],
-        gptq=COMPRESSION["gptq"],
+        # the device decides where GPTQModel quantizes, not what it writes: changing it reruns nothing
+        gptq={k: v for k, v in COMPRESSION["gptq"].items() if k != "device"},
     log:
         "logs/gptq_baseline/{source}/{limit}.log",
     benchmark:
@@ -107,6 +108,7 @@ rule gptq_baseline:
     resources:
         mem_mb=16000,
         runtime=120,
+        gpu=gpus("gptq_baseline"),
     conda:
         "../../envs/pipeline.yaml"
     script:
@@ -138,8 +140,8 @@ rule measure_candidate:
     threads: 2
     resources:
         mem_mb=16000,
-        runtime=90,
-        gpu=VERIFICATION_GPUS,
+        runtime=VERIFICATION_MINUTES,
+        gpu=gpus("measure_candidate"),
     conda:
         "../../envs/pipeline.yaml"
     script:

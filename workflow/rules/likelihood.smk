@@ -61,7 +61,7 @@ rule sample_continuations:
     resources:
         mem_mb=4000,
         runtime=60,
-        gpu=LIKELIHOOD_GPUS,
+        gpu=gpus("sample_continuations"),
     conda:
         LIKELIHOOD_ENV
     script:
@@ -93,7 +93,7 @@ rule score_reference:
     resources:
         mem_mb=4000,
         runtime=60,
-        gpu=LIKELIHOOD_GPUS,
+        gpu=gpus("score_reference"),
     conda:
         LIKELIHOOD_ENV
     script:

@@ -7,6 +7,10 @@ from infbench.runs.outputs import ANALYSES as RUN_ANALYSES, PLOTTED as RUN_PLOTT
 RUNS = runs_discover.discover(config, TASKS)
 RUN_CANDIDATES = {e.candidate: e for e in RUNS.values() if e.candidate}
 REFERENCE_TASK = runs_discover.reference_task(config, TASKS)
+# Every candidate of the reference search is quantized, then rewarded by a worker with verification.timeout_s.
+REFERENCE_SEARCH_MINUTES = (
+    len(config["runs"]["reference_search"]["candidates"]) * VERIFICATION_MINUTES
+)
 
 
 if REFERENCE_TASK is not None:
@@ -33,7 +37,8 @@ if REFERENCE_TASK is not None:
         threads: 2
         resources:
             mem_mb=8000,
-            runtime=30,
+            runtime=REFERENCE_SEARCH_MINUTES,
+            gpu=resources.job_gpus(config, "reference_search", REFERENCE_TASK.source),
         conda:
             "../../envs/pipeline.yaml"
         script:

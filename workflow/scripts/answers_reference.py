@@ -7,6 +7,10 @@ logging.basicConfig(stream=sys.stderr, level=logging.INFO)
 from infbench import operator_secret
 from infbench.compression import held_out
 from infbench.compression.answers import reference, settings
+from infbench.resources import check_visible_gpus
+
+if snakemake.resources.gpu:
+    check_visible_gpus(snakemake.resources.gpu, "answers.device")
 
 answers = settings.from_config({"answers": snakemake.params.answers})
 secret = operator_secret.for_job(snakemake.config["operator_secret"], snakemake.params.secret)

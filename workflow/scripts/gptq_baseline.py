@@ -4,6 +4,11 @@ sys.stderr = open(snakemake.log[0], "w")
 
 from infbench import atomic
 from infbench.compression.baselines import gptq
+from infbench.resources import check_visible_gpus
+
+# compression.gptq.device: cuda asks for a GPU; without one GPTQModel would quantize on the CPU instead.
+if snakemake.resources.gpu:
+    check_visible_gpus(snakemake.resources.gpu, "compression.gptq.device")
 
 settings = {k: v for k, v in snakemake.params.gptq.items() if k != "enabled"}
 result = gptq.package(

@@ -5,6 +5,11 @@ sys.stderr = open(snakemake.log[0], "w")
 from infbench import operator_secret
 from infbench.compression import held_out, verification
 from infbench.compression.accuracy import make_gate
+from infbench.resources import check_visible_gpus
+
+# Fewer GPUs than the source needs would fail the candidate's load and record that as its failure.
+if snakemake.resources.gpu:
+    check_visible_gpus(snakemake.resources.gpu, "verification.device")
 
 secret = operator_secret.for_job(snakemake.config["operator_secret"], snakemake.params.secret)
 verification.measure_for_pipeline(
