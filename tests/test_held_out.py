@@ -90,7 +90,7 @@ def test_compression_table_names_the_verification_set_and_marks_unsandboxed_rows
     from infbench.tables import compression
 
     paths = []
-    isolated = {"a": SandboxRecord(kind="bwrap", bwrap_version="0.8.0"),
+    isolated = {"a": SandboxRecord(kind="bwrap", bwrap_version="bubblewrap 0.8.0"),
                 "b": SandboxRecord(kind="none", reason="bubblewrap (bwrap) is not installed")}
     for name, label in [("a", DEMO.label), ("b", _secret("r3").label)]:
         record = EvaluationRecord(kind="verification", submission=name, task="t", source="s", limit_gib=0.1,
@@ -106,6 +106,6 @@ def test_compression_table_names_the_verification_set_and_marks_unsandboxed_rows
     assert "not shown" not in md + (tmp_path / "t.csv").read_text()
     assert "failed: causality" in md
     rows = {r.method: r for r in compression.rows_of(compression.read([str(p) for p in paths]))}
-    assert (rows["a"].verdict, rows["a"].isolation) == ("failed: causality", "bwrap 0.8.0")
+    assert (rows["a"].verdict, rows["a"].isolation) == ("failed: causality", "bubblewrap 0.8.0")
     assert rows["b"].verdict == "failed: causality (unsandboxed)"
     assert rows["b"].isolation == "UNSANDBOXED (bubblewrap (bwrap) is not installed)"

@@ -46,12 +46,13 @@ class SandboxRecord(BaseModel):
 
 
 def isolation(record: SandboxRecord | None) -> str:
-    """How a table row's measurements were isolated: ``bwrap 0.8.0``, ``UNSANDBOXED (<why>)`` or ``not started``."""
+    """How a table row's measurements were isolated: ``bubblewrap 0.8.0`` (what ``bwrap --version`` says),
+    ``UNSANDBOXED (<why>)`` or ``not started``."""
     if record is None:
         return "not started"
     if record.kind == "none":
         return f"UNSANDBOXED ({record.reason})" if record.reason else "UNSANDBOXED"
-    return f"bwrap {record.bwrap_version}".strip()
+    return record.bwrap_version or "bubblewrap"
 
 
 def marked(verdict: str, record: SandboxRecord | None) -> str:

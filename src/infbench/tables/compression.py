@@ -35,7 +35,7 @@ class CompressionRow(BaseModel):
     verdict: str
     score: float
     verification_set: str | None  # the operator secret's label: "public demo" or "operator secret <fingerprint>"
-    isolation: str  # "bwrap <version>", or "UNSANDBOXED (<why>)" (sandbox.allow_unsandboxed)
+    isolation: str  # "bubblewrap <version>", or "UNSANDBOXED (<why>)" (sandbox.allow_unsandboxed)
 
 
 def row(r: EvaluationRecord) -> CompressionRow:

@@ -45,7 +45,7 @@ class VerifiedRow(BaseModel):
     counts: str
     checks_passed: str
     probes: str
-    isolation: str  # "bwrap <version>", or "UNSANDBOXED (<why>)" (sandbox.allow_unsandboxed)
+    isolation: str  # "bubblewrap <version>", or "UNSANDBOXED (<why>)" (sandbox.allow_unsandboxed)
     cause: str
 
 

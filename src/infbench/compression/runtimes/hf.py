@@ -31,6 +31,16 @@ def _load(checkpoint: Path, device: str):
     return from_pretrained_on(checkpoint, device, dtype="auto")
 
 
+PREFILL_BLOCK = 64  # tokens per prompt block of HFRunner.generate
+
+
+def _croppable(model) -> bool:
+    """Whether every layer's KV cache is full attention (a cache that can be cropped after padding)."""
+    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    types = getattr(config, "layer_types", None) or ["full_attention"]
+    return set(types) == {"full_attention"} and not getattr(config, "sliding_window", None)
+
+
 @contextlib.contextmanager
 def _dequantized_once_per_call(model):
     """GPTQModel's CPU kernel (TorchLinear) dequantizes a layer's weights on every forward pass, which in greedy
@@ -60,16 +70,40 @@ class HFRunner:
         out = self.model(input_ids=ids, logits_to_keep=n_last, use_cache=False).logits
         return out.float().cpu().numpy()
 
+    def _prefill(self, input_ids: list[int]):
+        """The prompt's forward pass: the last position's logits and the KV cache.
+
+        On the CPU every new matrix shape makes oneDNN build and keep (in its primitive cache, up to 1,024)
+        kernels for it, about 2.4 MB per prompt length for SmolLM2 in bf16, so prompts of many lengths (the
+        accuracy gate's) grew the process by 65 MB: memory charged to ``S_res`` that no package holds. The
+        prompt therefore goes in blocks of ``PREFILL_BLOCK`` tokens, the last one padded by repeating its last
+        token and the padding cropped from the cache afterwards (causal attention: padding after the prompt
+        changes nothing before it), so a generation only ever runs two shapes, a block and one token. Models
+        whose cache cannot be cropped (linear-attention or sliding-window layers) take the prompt at once."""
+        if not _croppable(self.model):
+            out = self.model(input_ids=torch.as_tensor([input_ids], device=self.device), use_cache=True,
+                             logits_to_keep=1)
+            return out.logits[:, -1], out
+        pad = -len(input_ids) % PREFILL_BLOCK
+        ids = torch.as_tensor([input_ids + input_ids[-1:] * pad], dtype=torch.long, device=self.device)
+        out, kwargs = None, {}
+        for start in range(0, ids.shape[1], PREFILL_BLOCK):
+            out = self.model(input_ids=ids[:, start:start + PREFILL_BLOCK], use_cache=True, **kwargs)
+            kwargs = cache_kwargs(out)
+        if pad:
+            next(iter(kwargs.values())).crop(-pad)
+        return out.logits[:, PREFILL_BLOCK - 1 - pad], out
+
     @torch.inference_mode()
     def generate(self, input_ids: list[int], max_new_tokens: int) -> Iterator[int]:
-        ids = torch.as_tensor([input_ids], dtype=torch.long, device=self.device)
         with _dequantized_once_per_call(self.model):
-            out = self.model(input_ids=ids, use_cache=True, logits_to_keep=1)
+            logits, out = self._prefill([int(t) for t in input_ids])
             for step in range(max_new_tokens):
-                token = out.logits[:, -1].argmax(-1)
+                token = logits.argmax(-1)
                 yield int(token)
                 if step + 1 < max_new_tokens:
                     out = self.model(input_ids=token.unsqueeze(-1), use_cache=True, **cache_kwargs(out))
+                    logits = out.logits[:, -1]
 
     def release(self) -> None:
         if self.device.type == "cuda":
