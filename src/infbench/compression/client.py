@@ -32,12 +32,6 @@ from infbench.sandbox import meter
 from infbench.sandbox.launch import SandboxRecord, Sandboxed, SandboxSettings, SandboxUnavailable
 from infbench.sandbox.policy import Policy, base_env, python_policy
 
-# glibc: allocations of 64 KiB and more are their own mappings, unmapped when freed (no heap growth that
-# outlives a call), and the threshold does not adapt upwards after a large free. Applied to the baseline and
-# the measured worker alike.
-MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": str(64 << 10), "MALLOC_TRIM_THRESHOLD_": str(128 << 10)}
-
-
 class WorkerFailure(InfbenchError):
     def __init__(self, cause: str, detail: str = ""):
         self.cause = cause
@@ -67,7 +61,7 @@ class SubmissionProcess:
     # -- start and stop --------------------------------------------------------------------------------
     def _policy(self) -> Policy:
         return python_policy(read_only=[str(self.package)] if self.package else [], writable=[str(self.ipc_dir)],
-                             env={**base_env(self.threads), **MALLOC_ENV}, cuda=self.device.startswith("cuda"),
+                             env=base_env(self.threads), cuda=self.device.startswith("cuda"),
                              tmp_bytes=self.sandbox_settings.tmp_mb << 20)
 
     def _command(self) -> list[str]:
