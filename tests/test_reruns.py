@@ -99,7 +99,10 @@ def test_sigkill_mid_job_then_rerun_incomplete_gives_the_same_results(tiny_run, 
     # SIGKILL leaves Snakemake's lock behind; unlock, then resume.
     run_snakemake(tmp_path, "--unlock", TABLE_TARGET, "--configfile", str(config))
     resumed = run_snakemake(tmp_path, "-n", "--rerun-incomplete", TABLE_TARGET, "--configfile", str(config))
-    assert planned_jobs(resumed) == {"sample_continuations": 2, "score_reference": 2, "tables": 1}
+    planned = planned_jobs(resumed)
+    # the verification set's contexts are drawn after the search set's: killed before them, they run too
+    assert planned.pop("contexts", 0) <= 1
+    assert planned == {"sample_continuations": 2, "score_reference": 2, "tables": 1}
     run_snakemake(tmp_path, "--cores", "2", "--rerun-incomplete", TABLE_TARGET, "--configfile", str(config))
     assert_same_results(baseline, tmp_path)
 

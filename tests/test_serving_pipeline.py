@@ -78,7 +78,7 @@ def test_tiny_serving_run(tmp_path):
     assert (tmp_path / "results/plots/serving_value_share.png").stat().st_size > 5_000
     points = pd.read_csv(tmp_path / "results/plots/serving_value_share.csv")  # the figure's points
     assert list(points["role"]) == ["calibration baseline", "system", "system"]
-    assert list(points["completed_requests"].iloc[1:]) == list(table["completed"].iloc[1:])
+    assert list(points["completed_requests"]) == list(table["completed_timed_requests"])
     assert 0 <= table["f"][0] <= 1  # the baseline's share (mean over its seeds of D / G)
     cov = pd.read_csv(tmp_path / "results/serving/coverage.csv")
     assert (cov["seed_set"] == "scan").sum() == 128 and cov["pct_input_tokens"].notna().sum() == 4   # 1 + 1 + 2 seeds

@@ -11,7 +11,10 @@ them and neither can carry a token the ids do not:
 - **U+FFFD at the very end**: when the ids end inside a character whose UTF-8 bytes are split over
   tokens (``max_tokens`` cut it), the decode ends in U+FFFD; a streaming detokenizer holds such
   bytes back until the next token completes them, so it never sends them. Those trailing U+FFFD may
-  be missing (U+FFFD anywhere else must be there, where the decode has it).
+  be missing, and so may the rest of the text of the (at most four) last tokens that hold the split
+  character's bytes, each of which is not valid UTF-8 alone: llama.cpp holds back such a token's whole
+  piece, e.g. a space and the first bytes of an emoji
+  (U+FFFD anywhere else must be there, where the decode has it).
 
 Whitespace, Unicode normalisation and every other character are compared as they are.
 """
@@ -78,6 +81,13 @@ class SourceText:
         pattern, trailing = self.pattern(ids)
         if any(pattern.fullmatch(text + REPLACEMENT * j) for j in range(trailing + 1)):
             return None
+        k = 0  # the last k tokens' pieces, each not valid UTF-8 alone, held back whole by a streaming detokenizer
+        while trailing and k < min(4, len(ids)) and REPLACEMENT in self.decode(ids[len(ids) - k - 1:len(ids) - k]):
+            k += 1
+            shorter, rest = self.pattern(ids[:-k])
+            if any(shorter.fullmatch(text + REPLACEMENT * j) for j in range(rest + 1)):
+                return None
+
         def agreed(expected: str) -> int:
             return next((i for i, (a, b) in enumerate(zip(text, expected)) if a != b), min(len(text), len(expected)))
 
