@@ -78,21 +78,27 @@ class HFRunner:
         accuracy gate's) grew the process by 65 MB: memory charged to ``S_res`` that no package holds. The
         prompt therefore goes in blocks of ``PREFILL_BLOCK`` tokens, the last one padded by repeating its last
         token and the padding cropped from the cache afterwards (causal attention: padding after the prompt
-        changes nothing before it), so a generation only ever runs two shapes, a block and one token. Models
+        changes nothing before it), so a generation only ever runs two shapes, a block and one token; each block
+        computes one position's logits (the last block its last real position), not the block's. Models
         whose cache cannot be cropped (linear-attention or sliding-window layers) take the prompt at once."""
+        ids = torch.as_tensor([input_ids], dtype=torch.long, device=self.device)
         if not _croppable(self.model):
-            out = self.model(input_ids=torch.as_tensor([input_ids], device=self.device), use_cache=True,
-                             logits_to_keep=1)
+            out = self.model(input_ids=ids, use_cache=True, logits_to_keep=1)
             return out.logits[:, -1], out
         pad = -len(input_ids) % PREFILL_BLOCK
-        ids = torch.as_tensor([input_ids + input_ids[-1:] * pad], dtype=torch.long, device=self.device)
+        ids = torch.cat([ids, ids[:, -1:].expand(1, pad)], dim=1)
         out, kwargs = None, {}
         for start in range(0, ids.shape[1], PREFILL_BLOCK):
-            out = self.model(input_ids=ids[:, start:start + PREFILL_BLOCK], use_cache=True, **kwargs)
+            last = start + PREFILL_BLOCK == ids.shape[1]
+            # one position's logits per block: the prompt's last real one in the last block
+            keep = torch.tensor([PREFILL_BLOCK - 1 - pad], device=self.device) if last else 1
+            out = self.model(input_ids=ids[:, start:start + PREFILL_BLOCK], use_cache=True, logits_to_keep=keep,
+                             **kwargs)
             kwargs = cache_kwargs(out)
-        if pad:
-            next(iter(kwargs.values())).crop(-pad)
-        return out.logits[:, PREFILL_BLOCK - 1 - pad], out
+        if pad:  # (transformers before 5.24 reads crop(0) as "keep 0 tokens")
+            (cache,) = kwargs.values()
+            cache.crop(-pad)
+        return out.logits[:, -1], out
 
     @torch.inference_mode()
     def generate(self, input_ids: list[int], max_new_tokens: int) -> Iterator[int]:
