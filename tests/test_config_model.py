@@ -53,7 +53,8 @@ def _edit(raw: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
     the MoE source's name is one key although it holds a dot."""
     raw = copy.deepcopy(raw)
     for dotted, value in changes.items():
-        *parents, last = [part.replace("\0", MOE_SOURCE) for part in dotted.replace(MOE_SOURCE, "\0").split(".")]
+        parts = dotted.replace(MOE_SOURCE, "\0").split(".")
+        *parents, last = [part.replace("\0", MOE_SOURCE) for part in parts]
         node = raw
         for key in parents:
             node = node[int(key)] if isinstance(node, list) else node.setdefault(key, {})
@@ -125,7 +126,8 @@ CONFIGS: dict[str, Callable[[], dict[str, Any]]] = {
                                     "serving": {"source": "smollm2-135m"}},
     "numbers-as-written": lambda: _embedded(**{
         "likelihood.temperature": 1, "verification.timeout_s": 1800.0, "likelihood.corpus.families": {"a": 1},
-        "serving.replay.idle_cap_s": 2.5, "tasks": [{"source": "smollm2-135m", "limit_gib": 0.1}, {"source": "smollm2-135m", "limit_gib": 1}],
+        "serving.replay.idle_cap_s": 2.5,
+        "tasks": [{"source": "smollm2-135m", "limit_gib": 0.1}, {"source": "smollm2-135m", "limit_gib": 1}],
         "runs.prices": {"m": {"input": 1, "output": 2.5}, "n/o:p": {"input": 0.5, "cached": 0, "output": 1}},
         "compression.released_gguf": {"rel.q4": {"source": "smollm2-135m", "path": "x.gguf"}},
         "compression.gptq.bit_widths": [4], "answers.gsm8k.dataset": {"split": "train"},
@@ -251,8 +253,8 @@ BAD = {
     "string for a boolean": (_embedded(**{"compression.starter": "yes"}), "starter"),
     "unknown key": (_embedded(**{"likelihood.contxt_tokens": 128}), "contxt_tokens"),
     "unknown section": (_embedded(servng={}), "servng"),
-    "unknown key in a list item": (_embedded(**{"serving.systems": [{"server": "S0", "concurrency": 1, "colour": 2}]}),
-                                   "colour"),
+    "unknown key in a list item": (
+        _embedded(**{"serving.systems": [{"server": "S0", "concurrency": 1, "colour": 2}]}), "colour"),
     "minimum": (_embedded(**{"likelihood.context_tokens": 0}), "context_tokens"),
     "exclusive minimum": (_embedded(**{"likelihood.temperature": 0}), "temperature"),
     "maximum": (_embedded(**{"answers.rho": 1.5}), "rho"),
@@ -271,7 +273,8 @@ BAD = {
     "negative token id": (_embedded(**{"serving.workload.token_id_range": [-1, 5]}), "token_id_range"),
     "empty stop sequence": (_embedded(**{"answers.gsm8k.stop": [""]}), "stop"),
     "const": (_embedded(**{"answers.humaneval.shots": 3}), "shots"),
-    "families neither natural nor weights": (_embedded(**{"likelihood.corpus.families": "other"}), "families"),
+    "families neither natural nor weights": (
+        _embedded(**{"likelihood.corpus.families": "other"}), "families"),
     "families without a family": (_embedded(**{"likelihood.corpus.families": {}}), "families"),
     "a family weighing 0": (_embedded(**{"likelihood.corpus.families": {"code": 0}}), "families"),
     "concurrency neither a number nor reference": (
@@ -346,7 +349,8 @@ CHECKED = {
 }
 PASSING = {
     "enough GPUs, cpu rules at 0": (_moe(), GpuBudget({"measure_candidate": {"gpu": 4, "mem_mb": 1},
-                                                       "source_model": {"gpu": 0}, "no_such_rule": {"gpu": 0}})),
+                                                       "source_model": {"gpu": 0},
+                                                       "no_such_rule": {"gpu": 0}})),
     "embedded with every GPU rule at 0": (_embedded(), GpuBudget({rule: {"gpu": 0} for rule in [
         "sample_continuations", "score_reference", "gptq_baseline", "answers_reference", "measure_candidate",
         "reference_search", "serving_calibrate", "serving_replay", "serving_verify"]}, limit=0)),
@@ -376,8 +380,8 @@ def test_a_reference_search_of_a_source_without_tasks_names_the_key():
     raw = _embedded(**{"sources.a-first": {"origin": EMBEDDED_ORIGIN}, "runs.reference_search.task": None})
     with pytest.raises(ValueError, match="empty"):
         _old_error(_filled(raw, HAND))
-    with pytest.raises(ConfigError, match=r"'runs.reference_search.task': null picks the tightest task of the "
-                                          r"first source 'a-first', which has none"):
+    with pytest.raises(ConfigError, match=r"'runs.reference_search.task': null picks the tightest task of "
+                                          r"the first source 'a-first', which has none"):
         model.parse(raw)
 
 

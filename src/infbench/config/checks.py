@@ -60,11 +60,15 @@ def gguf_converter(cfg: Config, name: str, origin: SourceOrigin) -> None:
     the script must be configured and exist before the source is downloaded, not after."""
     key = "llama_cpp.convert_hf_to_gguf"
     script = cfg.llama_cpp.convert_hf_to_gguf
-    where = f"hub checkpoint '{origin.repo_id}'" if origin.type == "hub" else f"checkpoint directory {origin.path}"
+    if origin.type == "hub":
+        where = f"hub checkpoint '{origin.repo_id}'"
+    else:
+        where = f"checkpoint directory {origin.path}"
     if not script:
         raise ConfigError(key, f"source '{name}' is a {where}, not a GGUF file; its F16 GGUF twin "
-                               f"(results/sources/{name}/f16.gguf) is built by llama.cpp's convert_hf_to_gguf.py: "
-                               "set this key to that script's path (docs/paper_scale.md)")
+                               f"(results/sources/{name}/f16.gguf) is built by llama.cpp's "
+                               "convert_hf_to_gguf.py: set this key to that script's path "
+                               "(docs/paper_scale.md)")
     path = Path(script)
     if not path.is_file():
         raise ConfigError(key, f"'{script}' is not a file (looked at {path.resolve()}; relative paths are "
@@ -87,15 +91,16 @@ def serving(section: ServingSettings) -> None:
     known = section.servers
     ref = section.calibration.reference
     if ref not in known:
-        raise ConfigError("serving.calibration.reference", f"unknown server '{ref}' (servers: {', '.join(known)})")
+        raise ConfigError("serving.calibration.reference",
+                          f"unknown server '{ref}' (servers: {', '.join(known)})")
     for i, system in enumerate(section.systems):
         if system.server not in known:
             raise ConfigError(f"serving.systems[{i}].server", f"unknown server '{system.server}'")
     for name, spec in known.items():
         dry_run(name, spec, LaunchVars())
     seeds = section.seeds
-    disjoint_seeds({"development": seeds.development, "final": seeds.final, "calibration": seeds.calibration,
-                    "coverage": section.coverage.seed_list})
+    disjoint_seeds({"development": seeds.development, "final": seeds.final,
+                    "calibration": seeds.calibration, "coverage": section.coverage.seed_list})
 
 
 def disjoint_seeds(seed_sets: Mapping[str, tuple[int, ...] | list[int]]) -> None:
@@ -137,8 +142,8 @@ def gpu_counts(cfg: Config, budget: GpuBudget) -> None:
     for name, source in cfg.sources.items():
         if likelihood.backend == "vllm" and likelihood.tensor_parallel < source.devices:
             raise ConfigError("likelihood.tensor_parallel",
-                              f"{likelihood.tensor_parallel} GPU(s) per vLLM engine, but source '{name}' needs "
-                              f"{source.devices} to hold it in BF16 (sources.{name}.devices)")
+                              f"{likelihood.tensor_parallel} GPU(s) per vLLM engine, but source '{name}' "
+                              f"needs {source.devices} to hold it in BF16 (sources.{name}.devices)")
     plain = cfg.model_dump(mode="json")  # resources reads the validated dict (until it takes the model)
     for rule in resources.GPU_RULES:
         if rule.startswith("serving_"):
@@ -154,9 +159,10 @@ def gpu_counts(cfg: Config, budget: GpuBudget) -> None:
             key = resources.gpu_key(plain, rule)
             given = resources.requested_gpus(budget.overrides.get(rule, {}))
             if given is not None and given < needed:
-                raise ConfigError(key, f"rule {rule} (source '{name}') needs {needed} GPU(s) but set-resources "
-                                       f"gives it {given} (a workflow profile or --set-resources); remove that "
-                                       "override, the GPU count follows the config")
+                raise ConfigError(key, f"rule {rule} (source '{name}') needs {needed} GPU(s) but "
+                                       f"set-resources gives it {given} (a workflow profile or "
+                                       "--set-resources); remove that override, the GPU count follows the "
+                                       "config")
             if budget.limit is not None and budget.limit < needed:
                 raise ConfigError(key, f"rule {rule} (source '{name}') needs {needed} GPU(s) but --resources "
                                        f"allows gpu={budget.limit}")
@@ -167,6 +173,7 @@ def reference_search_task(cfg: Config) -> None:
     task of the first source, which must then have one."""
     from infbench.compression.tasks import task_name
 
+    key = "runs.reference_search.task"
     search = cfg.runs.reference_search
     if not search.enabled:
         return
@@ -174,7 +181,7 @@ def reference_search_task(cfg: Config) -> None:
     if search.task is None:
         first = sorted(cfg.sources)[0]
         if not any(t.source == first for t in cfg.tasks):
-            raise ConfigError("runs.reference_search.task", f"null picks the tightest task of the first source "
-                                                            f"'{first}', which has none (tasks: {', '.join(tasks)})")
+            raise ConfigError(key, f"null picks the tightest task of the first source '{first}', which has "
+                                   f"none (tasks: {', '.join(tasks)})")
     elif search.task not in tasks:
-        raise ConfigError("runs.reference_search.task", f"unknown task '{search.task}' (tasks: {', '.join(tasks)})")
+        raise ConfigError(key, f"unknown task '{search.task}' (tasks: {', '.join(tasks)})")

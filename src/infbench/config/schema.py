@@ -29,8 +29,8 @@ from infbench.config.model import Config
 
 REPO = Path(__file__).resolve().parents[3]
 SCHEMA = REPO / "workflow" / "schemas" / "config.generated.schema.yaml"
-HEADER = ("# Generated from src/infbench/config/model.py by `python -m infbench.config.schema`; do not edit.\n"
-          "# tests/test_config_model.py keeps it equal to the models.\n")
+HEADER = ("# Generated from src/infbench/config/model.py by `python -m infbench.config.schema`; do not\n"
+          "# edit. tests/test_config_model.py keeps it equal to the models.\n")
 DRAFT = "https://json-schema.org/draft/2020-12/schema"
 _BOUNDS = {"gt": "exclusiveMinimum", "ge": "minimum", "lt": "exclusiveMaximum", "le": "maximum"}
 _NUMBER = [{"type": "integer"}, {"type": "number"}]  # pydantic's StrictInt | StrictFloat
@@ -50,7 +50,7 @@ def generate() -> dict[str, Any]:
 
 def render() -> str:
     """The schema file's text."""
-    return HEADER + yaml.dump(generate(), Dumper=_Dumper, sort_keys=False, width=110, allow_unicode=True)
+    return HEADER + yaml.dump(generate(), Dumper=_Dumper, sort_keys=False, width=94, allow_unicode=True)
 
 
 class _Unsorted(GenerateJsonSchema):
@@ -78,6 +78,8 @@ def _shape(node: Any, defs: dict[str, Any]) -> Any:
             out[key] = {name: _shape(sub, defs) for name, sub in value.items()}
         elif key in ("default", "const", "enum"):
             out[key] = value
+        elif key == "description":
+            out[key] = " ".join(value.split())  # docstrings wrap lines
         else:
             out[_BOUNDS.get(key, key)] = _shape(value, defs)
     if out.get("anyOf") == _NUMBER:
@@ -141,7 +143,8 @@ def _ordered(node: dict[str, Any]) -> dict[str, Any]:
 
 
 class _Dumper(yaml.SafeDumper):
-    """Block style, except short mappings and lists of scalars on one line; no anchors."""
+    """Block style, except lists of scalars and short mappings of scalars (not described ones) in flow
+    style; no anchors."""
 
     def ignore_aliases(self, data: Any) -> bool:
         return True
@@ -150,9 +153,11 @@ class _Dumper(yaml.SafeDumper):
 def _flow(data: Any) -> bool:
     scalar = (str, int, float, bool, type(None))
     leaves = data.values() if isinstance(data, dict) else data
-    short = len(json.dumps(data)) <= 90
-    return short and all(isinstance(v, scalar) or (isinstance(v, list) and all(isinstance(x, scalar) for x in v))
-                         for v in leaves)
+    flat = all(isinstance(v, scalar) or isinstance(v, list) and all(isinstance(x, scalar) for x in v)
+               for v in leaves)
+    if isinstance(data, list):
+        return flat  # wrapped at the width
+    return flat and len(json.dumps(data)) <= 90 and "description" not in data
 
 
 def _represent_dict(dumper: yaml.SafeDumper, data: dict) -> yaml.Node:
@@ -168,8 +173,10 @@ _Dumper.add_representer(list, _represent_list)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m infbench.config.schema", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--check", action="store_true", help="only compare the committed file with the models")
+    parser = argparse.ArgumentParser(prog="python -m infbench.config.schema",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("--check", action="store_true",
+                        help="only compare the committed file with the models")
     parser.add_argument("--path", type=Path, default=SCHEMA, help=f"the schema file (default: {SCHEMA})")
     args = parser.parse_args(argv)
     text = render()
