@@ -273,6 +273,7 @@ BAD = {
     "negative token id": (_embedded(**{"serving.workload.token_id_range": [-1, 5]}), "token_id_range"),
     "empty stop sequence": (_embedded(**{"answers.gsm8k.stop": [""]}), "stop"),
     "const": (_embedded(**{"answers.humaneval.shots": 3}), "shots"),
+    "const 0, not false": (_embedded(**{"answers.humaneval.shots": False}), "shots"),
     "families neither natural nor weights": (
         _embedded(**{"likelihood.corpus.families": "other"}), "families"),
     "families without a family": (_embedded(**{"likelihood.corpus.families": {}}), "families"),

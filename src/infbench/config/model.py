@@ -1,7 +1,8 @@
 """The whole infbench config as pydantic models: one class per section, every key declared once with its
 type, bound, default (the papers' values, docs/protocol.md) and description.
 
-The models accept exactly what ``workflow/schemas/config.schema.yaml`` accepts, and
+The models accept what ``workflow/schemas/config.schema.yaml`` accepts (a little stricter: an integer
+written ``256.0``, a NaN, a mapping key that is not a string are refused), and
 ``Config.model_validate(raw).model_dump(mode="json")`` is the dict Snakemake's ``validate()`` makes of
 ``raw`` (same keys, defaults and types; tests/test_config_model.py checks both). So numbers keep the type
 they were written with (``3600`` stays an int, ``1.0`` a float), and a key the schema has no default for
@@ -14,8 +15,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal, Optional, TypeVar
 
-from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt,
-                      ValidationError, ValidationInfo, model_validator)
+from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictFloat,
+                      StrictInt, ValidationError, ValidationInfo, model_validator)
 from pydantic_core import PydanticCustomError
 
 from infbench.config import checks
@@ -36,6 +37,13 @@ def _absent_schema(schema: dict[str, Any]) -> None:
     options = schema.pop("anyOf", None)
     if options:
         schema.update(next(option for option in options if option != {"type": "null"}))
+
+
+def _not_bool(value: Any) -> Any:
+    """For a ``Literal`` of ints, which ``False == 0`` satisfies (JSON Schema's const tells them apart)."""
+    if isinstance(value, bool):
+        raise PydanticCustomError("bool_not_allowed", "Input should be a number, not a boolean")
+    return value
 
 
 def _is_none(value: Any) -> bool:
@@ -337,7 +345,8 @@ class GSM8KSettings(BenchmarkSettings):
 
 
 class HumanEvalSettings(BenchmarkSettings):
-    shots: Annotated[Literal[0], Field(description="HumanEval is zero-shot.")] = 0
+    shots: Annotated[Literal[0], BeforeValidator(_not_bool), Field(description="HumanEval is "
+                                                                               "zero-shot.")] = 0
     max_new_tokens: MaxNewTokens = 384
     stop: Annotated[Stops, Field(description="lm-eval humaneval's stop sequences.")] = \
         ("\nclass", "\ndef", "\n#", "\nif", "\nprint")
@@ -806,8 +815,8 @@ class Config(Section):
 
 def parse(raw: Mapping[str, Any], gpus: checks.GpuBudget | None = None) -> Config:
     """``raw`` (a config file's mapping) as a :class:`Config`, checked as the workflow checks it at start;
-    a bad value raises a :class:`ConfigError` naming its dotted key. ``gpus``: the GPU resources Snakemake
-    grants (``checks.check_gpus``)."""
+    a bad value raises a :class:`ConfigError` naming its dotted key. ``gpus``: the GPUs Snakemake grants
+    (:func:`infbench.config.checks.gpu_counts`)."""
     try:
         return Config.model_validate(raw, context=gpus)
     except ValidationError as exc:
