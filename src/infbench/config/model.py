@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal, Optional, TypeVar
 
-from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictFloat,
+from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, PlainValidator, StrictBool,
                       StrictInt, ValidationError, ValidationInfo, model_validator)
 from pydantic_core import PydanticCustomError
 
@@ -53,8 +53,15 @@ def _is_none(value: Any) -> bool:
 Absent = Annotated[Optional[T], AfterValidator(_given),
                    Field(exclude_if=_is_none, json_schema_extra=_absent_schema)]
 """A key without a default: None in Python when not given, left out of the dump, refused as null."""
+def _number(value: Any) -> int | float:
+    """JSON Schema's number: an int stays an int (pydantic's float would make 3600 3600.0)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise PydanticCustomError("number_type", "Input should be a number")
+    return value
+
+
 Int = StrictInt
-Number = StrictInt | StrictFloat  # keeps ints ints (jsonschema's "number"); no strings, no booleans
+Number = Annotated[int | float, PlainValidator(_number, json_schema_input_type=float)]
 Seed = Annotated[Int, Field(ge=0)]
 Device = Annotated[str, Field(pattern=r"^(auto|cpu|cuda(:[0-9]+)?)$")]
 DType = Literal["bfloat16", "float16", "float32"]
@@ -820,8 +827,10 @@ def parse(raw: Mapping[str, Any], gpus: checks.GpuBudget | None = None) -> Confi
     try:
         return Config.model_validate(raw, context=gpus)
     except ValidationError as exc:
-        error = exc.errors()[0]
-        raise ConfigError(dotted_key(raw, error["loc"], error["type"]), error["msg"]) from None
+        # the most specific key: a union's errors name the member that came closest deepest
+        key, message = max(((dotted_key(raw, e["loc"], e["type"]), e["msg"]) for e in exc.errors()),
+                           key=lambda error: error[0].count(".") + error[0].count("["))
+        raise ConfigError(key, message) from None
 
 
 def dotted_key(raw: Any, loc: tuple[int | str, ...], error_type: str = "") -> str:

@@ -32,8 +32,8 @@ SCHEMA = REPO / "workflow" / "schemas" / "config.generated.schema.yaml"
 HEADER = ("# Generated from src/infbench/config/model.py by `python -m infbench.config.schema`; do not\n"
           "# edit. tests/test_config_model.py keeps it equal to the models.\n")
 DRAFT = "https://json-schema.org/draft/2020-12/schema"
+# bounds pydantic cannot push into a validator function (Number) it writes under their own names
 _BOUNDS = {"gt": "exclusiveMinimum", "ge": "minimum", "lt": "exclusiveMaximum", "le": "maximum"}
-_NUMBER = [{"type": "integer"}, {"type": "number"}]  # pydantic's StrictInt | StrictFloat
 _ORDER = ["$schema", "title", "description", "type", "const", "enum", "pattern", "minLength", "minimum",
           "exclusiveMinimum", "maximum", "exclusiveMaximum", "minItems", "maxItems", "minProperties",
           "propertyNames", "additionalProperties", "required", "properties", "items", "anyOf", "allOf", "if",
@@ -82,9 +82,6 @@ def _shape(node: Any, defs: dict[str, Any]) -> Any:
             out[key] = " ".join(value.split())  # docstrings wrap lines
         else:
             out[_BOUNDS.get(key, key)] = _shape(value, defs)
-    if out.get("anyOf") == _NUMBER:
-        del out["anyOf"]
-        out["type"] = "number"
     options = out.get("anyOf")
     if options and len(options) == 2 and {"type": "null"} in options:
         other = next(option for option in options if option != {"type": "null"})
