@@ -30,6 +30,7 @@ HAND = REPO / "workflow/schemas/config.schema.yaml"
 GENERATED = schema.SCHEMA
 MOE = "config/paper/qwen3.5-122b-a10b.yaml"
 MOE_SOURCE = "qwen3.5-122b-a10b"
+DELETE = object()  # a change that removes the key
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -65,9 +66,6 @@ def _edit(raw: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
         else:
             node[last] = value
     return raw
-
-
-DELETE = object()
 
 
 def _embedded(**changes: Any) -> dict[str, Any]:

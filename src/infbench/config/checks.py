@@ -29,28 +29,23 @@ class GpuBudget:
 
 
 def config(cfg: Config, gpus: GpuBudget | None) -> None:
-    """The checks that span sections, in the order the workflow has always run them."""
+    """The checks that span sections, in the order ``config_checks`` runs them (the serving section's own,
+    :func:`serving`, run when it is validated, before these)."""
+    from infbench.sources import resolve_gguf
+
     known = cfg.sources
     for i, task in enumerate(cfg.tasks):
         if task.source not in known:
             raise ConfigError(f"tasks[{i}].source",
                               f"unknown source '{task.source}' (sources: {', '.join(sorted(known))})")
     for name, source in known.items():
-        if gguf_file(name, source.origin) is None:
+        if resolve_gguf(name, source.origin) is None:  # a python_package installed, a local path there
             gguf_converter(cfg, name, source.origin)
     answers(cfg)
     if cfg.serving is not None and cfg.serving.source not in known:
         raise ConfigError("serving.source", f"unknown source '{cfg.serving.source}'")
     gpu_counts(cfg, gpus or GpuBudget())
     reference_search_task(cfg)
-
-
-def gguf_file(name: str, origin: SourceOrigin) -> Path | None:
-    """The GGUF file a source's origin names (a python_package's must be installed, a local path must
-    exist), or None for a checkpoint."""
-    from infbench.sources import resolve_gguf
-
-    return resolve_gguf(name, origin)
 
 
 def gguf_converter(cfg: Config, name: str, origin: SourceOrigin) -> None:
