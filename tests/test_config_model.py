@@ -1,0 +1,433 @@
+"""The typed config (src/infbench/config/) against the hand-written schema it is to replace.
+
+For every config the repo has or its tests build, Snakemake's ``validate()`` fills the same dict from the
+generated schema as from the hand-written one (same keys, order, values and types: rule params are the
+``repr`` of such slices), and ``Config`` dumps to that dict; bad configs are rejected by all three, naming
+the key; the start-of-run checks give the errors ``config_checks`` gives; the pydantic mirrors of sections
+read the model's sections as they read the validated dict.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+from pathlib import Path
+from typing import Any, Callable
+
+import jsonschema
+import pytest
+import yaml
+from snakemake.utils import validate
+
+from conftest import EMBEDDED_ORIGIN, REPO, TINY, with_llama_cpp
+from infbench import config_checks
+from infbench.config import model, schema
+from infbench.config.checks import GpuBudget
+from infbench.errors import ConfigError
+
+HAND = REPO / "workflow/schemas/config.schema.yaml"
+GENERATED = schema.SCHEMA
+MOE = "config/paper/qwen3.5-122b-a10b.yaml"
+MOE_SOURCE = "qwen3.5-122b-a10b"
+DELETE = object()  # a change that removes the key
+
+
+@pytest.fixture(scope="module", autouse=True)
+def workdir(tmp_path_factory):
+    """The working directory the workflow would start in: the paper configs' llama.cpp converter and a
+    local checkpoint directory."""
+    path = with_llama_cpp(tmp_path_factory.mktemp("config-model"))
+    (path / "ckpt").mkdir()
+    old = os.getcwd()
+    os.chdir(path)
+    yield path
+    os.chdir(old)
+
+
+def _load(name: str) -> dict[str, Any]:
+    return yaml.safe_load((REPO / name).read_text())
+
+
+def _edit(raw: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
+    """``raw`` with dotted-key ``changes`` (``DELETE`` removes the key), as the tests' config builders do;
+    the MoE source's name is one key although it holds a dot."""
+    raw = copy.deepcopy(raw)
+    for dotted, value in changes.items():
+        parts = dotted.replace(MOE_SOURCE, "\0").split(".")
+        *parents, last = [part.replace("\0", MOE_SOURCE) for part in parts]
+        node = raw
+        for key in parents:
+            node = node[int(key)] if isinstance(node, list) else node.setdefault(key, {})
+        if value is DELETE:
+            node.pop(last)
+        elif isinstance(node, list):
+            node[int(last)] = value
+        else:
+            node[last] = value
+    return raw
+
+
+def _embedded(**changes: Any) -> dict[str, Any]:
+    return _edit(_load("config/config.yaml"), changes)
+
+
+def _moe(**changes: Any) -> dict[str, Any]:
+    return _edit(_load(MOE), changes)
+
+
+def _pipeline() -> dict[str, Any]:
+    """As tests/test_pipeline.py builds it."""
+    from test_pipeline import SMALL, SMALL_ANSWERS, SMALL_COMPRESSION, SMALL_SEARCH, SMALL_VERIFICATION
+
+    cfg = _embedded()
+    cfg.pop("serving")
+    cfg["likelihood"].update(SMALL)
+    cfg["answers"].update(SMALL_ANSWERS)
+    cfg["compression"].update(SMALL_COMPRESSION)
+    cfg["verification"].update(SMALL_VERIFICATION)
+    cfg["runs"]["reference_search"]["candidates"] = SMALL_SEARCH
+    return cfg
+
+
+MINIMAL = {"sources": {"smollm2-135m": {"origin": EMBEDDED_ORIGIN}},
+           "tasks": [{"source": "smollm2-135m", "limit_gib": 0.1}]}
+SECTIONS = ["llama_cpp", "likelihood", "compression", "verification", "answers", "sandbox", "operator_secret",
+            "runs"]
+
+CONFIGS: dict[str, Callable[[], dict[str, Any]]] = {
+    "embedded": _embedded,
+    **{f"paper-{p.stem}": (lambda p=p: _load(f"config/paper/{p.name}"))
+       for p in sorted((REPO / "config/paper").glob("*.yaml"))},
+    "tiny": lambda: _embedded(**{f"likelihood.{k}": v for k, v in TINY.items()}),
+    "pipeline": _pipeline,
+    "runs-pipeline": lambda: _embedded(runs={"dir": "runs", "reference_search": {"enabled": False}}),
+    "serving-paper-defaults": lambda: _embedded(serving={"source": "smollm2-135m", "workload": {
+        "trace": {"format": "weka", "path": "weka.jsonl"}}}),
+    "serving-weka-directory-no-idle-cap": lambda: _embedded(**{
+        "serving.workload.trace": {"format": "weka", "path": "traces"}, "serving.replay.idle_cap_s": None}),
+    "serving-submissions": lambda: _embedded(**{"serving.submissions": ["examples/servers", "subs"],
+                                                "serving.seeds.development": [3, 4]}),
+    "serving-tiny-run": lambda: _embedded(**{
+        "serving.replay.warmup_s": 1, "serving.replay.window_s": 8, "serving.replay.request_timeout_s": 6,
+        "serving.seeds.calibration": [2000, 2001], "serving.calibration.concurrencies": [1, 2],
+        "serving.workload.synthetic.sessions": 16}),
+    "serving-own-servers": lambda: _embedded(**{"serving.servers": {
+        "llamacpp": {"command": ["{python}", "-m", "x", "--port", "{port}"], "env": {"A": "1"},
+                     "request_fields": {"logit_bias": {"1": -100}}, "startup_timeout_s": 30},
+        "S0": {"command": ["y"], "runnable": False}}}),
+    "serving-mooncake": lambda: _embedded(**{
+        "serving.workload.trace": {"format": "mooncake", "path": "m.jsonl", "mooncake_block_size": 16},
+        "serving.workload.synthetic": {"first_user_tokens": {"median": 10, "sigma": 0}}}),
+    "minimal": lambda: copy.deepcopy(MINIMAL),
+    "every-section-empty": lambda: {**copy.deepcopy(MINIMAL), **{s: {} for s in SECTIONS},
+                                    "serving": {"source": "smollm2-135m"}},
+    "numbers-as-written": lambda: _embedded(**{
+        "likelihood.temperature": 1, "verification.timeout_s": 1800.0, "likelihood.corpus.families": {"a": 1},
+        "serving.replay.idle_cap_s": 2.5,
+        "tasks": [{"source": "smollm2-135m", "limit_gib": 0.1}, {"source": "smollm2-135m", "limit_gib": 1}],
+        "runs.prices": {"m": {"input": 1, "output": 2.5}, "n/o:p": {"input": 0.5, "cached": 0, "output": 1}},
+        "compression.released_gguf": {"rel.q4": {"source": "smollm2-135m", "path": "x.gguf"}},
+        "compression.gptq.bit_widths": [4], "answers.gsm8k.dataset": {"split": "train"},
+        "answers.triviaqa.dataset.data_files": {"validation": "v.json"}}),
+    "hub-revision-local-checkpoint": lambda: _moe(**{
+        "sources.qwen3.5-122b-a10b.origin.revision": "main",
+        "sources.local": {"origin": {"type": "local", "path": "ckpt"}, "dtype": "float16"},
+        "tasks": [{"source": "local", "limit_gib": 8}], "likelihood.tensor_parallel": 2}),
+}
+
+
+def _filled(raw: dict[str, Any], schema_file: Path) -> dict[str, Any]:
+    config = copy.deepcopy(raw)
+    validate(config, str(schema_file))
+    return config
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True)
+
+
+def _old_error(config: dict[str, Any], budget: GpuBudget = GpuBudget()) -> str | None:
+    """What the workflow says today at start (common.smk, runs.smk) of a config filled from the
+    hand-written schema."""
+    from infbench.compression.tasks import tasks
+    from infbench.runs.discover import reference_task
+
+    try:
+        config_checks.check(config)
+        config_checks.check_serving(config)
+        config_checks.check_gpus(config, budget.overrides, budget.limit)
+        reference_task(config, tasks(config))
+    except ConfigError as exc:
+        return str(exc)
+    return None
+
+
+def _new_error(raw: dict[str, Any], budget: GpuBudget = GpuBudget()) -> str | None:
+    try:
+        model.parse(copy.deepcopy(raw), budget)
+    except ConfigError as exc:
+        return str(exc)
+    return None
+
+
+def test_the_committed_generated_schema_is_the_models():
+    assert schema.main(["--check"]) == 0, "run: python -m infbench.config.schema"
+
+
+@pytest.mark.parametrize("name", CONFIGS)
+def test_both_schemas_and_the_model_make_the_same_config(name):
+    raw = CONFIGS[name]()
+    hand, generated = _filled(raw, HAND), _filled(raw, GENERATED)
+    assert repr(generated) == repr(hand)  # keys in the same order, same values, same types
+    dumped = model.parse(copy.deepcopy(raw)).model_dump(mode="json")
+    assert _json(dumped) == _json(hand)  # the same keys, values and types (1 is not 1.0)
+    assert _old_error(hand) is None
+
+
+def _fill(value: Any, node: dict[str, Any]) -> Any:
+    """A default as Snakemake's validator completes it from the nested defaults."""
+    if isinstance(value, dict) and "properties" in node:
+        for key, sub in node["properties"].items():
+            if key not in value and "default" in sub:
+                value[key] = copy.deepcopy(sub["default"])
+        return {key: _fill(item, node["properties"].get(key, {})) for key, item in value.items()}
+    if isinstance(value, dict) and isinstance(node.get("additionalProperties"), dict):
+        return {key: _fill(item, node["additionalProperties"]) for key, item in value.items()}
+    if isinstance(value, list) and isinstance(node.get("items"), dict):
+        return [_fill(item, node["items"]) for item in value]
+    return value
+
+
+_KEPT = {"type", "enum", "const", "pattern", "minLength", "minimum", "exclusiveMinimum", "maximum",
+         "exclusiveMaximum", "minItems", "maxItems", "minProperties", "required", "additionalProperties",
+         "propertyNames", "properties", "items", "allOf", "if", "then", "default"}
+
+
+def _rules(node: Any, defs: dict[str, Any]) -> Any:
+    """A schema node as the rules it imposes: refs resolved, descriptions dropped, oneOf and anyOf alike,
+    a type implied by const or enum left out, defaults as they are filled."""
+    if not isinstance(node, dict):
+        return node
+    if "$ref" in node:
+        node = {**defs[node["$ref"].rsplit("/", 1)[-1]], **{k: v for k, v in node.items() if k != "$ref"}}
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        if key in ("oneOf", "anyOf"):
+            out["options"] = sorted(_json(_rules(option, defs)) for option in value)
+        elif key == "properties":
+            out[key] = {name: _rules(sub, defs) for name, sub in value.items()}
+        elif key == "allOf":
+            out[key] = [_rules(sub, defs) for sub in value]
+        elif key == "required":
+            out[key] = sorted(value)
+        elif key == "default":
+            out[key] = _json(_fill(copy.deepcopy(value), node))
+        elif key in _KEPT and not (key == "type" and ("const" in node or "enum" in node)):
+            out[key] = _rules(value, defs)
+    return out
+
+
+def _differences(a: Any, b: Any, path: str = "") -> list[str]:
+    if isinstance(a, dict) and isinstance(b, dict):
+        return [d for key in sorted(set(a) | set(b), key=str)
+                for d in (_differences(a.get(key), b.get(key), f"{path}/{key}") if key in a and key in b
+                          else [f"{path}/{key}: only in {'hand-written' if key in a else 'generated'}"])]
+    return [] if _json(a) == _json(b) else [f"{path}: {_json(a)[:150]} != {_json(b)[:150]}"]
+
+
+def test_the_generated_schema_has_every_rule_of_the_hand_written_one():
+    hand, generated = yaml.safe_load(HAND.read_text()), yaml.safe_load(GENERATED.read_text())
+    assert "$defs" not in generated
+    assert _differences(_rules(hand, hand.get("$defs", {})), _rules(generated, {})) == []
+    assert list(generated["properties"]) == list(hand["properties"])
+
+
+# bad configs: (config, key that must be named)
+BAD = {
+    "wrong type": (_embedded(**{"likelihood.context_tokens": "128"}), "context_tokens"),
+    "string for a number": (_embedded(**{"likelihood.temperature": "1.0"}), "temperature"),
+    "boolean for an integer": (_embedded(**{"likelihood.contexts_per_set": True}), "contexts_per_set"),
+    "string for a boolean": (_embedded(**{"compression.starter": "yes"}), "starter"),
+    "unknown key": (_embedded(**{"likelihood.contxt_tokens": 128}), "contxt_tokens"),
+    "unknown section": (_embedded(servng={}), "servng"),
+    "unknown key in a list item": (
+        _embedded(**{"serving.systems": [{"server": "S0", "concurrency": 1, "colour": 2}]}), "colour"),
+    "minimum": (_embedded(**{"likelihood.context_tokens": 0}), "context_tokens"),
+    "exclusive minimum": (_embedded(**{"likelihood.temperature": 0}), "temperature"),
+    "maximum": (_embedded(**{"answers.rho": 1.5}), "rho"),
+    "nullable with a bound": (_embedded(**{"serving.replay.idle_cap_s": 0}), "idle_cap_s"),
+    "enum": (_embedded(**{"sources.smollm2-135m.origin.type": "zip"}), "type"),
+    "enum in a list": (_embedded(**{"compression.gptq.bit_widths": [5]}), "bit_widths"),
+    "pattern": (_embedded(**{"likelihood.device": "gpu"}), "device"),
+    "pattern of a name": (_embedded(**{"sources.-bad": {"origin": EMBEDDED_ORIGIN}}), "-bad"),
+    "pattern of a list item": (_embedded(**{"compression.gguf_types": ["Q4-0"]}), "gguf_types"),
+    "no tasks": (_embedded(tasks=[]), "tasks"),
+    "no sources": (_embedded(sources={}), "sources"),
+    "a task without its limit": (_embedded(tasks=[{"source": "smollm2-135m"}]), "limit_gib"),
+    "a server without a command": (_embedded(**{"serving.servers.S0": {"env": {}}}), "command"),
+    "serving without a source": (_embedded(**{"serving.source": DELETE}), "source"),
+    "two items, not three": (_embedded(**{"serving.replay.start_ratio": [0, 0.5, 1]}), "start_ratio"),
+    "negative token id": (_embedded(**{"serving.workload.token_id_range": [-1, 5]}), "token_id_range"),
+    "empty stop sequence": (_embedded(**{"answers.gsm8k.stop": [""]}), "stop"),
+    "const": (_embedded(**{"answers.humaneval.shots": 3}), "shots"),
+    "const 0, not false": (_embedded(**{"answers.humaneval.shots": False}), "shots"),
+    "families neither natural nor weights": (
+        _embedded(**{"likelihood.corpus.families": "other"}), "families"),
+    "families without a family": (_embedded(**{"likelihood.corpus.families": {}}), "families"),
+    "a family weighing 0": (_embedded(**{"likelihood.corpus.families": {"code": 0}}), "families"),
+    "concurrency neither a number nor reference": (
+        _embedded(**{"serving.systems": [{"server": "S0", "concurrency": "ref"}]}), "concurrency"),
+    "null for a key without a default": (
+        _embedded(**{"runs.prices": {"m": {"input": 1, "output": 1, "cache_write": None}}}), "cache_write"),
+    "hub origin without repo_id": (_moe(**{"sources.qwen3.5-122b-a10b.origin": {"type": "hub"}}), "repo_id"),
+    "hub origin with a null repo_id": (
+        _moe(**{"sources.qwen3.5-122b-a10b.origin": {"type": "hub", "repo_id": None}}), "repo_id"),
+    "local origin without path": (_moe(**{"sources.qwen3.5-122b-a10b.origin": {"type": "local"}}), "path"),
+    "python_package origin without distribution": (
+        _embedded(**{"sources.smollm2-135m.origin.distribution": DELETE}), "distribution"),
+    "weka trace without path": (_embedded(**{"serving.workload.trace": {"format": "weka"}}), "path"),
+    "mooncake trace with a null path": (
+        _embedded(**{"serving.workload.trace": {"format": "mooncake", "path": None}}), "path"),
+}
+
+
+@pytest.fixture(scope="module")
+def validators() -> dict[str, jsonschema.Draft202012Validator]:
+    """The validator class Snakemake's ``validate()`` extends (defaults do not change what is rejected)."""
+    return {path.name: jsonschema.Draft202012Validator(yaml.safe_load(path.read_text()))
+            for path in (HAND, GENERATED)}
+
+
+def test_the_generated_schema_is_a_valid_draft_2020_12_schema(validators):
+    jsonschema.Draft202012Validator.check_schema(validators[GENERATED.name].schema)
+
+
+@pytest.mark.parametrize("name", BAD)
+def test_a_bad_config_is_rejected_by_both_schemas_and_the_model_naming_the_key(name, validators):
+    raw, key = BAD[name]
+    for file, validator in validators.items():
+        error = next(validator.iter_errors(raw), None)  # the first error, the one validate() raises
+        assert error is not None, file
+        assert key in f"{error.json_path} {error.message}", (file, error.json_path, error.message)
+    with pytest.raises(ConfigError) as caught:
+        model.parse(copy.deepcopy(raw))
+    assert key in str(caught.value)
+
+
+# start-of-run checks: (config, GPUs granted); the old and the new path must say the same
+CHECKED = {
+    "unknown task source": (_embedded(**{"tasks.0.source": "qwen"}),),
+    "distribution not installed": (_embedded(**{"sources.smollm2-135m.origin.distribution": "llm-smollm9"}),),
+    "not a file of the distribution": (_embedded(**{"sources.smollm2-135m.origin.path": "nope.gguf"}),),
+    "local path missing": (_moe(**{"sources.qwen3.5-122b-a10b.origin": {"type": "local", "path": "gone"}}),),
+    "hub source without the converter key": (_moe(llama_cpp={}),),
+    "converter script missing": (_moe(**{"llama_cpp.convert_hf_to_gguf": "nowhere/convert_hf_to_gguf.py"}),),
+    "checkpoint directory without the converter": (
+        _moe(llama_cpp={}, **{"sources.qwen3.5-122b-a10b.origin": {"type": "local", "path": "ckpt"}}),),
+    "too many embedded questions": (_embedded(**{"answers.gsm8k.n_questions": 40}),),
+    "too many embedded shots": (_embedded(**{"answers.triviaqa.shots": 6}),),
+    "unknown serving source": (_embedded(**{"serving.source": "gpt"}),),
+    "unknown reference server": (_embedded(**{"serving.calibration.reference": "tgi"}),),
+    "unknown system server": (_embedded(**{"serving.systems.1": {"server": "nope", "concurrency": 1}}),),
+    "bad launch placeholder": (_embedded(**{"serving.servers": {"S0": {"command": ["x", "{nope}"]},
+                                                               "llamacpp": {"command": ["y"]}}}),),
+    "final seeds shared with development": (_embedded(**{"serving.seeds.final": [0]}),),
+    "coverage seeds shared": (_embedded(**{"serving.coverage.first_seed": 2001}),),
+    "empty token range": (_embedded(**{"serving.workload.token_id_range": [5, 5]}),),
+    "start ratio backwards": (_embedded(**{"serving.replay.start_ratio": [0.8, 0.2]}),),
+    "verification on cuda:1": (_moe(**{"verification.device": "cuda:1"}),),
+    "answers on cuda:1": (_moe(**{"answers.device": "cuda:1"}),),
+    "likelihood on cuda:1": (_moe(**{"likelihood.backend": "transformers", "likelihood.device": "cuda:1"}),),
+    "vllm on fewer GPUs than the source": (_moe(**{"likelihood.tensor_parallel": 1}),),
+    "set-resources takes a rule's GPUs": (_moe(), GpuBudget({"measure_candidate": {"gpu": 0}})),
+    "a gres with too few GPUs": (_moe(), GpuBudget({"answers_reference": {"gres": "gpu:h200:1"}})),
+    "GPTQ on cuda without its GPU": (_moe(), GpuBudget({"gptq_baseline": {"gpu": 0}})),
+    "a GPU limit below a rule's need": (_moe(), GpuBudget(limit=1)),
+    "unknown reference search task": (_embedded(**{"runs.reference_search.task": "nope"}),),
+}
+PASSING = {
+    "enough GPUs, cpu rules at 0": (_moe(), GpuBudget({"measure_candidate": {"gpu": 4, "mem_mb": 1},
+                                                       "source_model": {"gpu": 0},
+                                                       "no_such_rule": {"gpu": 0}})),
+    "embedded with every GPU rule at 0": (_embedded(), GpuBudget({rule: {"gpu": 0} for rule in [
+        "sample_continuations", "score_reference", "gptq_baseline", "answers_reference", "measure_candidate",
+        "reference_search", "serving_calibrate", "serving_replay", "serving_verify"]}, limit=0)),
+    "GPTQ on auto without a GPU": (_moe(**{"compression.gptq.device": "auto"}),
+                                   GpuBudget({"gptq_baseline": {"gpu": 0}})),
+    "dense source under a limit of 1": (_load("config/paper/qwen3.8-27b.yaml"), GpuBudget(limit=1)),
+}
+
+
+@pytest.mark.parametrize("name", CHECKED)
+def test_a_start_check_gives_the_error_config_checks_gives(name):
+    raw, *budget = CHECKED[name]
+    old = _old_error(_filled(raw, HAND), *budget)
+    assert old is not None
+    assert _new_error(raw, *budget) == old
+
+
+@pytest.mark.parametrize("name", PASSING)
+def test_a_config_config_checks_passes_passes(name):
+    raw, budget = PASSING[name]
+    assert _old_error(_filled(raw, HAND), budget) is None and _new_error(raw, budget) is None
+
+
+def test_a_reference_search_of_a_source_without_tasks_names_the_key():
+    """``task: null`` searches the tightest task of the first source (sorted); without one the planning
+    code fails on an empty ``min()``, the model names the key instead."""
+    raw = _embedded(**{"sources.a-first": {"origin": EMBEDDED_ORIGIN}, "runs.reference_search.task": None})
+    with pytest.raises(ValueError, match="empty"):
+        _old_error(_filled(raw, HAND))
+    with pytest.raises(ConfigError, match=r"'runs.reference_search.task': null picks the tightest task of "
+                                          r"the first source 'a-first', which has none"):
+        model.parse(raw)
+
+
+def _mirrors() -> list[tuple[type, type, str, set[str]]]:
+    """(pydantic mirror in the code, its model here, the section, fields only one of them has)."""
+    from infbench.compression import answers, corpus, evaluation
+    from infbench.operator_secret import SecretSettings
+    from infbench.runs.cost_analysis import Price
+    from infbench.runs.reference_search import Candidate
+    from infbench.sandbox.launch import SandboxSettings
+    from infbench.serving import servers, synthetic, uncertainty, value
+    from infbench.serving.verify.common import VerifySettings
+    from infbench.sources import SourceOrigin
+
+    return [
+        (SandboxSettings, model.SandboxSettings, "sandbox", set()),
+        (evaluation.DecodeSettings, model.DecodeSettings, "verification.decode", set()),
+        (evaluation.IntegritySettings, model.IntegritySettings, "verification.integrity", set()),
+        (evaluation.EvaluationSettings, model.VerificationSettings, "verification", {"sandbox", "threads"}),
+        (answers.settings.AnswerSettings, model.AnswerSettings, "answers", set()),
+        (SecretSettings, model.SecretSettings, "operator_secret", set()),
+        (corpus.CorpusSpec, model.CorpusSpec, "likelihood.corpus", set()),
+        (SourceOrigin, model.SourceOrigin, "sources.smollm2-135m.origin", set()),
+        (Candidate, model.Candidate, "runs.reference_search.candidates.2", set()),
+        (Price, model.Price, "runs.prices.gpt-5", set()),
+        (VerifySettings, model.VerifySettings, "serving.verification", set()),
+        (uncertainty.UncertaintySettings, model.UncertaintySettings, "serving.uncertainty", set()),
+        (value.Deployment, model.Deployment, "serving.deployment", set()),
+        (servers.ServerSpec, model.ServerSpec, "serving.servers.vllm", set()),
+        (synthetic.SyntheticParams, model.SyntheticParams, "serving.workload.synthetic", {"seed"}),
+        (synthetic.LogNormal, model.LogNormal, "serving.workload.synthetic.think_time_s", set()),
+    ]
+
+
+def _at(node: Any, dotted: str) -> Any:
+    for key in dotted.split("."):
+        node = node[int(key)] if isinstance(node, list | tuple) else node[key]
+    return node
+
+
+def test_the_mirrors_read_the_models_sections_as_they_read_the_filled_dict():
+    raw = _embedded(**{"runs.reference_search.candidates": model.ReferenceSearchSettings().model_dump(
+        mode="json")["candidates"]})
+    filled = _filled(raw, HAND)
+    dumped = model.parse(raw).model_dump(mode="json")
+    for mirror, section, key, only_one in _mirrors():
+        assert set(mirror.model_fields) ^ set(section.model_fields) == only_one, mirror
+        if only_one:
+            continue
+        assert mirror.model_validate(_at(dumped, key)) == mirror.model_validate(_at(filled, key)), mirror
