@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from infbench import gpu_memory
-from infbench.compression import sampling, scoring
+from infbench.compression import batched_decoding, sampling, scoring
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
@@ -62,6 +62,56 @@ def test_cuda_graph_sampling_equals_eager_and_does_not_depend_on_the_batch(llama
     regrouped = _sample(model, ctx[order], order, batch_size=4)
     assert np.array_equal(regrouped.tokens, graphs.tokens[order])
     assert np.allclose(regrouped.logprobs, graphs.logprobs[order], atol=1e-5)
+
+
+@pytest.fixture(scope="module")
+def llama_bf16(llama_cuda):
+    """The same Llama in bf16 on the GPU (head size 32): its decode steps run flash attention on exact lengths."""
+    from transformers import LlamaForCausalLM
+
+    model, _ = llama_cuda
+    bf16 = LlamaForCausalLM(model.config).to(device="cuda", dtype=torch.bfloat16).eval()
+    bf16.load_state_dict(model.state_dict())
+    return bf16
+
+
+def test_flash_decoding_reads_exactly_the_cache_and_matches_a_full_forward_pass(llama_bf16):
+    assert batched_decoding.flash_decoding(llama_bf16)
+    ids = torch.as_tensor(np.random.default_rng(3).integers(0, 4096, size=(5, 300)), device="cuda")
+    runs = []
+    with torch.inference_mode():
+        full = llama_bf16(ids).logits[:, 39:].float()
+        for graphs in (True, False):
+            dec = batched_decoding.decoder(llama_bf16, 5, 300, window=64, cuda_graphs=graphs)
+            assert dec.mask is None and dec.exact is not None
+            try:
+                steps = [dec.prefill(ids[:, :40])] + [dec.step(ids[:, t]) for t in range(40, 300)]
+            finally:
+                dec.close()
+            decoded = torch.stack(steps, dim=1).float()
+            # bf16 kernels (flash decode vs SDPA over the whole sequence): relative error of bf16 rounding
+            assert float((decoded - full).norm() / full.norm()) < 2e-2
+            runs.append(decoded)
+    assert torch.equal(runs[0], runs[1])  # graph replays run the eager step's kernels
+
+
+def test_cuda_draw_is_the_cpu_draw():
+    gen = torch.Generator().manual_seed(1)
+    for rows, vocab, scale in ((64, 128_256, 3.0), (300, 97, 1.0), (2048, 3000, 12.0)):
+        logp = torch.log_softmax(scale * torch.randn(rows, vocab, generator=gen), -1)
+        logp[0, 5:] = float("-inf")  # a row with five tokens of non-zero probability
+        uniforms = torch.rand(rows, generator=gen, dtype=torch.float64)
+        on_gpu = sampling.draw(logp.cuda(), uniforms.cuda()).cpu()
+        assert torch.equal(on_gpu, sampling.draw(logp, uniforms)), (rows, vocab)
+        assert int(on_gpu[0]) < 5
+
+
+def test_a_batch_chosen_by_memory_counts_the_allocators_cached_blocks(llama_bf16):
+    block = torch.empty(4 << 30, dtype=torch.uint8, device="cuda")
+    del block  # 4 GiB now cached by PyTorch's allocator, not free to the driver
+    free, _ = torch.cuda.mem_get_info()
+    assert batched_decoding.free_device_bytes(torch.device("cuda")) >= free + (4 << 30)
+    torch.cuda.empty_cache()
 
 
 def test_cuda_and_cpu_draw_the_same_continuations(llama_cuda):
