@@ -66,7 +66,7 @@ def test_cuda_graph_sampling_equals_eager_and_does_not_depend_on_the_batch(llama
 
 @pytest.fixture(scope="module")
 def llama_bf16(llama_cuda):
-    """The same Llama in bf16 on the GPU (head size 32): its decode steps run flash attention on exact lengths."""
+    """The same Llama in bf16 on the GPU (head size 32)."""
     from transformers import LlamaForCausalLM
 
     model, _ = llama_cuda
@@ -75,8 +75,8 @@ def llama_bf16(llama_cuda):
     return bf16
 
 
-def test_flash_decoding_reads_exactly_the_cache_and_matches_a_full_forward_pass(llama_bf16):
-    assert batched_decoding.flash_decoding(llama_bf16)
+def test_exact_decoding_matches_a_full_forward_pass(llama_bf16):
+    assert batched_decoding.exact_decoding(llama_bf16)
     ids = torch.as_tensor(np.random.default_rng(3).integers(0, 4096, size=(5, 300)), device="cuda")
     runs = []
     with torch.inference_mode():
@@ -89,10 +89,31 @@ def test_flash_decoding_reads_exactly_the_cache_and_matches_a_full_forward_pass(
             finally:
                 dec.close()
             decoded = torch.stack(steps, dim=1).float()
-            # bf16 kernels (flash decode vs SDPA over the whole sequence): relative error of bf16 rounding
+            # bf16 kernels (the decode kernel vs SDPA over the whole sequence): bf16 rounding
             assert float((decoded - full).norm() / full.norm()) < 2e-2
             runs.append(decoded)
     assert torch.equal(runs[0], runs[1])  # graph replays run the eager step's kernels
+
+
+@pytest.mark.parametrize("dtype, heads, kv_heads, dim", [(torch.bfloat16, 32, 8, 64), (torch.bfloat16, 8, 8, 128),
+                                                      (torch.float32, 12, 4, 32), (torch.float16, 4, 1, 256)])
+def test_decode_kernel_reads_each_rows_own_length(dtype, heads, kv_heads, dim):
+    from infbench.compression import cuda_attention
+
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    batch, slots = 6, 700  # slots: not a multiple of the kernel's split
+    lengths = torch.tensor([1, 63, 64, 300, 513, 700], dtype=torch.int32, device="cuda")
+    query, key, value = (torch.randn(shape, generator=gen, device="cuda").to(dtype) for shape in (
+        (batch, heads, 1, dim), (batch, kv_heads, slots, dim), (batch, kv_heads, slots, dim)))
+    key[1, :, 63:] = float("nan")  # slots past a row's length are never read
+    out = cuda_attention.decode_attention(query, key, value, lengths, None)
+    assert out.shape == (batch, 1, heads, dim) and out.dtype == dtype
+    for b, n in enumerate(lengths.tolist()):
+        ref = torch.nn.functional.scaled_dot_product_attention(
+            query[b:b + 1].double(), key[b:b + 1, :, :n].double(), value[b:b + 1, :, :n].double(),
+            enable_gqa=True).transpose(1, 2)
+        error = float((out[b:b + 1].double() - ref).norm() / ref.norm())
+        assert error < (1e-5 if dtype == torch.float32 else 1e-2), (b, n, error)
 
 
 def test_cuda_draw_is_the_cpu_draw():

@@ -4,11 +4,12 @@
 row of a batch sits at the same position (the sampler's contexts all have the same length). The prefill is SDPA
 with ``is_causal`` over exactly the context's slots. A step's attention reads only what the cache holds:
 
-- on CUDA in bf16 or fp16 (:func:`flash_decoding`), it is flash attention's variable-length kernel with each
-  row's cached length as a device tensor (``seqused_k``) over the cache as it lies: it reads exactly the cached
-  keys and values, needs no mask, and one CUDA graph serves every step;
-- elsewhere (the CPU, float32), it reads the cache up to the end of its *window* (slots rounded up to
-  ``window`` tokens) with a mask over the window's unused slots; on CUDA each window's step is its own graph.
+- on CUDA (:func:`exact_decoding`), a split-K kernel (:mod:`infbench.compression.cuda_attention`) that takes
+  each row's cached length as a device tensor: it reads exactly the cached keys and values, needs no mask, and
+  one CUDA graph serves every step;
+- elsewhere (the CPU, head sizes the kernel lacks), it reads the cache up to the end of its *window* (slots
+  rounded up to ``window`` tokens) with a mask over the window's unused slots; on CUDA each window's step is
+  then its own graph.
 
 Either way the single new token's query heads are packed onto their key/value heads (grouped-query attention
 without repeating the cache). On CUDA the step is captured as a CUDA graph and replayed: one launch from Python
@@ -35,43 +36,16 @@ ATTENTION = "infbench_cached_attention"
 
 
 class ExactLengths:
-    """What a decode step's flash attention reads: every row's cached length (``used``, written before each
-    step) and the start of each row's queries and keys in the kernel's packed layouts (built once per layout,
-    in the first, eager step, so a captured graph reuses them)."""
+    """What a decode step's attention reads: every row's cached length (``used``, a device tensor written
+    before each step, so a captured graph reads the step's lengths)."""
 
     def __init__(self, batch: int, device: torch.device):
-        self.batch, self.device = batch, device
         self.used = torch.zeros(batch, dtype=torch.int32, device=device)
-        self._starts: dict[int, torch.Tensor] = {}
-
-    def starts(self, stride: int) -> torch.Tensor:
-        if stride not in self._starts:
-            self._starts[stride] = torch.arange(0, (self.batch + 1) * stride, stride, dtype=torch.int32,
-                                                device=self.device)
-        return self._starts[stride]
 
     def attend(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scale: float | None):
-        """``query`` ``[batch, heads, 1, dim]`` against the first ``used[b]`` slots of row ``b`` of the cache
-        ``key``/``value`` (``[batch, kv_heads, slots, dim]``); returns ``[batch, 1, heads, dim]``."""
-        batch, heads, _, dim = query.shape
-        kv_heads, slots = key.shape[1], key.shape[2]
-        group = heads // kv_heads
-        # row b's `group` query heads of key/value head h are `group` queries of sequence b at head h
-        packed = query.reshape(batch, kv_heads, group, dim).transpose(1, 2).reshape(batch * group, kv_heads, dim)
-        out = torch.ops.aten._flash_attention_forward(
-            packed, token_rows(key), token_rows(value), self.starts(group), self.starts(kv_heads * slots),
-            group, slots, 0.0, False, False, scale=scale, seqused_k=self.used)[0]
-        return out.view(batch, group, kv_heads, dim).transpose(1, 2).reshape(batch, 1, heads, dim)
+        from infbench.compression import cuda_attention
 
-
-def token_rows(cache: torch.Tensor) -> torch.Tensor:
-    """A contiguous ``[batch, kv_heads, slots, dim]`` cache as the ``[tokens, kv_heads, dim]`` rows of flash
-    attention's variable-length layout, without a copy: token ``t`` at head ``h`` is ``t * dim + h * slots *
-    dim``, so row ``b``'s slot ``j`` is token ``b * kv_heads * slots + j`` (rows overlap across heads; the kernel
-    only reads them)."""
-    batch, kv_heads, slots, dim = cache.shape
-    return cache.as_strided(((batch - 1) * kv_heads * slots + slots, kv_heads, dim), (dim, slots * dim, 1),
-                            cache.storage_offset())
+        return cuda_attention.decode_attention(query, key, value, self.used, scale)
 
 
 # what the forward pass in progress may read: a window's end (slots before it), or exact per-row lengths
@@ -116,14 +90,11 @@ def _head_dim(cfg) -> int:
     return getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
 
 
-def flash_decoding(model) -> bool:
-    """Whether decode steps of ``model`` run flash attention on exact cached lengths: a CUDA device of compute
-    capability 8.0 or later, bf16 or fp16 weights, a head size the kernel has (a multiple of 8, at most 256)."""
-    param = next(model.parameters())
+def exact_decoding(model) -> bool:
+    """Whether decode steps of ``model`` read exactly the cache (:mod:`infbench.compression.cuda_attention`):
+    a CUDA device and a head size of a power of two from 16 to 256."""
     dim = _head_dim(model.config.get_text_config(decoder=True))
-    return (param.device.type == "cuda" and param.dtype in (torch.bfloat16, torch.float16)
-            and torch.backends.cuda.is_flash_attention_available()
-            and torch.cuda.get_device_capability(param.device) >= (8, 0) and dim % 8 == 0 and dim <= 256)
+    return next(model.parameters()).device.type == "cuda" and 16 <= dim <= 256 and dim & (dim - 1) == 0
 
 
 def kv_bytes_per_token(model) -> int:
@@ -158,7 +129,7 @@ class StaticDecoder:
         self.model, self.cache, self.window, self.max_len = model, cache, window, max_len
         self.cuda_graphs = cuda_graphs and device.type == "cuda"
         self.argument = _cache_argument(model)
-        self.exact = ExactLengths(batch, device) if flash_decoding(model) else None
+        self.exact = ExactLengths(batch, device) if exact_decoding(model) else None
         self.mask = None if self.exact else torch.zeros((batch, 1, 1, max_len), dtype=torch.bool, device=device)
         self.token = torch.zeros((batch, 1), dtype=torch.long, device=device)
         self.position = torch.zeros((1, 1), dtype=torch.long, device=device)
