@@ -85,7 +85,8 @@ def test_exact_decoding_matches_a_full_forward_pass(llama_bf16):
             dec = batched_decoding.decoder(llama_bf16, 5, 300, window=64, cuda_graphs=graphs)
             assert dec.mask is None and dec.exact is not None
             try:
-                steps = [dec.prefill(ids[:, :40])] + [dec.step(ids[:, t]) for t in range(40, 300)]
+                # a replay overwrites the graph's output: each step's logits are copied out
+                steps = [dec.prefill(ids[:, :40])] + [dec.step(ids[:, t]).clone() for t in range(40, 300)]
             finally:
                 dec.close()
             decoded = torch.stack(steps, dim=1).float()
@@ -95,9 +96,10 @@ def test_exact_decoding_matches_a_full_forward_pass(llama_bf16):
     assert torch.equal(runs[0], runs[1])  # graph replays run the eager step's kernels
 
 
+@pytest.mark.parametrize("splits", [None, 1])  # here several per row; one, as when the rows fill the device
 @pytest.mark.parametrize("dtype, heads, kv_heads, dim", [(torch.bfloat16, 32, 8, 64), (torch.bfloat16, 8, 8, 128),
                                                       (torch.float32, 12, 4, 32), (torch.float16, 4, 1, 256)])
-def test_decode_kernel_reads_each_rows_own_length(dtype, heads, kv_heads, dim):
+def test_decode_kernel_reads_each_rows_own_length(dtype, heads, kv_heads, dim, splits):
     from infbench.compression import cuda_attention
 
     gen = torch.Generator(device="cuda").manual_seed(0)
@@ -106,7 +108,7 @@ def test_decode_kernel_reads_each_rows_own_length(dtype, heads, kv_heads, dim):
     query, key, value = (torch.randn(shape, generator=gen, device="cuda").to(dtype) for shape in (
         (batch, heads, 1, dim), (batch, kv_heads, slots, dim), (batch, kv_heads, slots, dim)))
     key[1, :, 63:] = float("nan")  # slots past a row's length are never read
-    out = cuda_attention.decode_attention(query, key, value, lengths, None)
+    out = cuda_attention.decode_attention(query, key, value, lengths, None, splits=splits)
     assert out.shape == (batch, 1, heads, dim) and out.dtype == dtype
     for b, n in enumerate(lengths.tolist()):
         ref = torch.nn.functional.scaled_dot_product_attention(

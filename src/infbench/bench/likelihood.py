@@ -130,14 +130,19 @@ def _sampling_row(model, shape, device, ctx, n_tokens: int, batch_size: int | No
                   peaks: dict[str, float]) -> dict:
     n = ctx.shape[0]
     batch = sampling.batch_rows(model, n, ctx.shape[1], ctx.shape[1] + n_tokens, batch_size)
-    seconds = _median_s(device, 1, lambda: sampling.sample_transformers(
-        model, ctx, list(range(n)), set_name="bench", n_tokens=n_tokens, temperature=1.0, seed=0,
-        batch_size=batch, progress=False, cuda_graphs=cuda_graphs))
+
+    def sample(rows: int, tokens: int):
+        sampling.sample_transformers(model, ctx[:rows], list(range(rows)), set_name="bench", n_tokens=tokens,
+                                     temperature=1.0, seed=0, batch_size=batch, progress=False,
+                                     cuda_graphs=cuda_graphs)
+
+    warm_up = _median_s(device, 1, lambda: sample(min(n, batch), 16))  # kernel compilation, plans
+    seconds = _median_s(device, 1, lambda: sample(n, n_tokens))
     bound = sum(roofline.sampling_bound_s(shape, min(batch, n - s), ctx.shape[1], n_tokens, **peaks)
                 for s in range(0, n, batch))
     graphs = " + CUDA graphs" if cuda_graphs and device.type == "cuda" else ""
     return {"what": f"sampling{graphs}, batch {batch} (new tokens)", "tokens": n * n_tokens, "seconds": seconds,
-            "tokens_per_s": n * n_tokens / seconds, "vs": bound / seconds}
+            "tokens_per_s": n * n_tokens / seconds, "vs": bound / seconds, "warm_up_s": warm_up}
 
 
 def run(model_spec: str, *, contexts: int, context_tokens: int, continuation_tokens: int, batch_sizes: list[int],
@@ -176,7 +181,9 @@ def run(model_spec: str, *, contexts: int, context_tokens: int, continuation_tok
             f"sampling: {sample_contexts} contexts x {context_tokens} + {continuation_tokens} new tokens, once\n\n"
             + pd.DataFrame(rows).to_markdown(index=False, floatfmt=".3f")
             + "\n\nvs: scorer rows, throughput / bare forward at the same batch (goal >= 0.95); sampling rows, "
-              "roofline bound / measured time (goal >= 0.5 at Llama 3.2 1B's shape, >= 0.7 at Llama 3.1 8B's). mfu: matrix-product FLOPs / time / matmul ceiling.\n"
+              "roofline bound / measured time, after a 16-token warm-up of the same batch (kernel compilation; "
+              "goal >= 0.5 at Llama 3.2 1B's shape, >= 0.7 at Llama 3.1 8B's). "
+              "mfu: matrix-product FLOPs / time / matmul ceiling.\n"
             + f"scorer log-probs vs the CPU arithmetic on the same logits: max |diff| {max_diff:.2e}\n")
     if profile_cached is not None:
         batch = sampling.batch_rows(model, sample_contexts, context_tokens, context_tokens + continuation_tokens,

@@ -1,10 +1,11 @@
 """One decode step's attention on CUDA over exactly the cached slots of each row (Triton, split-K).
 
 A new token's query heads of one key/value head attend that head's first ``lengths[b]`` cached slots of row
-``b``. The slots are cut into splits of ``SPLIT`` slots; one program per (split, row, key/value head) streams
-its slots once (keys and values, ``BLOCK_N`` at a time) and keeps a running softmax for all the group's query
-heads together (grouped-query attention reads the cache once, without repeating it), and a second kernel
-merges the splits by their log-sum-exp. ``lengths`` is a device tensor, so a CUDA graph captured once serves
+``b``. One program per (split, row, key/value head) streams its slots once (keys and values, ``BLOCK_N`` at a
+time) and keeps a running softmax for all the group's query heads together (grouped-query attention reads the
+cache once, without repeating it). When the rows alone fill the device (256 rows of 8 key/value heads) each
+row is one split and the program writes the output; otherwise the slots are cut into splits and a second
+kernel merges them by their log-sum-exp. ``lengths`` is a device tensor, so a CUDA graph captured once serves
 every step: the kernels read only the slots that hold tokens, with no mask. Float32 runs the products in
 IEEE float32 (no TF32), bf16 and fp16 as flash attention does (probabilities rounded to the input type for
 the second product, float32 accumulation).
@@ -18,14 +19,15 @@ import torch
 import triton
 import triton.language as tl
 
-SPLIT = 256  # cached slots per program
 BLOCK_N = 64  # slots per load
+MIN_SPLIT = 256  # the fewest slots a split takes
+PROGRAMS_PER_SM = 4  # programs per multiprocessor that fill the device (measured on the H200, docs/gpu.md)
 
 
-@triton.jit
-def _split_attention(q, k, v, lengths, part_out, part_lse, scale, kv_heads, slots, q_row, k_row, v_row,
-                     GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, DIM: tl.constexpr, SPLITS: tl.constexpr,
-                     SPLIT: tl.constexpr, BLOCK_N: tl.constexpr, IEEE: tl.constexpr):
+@triton.jit(do_not_specialize=["kv_heads", "slots", "split_len"])
+def _split_attention(q, k, v, lengths, out, part_out, part_lse, scale, kv_heads, slots, split_len, q_row, k_row,
+                     v_row, GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, DIM: tl.constexpr, BLOCK_N: tl.constexpr,
+                     IEEE: tl.constexpr, DIRECT: tl.constexpr):
     split, row = tl.program_id(0), tl.program_id(1)  # row: batch row x key/value head
     length = tl.load(lengths + row // kv_heads)
     g = tl.arange(0, GROUP_PAD)
@@ -38,8 +40,8 @@ def _split_attention(q, k, v, lengths, part_out, part_lse, scale, kv_heads, slot
     top = tl.full([GROUP_PAD], float("-inf"), tl.float32)
     total = tl.zeros([GROUP_PAD], tl.float32)
     acc = tl.zeros([GROUP_PAD, DIM], tl.float32)
-    end = tl.minimum((split + 1) * SPLIT, length)
-    for start in range(split * SPLIT, end, BLOCK_N):
+    end = tl.minimum((split + 1) * split_len, length)
+    for start in range(split * split_len, end, BLOCK_N):
         valid = start + n < end
         key = tl.load(keys + (start + n)[:, None] * k_row + d[None, :], mask=valid[:, None], other=0.0)
         if IEEE:
@@ -57,11 +59,15 @@ def _split_attention(q, k, v, lengths, part_out, part_lse, scale, kv_heads, slot
         else:
             acc = acc * alpha[:, None] + tl.dot(p.to(value.dtype), value)
         top = new_top
-    part = (row * SPLITS + split).to(tl.int64)
     keep = g < GROUP
-    tl.store(part_out + part * GROUP * DIM + g[:, None] * DIM + d[None, :],
-             acc / tl.where(total > 0, total, 1.0)[:, None], mask=keep[:, None])
-    tl.store(part_lse + part * GROUP + g, tl.where(total > 0, top + tl.log(total), float("-inf")), mask=keep)
+    mean = acc / tl.where(total > 0, total, 1.0)[:, None]
+    if DIRECT:  # the row's only split: the output, heads h * group ... of key/value head h in order
+        tl.store(out + (row.to(tl.int64) * GROUP + g[:, None]) * DIM + d[None, :], mean.to(out.dtype.element_ty),
+                 mask=keep[:, None])
+    else:
+        part = (row * tl.num_programs(0) + split).to(tl.int64)
+        tl.store(part_out + (part * GROUP + g[:, None]) * DIM + d[None, :], mean, mask=keep[:, None])
+        tl.store(part_lse + part * GROUP + g, tl.where(total > 0, top + tl.log(total), float("-inf")), mask=keep)
 
 
 @triton.jit
@@ -79,10 +85,18 @@ def _merge_splits(part_out, part_lse, out, GROUP: tl.constexpr, DIM: tl.constexp
     tl.store(out + (row.to(tl.int64) * GROUP + head) * DIM + d, merged.to(out.dtype.element_ty))
 
 
+def split_count(rows: int, slots: int, device: torch.device) -> int:
+    """Splits per row: one when ``rows`` programs fill the device, else as many as fill it (of at least
+    ``MIN_SPLIT`` slots each)."""
+    sms = torch.cuda.get_device_properties(device).multi_processor_count
+    return max(1, min(-(-PROGRAMS_PER_SM * sms // rows), -(-slots // MIN_SPLIT)))
+
+
 def decode_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, lengths: torch.Tensor,
-                     scale: float | None) -> torch.Tensor:
+                     scale: float | None, splits: int | None = None) -> torch.Tensor:
     """``query`` ``[batch, heads, 1, dim]`` against the first ``lengths[b]`` slots of row ``b`` of the cache
-    ``key``/``value`` (contiguous ``[batch, kv_heads, slots, dim]``); returns ``[batch, 1, heads, dim]``."""
+    ``key``/``value`` (contiguous ``[batch, kv_heads, slots, dim]``); returns ``[batch, 1, heads, dim]``.
+    ``splits``: per row (default :func:`split_count`)."""
     batch, heads, _, dim = query.shape
     kv_heads, slots = key.shape[1], key.shape[2]
     group = heads // kv_heads
@@ -91,14 +105,19 @@ def decode_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
     packed = query.reshape(batch * kv_heads, group, dim)  # query heads h * group ... of key/value head h
     if packed.stride(-1) != 1 or packed.stride(-2) != dim:
         packed = packed.contiguous()
-    splits = -(-slots // SPLIT)
-    part_out = torch.empty((batch * kv_heads, splits, group, dim), dtype=torch.float32, device=query.device)
-    part_lse = torch.empty((batch * kv_heads, splits, group), dtype=torch.float32, device=query.device)
+    rows = batch * kv_heads
+    splits = splits or split_count(rows, slots, query.device)
+    split_len = -(-slots // splits // BLOCK_N) * BLOCK_N
+    splits = -(-slots // split_len)
     out = torch.empty((batch, 1, heads, dim), dtype=query.dtype, device=query.device)
-    _split_attention[(splits, batch * kv_heads)](
-        packed, key, value, lengths, part_out, part_lse, dim**-0.5 if scale is None else scale, kv_heads, slots,
-        packed.stride(0), key.stride(2), value.stride(2), GROUP=group, GROUP_PAD=max(16, triton.next_power_of_2(group)),
-        DIM=dim, SPLITS=splits, SPLIT=SPLIT, BLOCK_N=BLOCK_N, IEEE=query.dtype == torch.float32)
-    _merge_splits[(batch * kv_heads, group)](part_out, part_lse, out, GROUP=group, DIM=dim, SPLITS=splits,
-                                             SPLITS_PAD=triton.next_power_of_2(splits))
+    part_out = torch.empty((rows, splits, group, dim) if splits > 1 else 1, dtype=torch.float32, device=query.device)
+    part_lse = torch.empty((rows, splits, group) if splits > 1 else 1, dtype=torch.float32, device=query.device)
+    _split_attention[(splits, rows)](
+        packed, key, value, lengths, out, part_out, part_lse, dim**-0.5 if scale is None else scale, kv_heads,
+        slots, split_len, packed.stride(0), key.stride(2), value.stride(2), GROUP=group,
+        GROUP_PAD=max(16, triton.next_power_of_2(group)), DIM=dim, BLOCK_N=BLOCK_N, IEEE=query.dtype == torch.float32,
+        DIRECT=splits == 1, num_warps=4, num_stages=3 if dim <= 128 else 2)
+    if splits > 1:
+        _merge_splits[(rows, group)](part_out, part_lse, out, GROUP=group, DIM=dim, SPLITS=splits,
+                                     SPLITS_PAD=triton.next_power_of_2(splits))
     return out
