@@ -80,4 +80,4 @@ def test_decode_profile_times_a_step_and_the_draw_against_the_bound():
     assert draw["what"].startswith("draw") and draw["ms"] > 0
     assert decode_profile.kind("flash_fwd_kernel<Flash_fwd_kernel_traits<64>>") == "attention"
     assert decode_profile.kind("nvjet_tst_128x64_64x4_1x2_h_bz_coopA_TNT") == "matmul"
-    assert decode_profile.kind("vectorized_elementwise_kernel<4, CUDAFunctor_add<bf16>>") == "elementwise and other"
+    assert decode_profile.kind("vectorized_elementwise_kernel<4, add<bf16>>") == "elementwise and other"

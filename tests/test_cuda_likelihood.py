@@ -97,8 +97,9 @@ def test_exact_decoding_matches_a_full_forward_pass(llama_bf16):
 
 
 @pytest.mark.parametrize("splits", [None, 1])  # here several per row; one, as when the rows fill the device
-@pytest.mark.parametrize("dtype, heads, kv_heads, dim", [(torch.bfloat16, 32, 8, 64), (torch.bfloat16, 8, 8, 128),
-                                                      (torch.float32, 12, 4, 32), (torch.float16, 4, 1, 256)])
+@pytest.mark.parametrize("dtype, heads, kv_heads, dim", [
+    (torch.bfloat16, 32, 8, 64), (torch.bfloat16, 8, 8, 128), (torch.float32, 12, 4, 32),
+    (torch.float16, 4, 1, 256)])
 def test_decode_kernel_reads_each_rows_own_length(dtype, heads, kv_heads, dim, splits):
     from infbench.compression import cuda_attention
 

@@ -235,7 +235,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--contexts", type=int, default=16, help="contexts scored")
     p.add_argument("--context-tokens", type=int, default=128)
     p.add_argument("--continuation-tokens", type=int, default=256)
-    p.add_argument("--batch-sizes", type=int, nargs="*", default=[8], help="scorer batch sizes (none: no scorer rows)")
+    p.add_argument("--batch-sizes", type=int, nargs="*", default=[8],
+                   help="scorer batch sizes (none: no scorer rows)")
     p.add_argument("--sample-contexts", type=int, default=None, help="contexts sampled (default: --contexts)")
     p.add_argument("--sample-batch-size", type=int, default=None,
                    help="default: chosen by memory on CUDA, the largest --batch-sizes on the CPU")
@@ -243,7 +244,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--device", default="auto")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--threads", type=int, default=None)
-    p.add_argument("--no-eager", dest="eager", action="store_false", help="on CUDA, sample with CUDA graphs only")
+    p.add_argument("--no-eager", dest="eager", action="store_false",
+                   help="on CUDA, sample with CUDA graphs only")
     p.add_argument("--profile-cached", type=int, default=None,
                    help="also profile one decode step at this cache length (CUDA)")
     p.add_argument("--out", default=None, help="also write the table (Markdown) here")

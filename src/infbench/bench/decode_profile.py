@@ -1,7 +1,8 @@
 """Where a sampling step's time goes: the decode step (a CUDA graph's replay on CUDA) and the draw, each timed
 alone, and the step's kernels by kind (torch.profiler), against the step's bandwidth bound.
 
-The batch is prefilled with ``cached`` random tokens, so every profiled step reads a cache of about that length.
+The batch is prefilled with ``cached`` random tokens, so every profiled step reads a cache of about that
+length.
 Kinds, by kernel name: attention (flash, cuDNN, memory-efficient kernels), matmul (cuBLAS, CUTLASS), and
 everything else (normalisation, rotary embedding, activations, copies: elementwise work).
 """
@@ -69,7 +70,8 @@ def profile(model, *, batch: int, cached: int, copy_bytes_per_s: float, steps: i
     by_kind: dict[str, float] = {}
     for event in prof.events():
         if event.device_type == torch.autograd.DeviceType.CUDA:
-            by_kind[kind(event.name)] = by_kind.get(kind(event.name), 0.0) + event.device_time_total / 1e3 / steps
+            ms = event.device_time_total / 1e3 / steps
+            by_kind[kind(event.name)] = by_kind.get(kind(event.name), 0.0) + ms
     bound_ms = roofline.decode_step_bytes(shape, batch, cached) / copy_bytes_per_s * 1e3
     attention_bytes = batch * cached * shape.kv_bytes_per_token
     rows = [{"what": "decode step", "ms": step_ms, "bound_ms": bound_ms},

@@ -149,8 +149,8 @@ def run(model_spec: str, *, contexts: int, context_tokens: int, continuation_tok
         sample_contexts: int, sample_batch_size: int | None, dtype: str, repeats: int, device: str = "auto",
         threads: int | None = None, eager: bool = True, profile_cached: int | None = None,
         out_md: str | None = None) -> str:
-    """The table (Markdown); ``batch_sizes`` empty: no scorer rows; ``eager``: also sample without CUDA graphs;
-    ``profile_cached``: also profile a decode step at that cache length (CUDA, :mod:`decode_profile`)."""
+    """The table (Markdown); ``batch_sizes`` empty: no scorer rows; ``eager``: also sample without CUDA
+    graphs; ``profile_cached``: also profile a decode step at that cache length (:mod:`decode_profile`)."""
     if threads:
         torch.set_num_threads(threads)
     model = load_model(model_spec, dtype, device)
@@ -181,17 +181,18 @@ def run(model_spec: str, *, contexts: int, context_tokens: int, continuation_tok
             f"sampling: {sample_contexts} contexts x {context_tokens} + {continuation_tokens} new tokens, once\n\n"
             + pd.DataFrame(rows).to_markdown(index=False, floatfmt=".3f")
             + "\n\nvs: scorer rows, throughput / bare forward at the same batch (goal >= 0.95); sampling rows, "
-              "roofline bound / measured time, after a 16-token warm-up of the same batch (kernel compilation; "
-              "goal >= 0.5 at Llama 3.2 1B's shape, >= 0.7 at Llama 3.1 8B's). "
+              "roofline bound / measured time, after a 16-token warm-up of the same batch (kernel "
+              "compilation; goal >= 0.5 at Llama 3.2 1B's shape, >= 0.7 at Llama 3.1 8B's). "
               "mfu: matrix-product FLOPs / time / matmul ceiling.\n"
             + f"scorer log-probs vs the CPU arithmetic on the same logits: max |diff| {max_diff:.2e}\n")
     if profile_cached is not None:
-        batch = sampling.batch_rows(model, sample_contexts, context_tokens, context_tokens + continuation_tokens,
-                                    sample_batch_size)
+        batch = sampling.batch_rows(model, sample_contexts, context_tokens,
+                                    context_tokens + continuation_tokens, sample_batch_size)
         table = decode_profile.profile(model, batch=batch, cached=profile_cached,
                                        copy_bytes_per_s=peaks["copy_bytes_per_s"])
         text += (f"\nOne decode step at batch {batch} with {profile_cached} cached tokens, ms (median of 20; "
-                 f"kernels: torch.profiler, per step):\n\n" + table.to_markdown(index=False, floatfmt=".3f") + "\n")
+                 f"kernels: torch.profiler, per step):\n\n"
+                 + table.to_markdown(index=False, floatfmt=".3f") + "\n")
     if out_md:
         atomic.write_text(out_md, text)
     return text

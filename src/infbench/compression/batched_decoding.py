@@ -1,8 +1,9 @@
 """Batched decoding for the sampler: one forward pass per new token for a whole batch of equal-length rows.
 
-``StaticDecoder`` keeps the KV cache in transformers' ``StaticCache`` (allocated once, written in place). Every
-row of a batch sits at the same position (the sampler's contexts all have the same length). The prefill is SDPA
-with ``is_causal`` over exactly the context's slots. A step's attention reads only what the cache holds:
+``StaticDecoder`` keeps the KV cache in transformers' ``StaticCache`` (allocated once, written in place).
+Every row of a batch sits at the same position (the sampler's contexts all have the same length). The prefill
+is SDPA with ``is_causal`` over exactly the context's slots. A step's attention reads only what the cache
+holds:
 
 - on CUDA (:func:`exact_decoding`), a split-K kernel (:mod:`infbench.compression.cuda_attention`) that takes
   each row's cached length as a device tensor: it reads exactly the cached keys and values, needs no mask, and
@@ -12,8 +13,8 @@ with ``is_causal`` over exactly the context's slots. A step's attention reads on
   then its own graph.
 
 Either way the single new token's query heads are packed onto their key/value heads (grouped-query attention
-without repeating the cache). On CUDA the step is captured as a CUDA graph and replayed: one launch from Python
-per token instead of several hundred.
+without repeating the cache). On CUDA the step is captured as a CUDA graph and replayed: one launch from
+Python per token instead of several hundred.
 
 ``DynamicDecoder`` is the model's own dynamic cache, for models whose cache layers are not all plain
 full-attention layers (sliding windows, linear attention, state-space layers).
@@ -49,7 +50,8 @@ class ExactLengths:
 
 
 # what the forward pass in progress may read: a window's end (slots before it), or exact per-row lengths
-_reads: contextvars.ContextVar[int | ExactLengths | None] = contextvars.ContextVar("cache_reads", default=None)
+_reads: contextvars.ContextVar[int | ExactLengths | None] = contextvars.ContextVar("cache_reads",
+                                                                                 default=None)
 
 
 def cached_attention(module, query, key, value, attention_mask, scaling=None, **kwargs):
@@ -78,8 +80,8 @@ def _cache_argument(model) -> str:
 
 
 class SlotLayer(StaticLayer):
-    """A ``StaticLayer`` that writes new keys and values at ``slots`` (the decoder's one index tensor for every
-    layer, set before each forward pass) instead of deriving the slots from its own running length: two
+    """A ``StaticLayer`` that writes new keys and values at ``slots`` (the decoder's one index tensor for
+    every layer, set before each forward pass) instead of deriving the slots from its own running length: two
     kernels per layer and step instead of five."""
 
     def __init__(self, max_cache_len: int, slots: torch.Tensor):
@@ -155,7 +157,8 @@ class StaticDecoder:
         self.cuda_graphs = cuda_graphs and device.type == "cuda"
         self.argument = _cache_argument(model)
         self.exact = ExactLengths(batch, device) if exact_decoding(model) else None
-        self.mask = None if self.exact else torch.zeros((batch, 1, 1, max_len), dtype=torch.bool, device=device)
+        self.mask = None if self.exact else torch.zeros((batch, 1, 1, max_len), dtype=torch.bool,
+                                                        device=device)
         self.token = torch.zeros((batch, 1), dtype=torch.long, device=device)
         self.position = torch.zeros((1, 1), dtype=torch.long, device=device)  # also the slot a step writes
         self.length = 0
@@ -197,7 +200,7 @@ class StaticDecoder:
         self.length += 1
         if not self.cuda_graphs:
             return self._forward(self.token, self.position, mask, reads)
-        if self.graph_key is None:  # first step: run it eagerly on a side stream (lazy initialisation), as a warm-up
+        if self.graph_key is None:  # first step: eagerly on a side stream (lazy initialisation), a warm-up
             side = torch.cuda.Stream()
             side.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(side):

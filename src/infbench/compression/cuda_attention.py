@@ -25,9 +25,9 @@ PROGRAMS_PER_SM = 4  # programs per multiprocessor that fill the device (measure
 
 
 @triton.jit(do_not_specialize=["kv_heads", "slots", "split_len"])
-def _split_attention(q, k, v, lengths, out, part_out, part_lse, scale, kv_heads, slots, split_len, q_row, k_row,
-                     v_row, GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, DIM: tl.constexpr, BLOCK_N: tl.constexpr,
-                     IEEE: tl.constexpr, DIRECT: tl.constexpr):
+def _split_attention(q, k, v, lengths, out, part_out, part_lse, scale, kv_heads, slots, split_len, q_row,
+                     k_row, v_row, GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, DIM: tl.constexpr,
+                     BLOCK_N: tl.constexpr, IEEE: tl.constexpr, DIRECT: tl.constexpr):
     split, row = tl.program_id(0), tl.program_id(1)  # row: batch row x key/value head
     length = tl.load(lengths + row // kv_heads)
     g = tl.arange(0, GROUP_PAD)
@@ -62,12 +62,13 @@ def _split_attention(q, k, v, lengths, out, part_out, part_lse, scale, kv_heads,
     keep = g < GROUP
     mean = acc / tl.where(total > 0, total, 1.0)[:, None]
     if DIRECT:  # the row's only split: the output, heads h * group ... of key/value head h in order
-        tl.store(out + (row.to(tl.int64) * GROUP + g[:, None]) * DIM + d[None, :], mean.to(out.dtype.element_ty),
-                 mask=keep[:, None])
+        tl.store(out + (row.to(tl.int64) * GROUP + g[:, None]) * DIM + d[None, :],
+                 mean.to(out.dtype.element_ty), mask=keep[:, None])
     else:
         part = (row * tl.num_programs(0) + split).to(tl.int64)
         tl.store(part_out + (part * GROUP + g[:, None]) * DIM + d[None, :], mean, mask=keep[:, None])
-        tl.store(part_lse + part * GROUP + g, tl.where(total > 0, top + tl.log(total), float("-inf")), mask=keep)
+        lse = tl.where(total > 0, top + tl.log(total), float("-inf"))
+        tl.store(part_lse + part * GROUP + g, lse, mask=keep)
 
 
 @triton.jit
@@ -110,13 +111,16 @@ def decode_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
     split_len = -(-slots // splits // BLOCK_N) * BLOCK_N
     splits = -(-slots // split_len)
     out = torch.empty((batch, 1, heads, dim), dtype=query.dtype, device=query.device)
-    part_out = torch.empty((rows, splits, group, dim) if splits > 1 else 1, dtype=torch.float32, device=query.device)
-    part_lse = torch.empty((rows, splits, group) if splits > 1 else 1, dtype=torch.float32, device=query.device)
+    # the splits' outputs and log-sum-exps (one element, unused, when each row is one split)
+    part_out = torch.empty((rows, splits, group, dim) if splits > 1 else 1, dtype=torch.float32,
+                           device=query.device)
+    part_lse = torch.empty((rows, splits, group) if splits > 1 else 1, dtype=torch.float32,
+                           device=query.device)
     _split_attention[(splits, rows)](
         packed, key, value, lengths, out, part_out, part_lse, dim**-0.5 if scale is None else scale, kv_heads,
         slots, split_len, packed.stride(0), key.stride(2), value.stride(2), GROUP=group,
-        GROUP_PAD=max(16, triton.next_power_of_2(group)), DIM=dim, BLOCK_N=BLOCK_N, IEEE=query.dtype == torch.float32,
-        DIRECT=splits == 1, num_warps=4, num_stages=3 if dim <= 128 else 2)
+        GROUP_PAD=max(16, triton.next_power_of_2(group)), DIM=dim, BLOCK_N=BLOCK_N,
+        IEEE=query.dtype == torch.float32, DIRECT=splits == 1, num_warps=4, num_stages=3 if dim <= 128 else 2)
     if splits > 1:
         _merge_splits[(rows, group)](part_out, part_lse, out, GROUP=group, DIM=dim, SPLITS=splits,
                                      SPLITS_PAD=triton.next_power_of_2(splits))

@@ -66,7 +66,8 @@ def draw(log_probs: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
     sums = torch.empty((rows, CHUNKS), dtype=torch.float64, device=log_probs.device)
     tokens = torch.empty(rows, dtype=torch.int64, device=log_probs.device)
     uniforms = uniforms.to(torch.float64)
-    _slice_sums[(rows, CHUNKS)](log_probs, sums, vocab, log_probs.stride(0), chunk, CHUNKS=CHUNKS, BLOCK=BLOCK)
+    _slice_sums[(rows, CHUNKS)](log_probs, sums, vocab, log_probs.stride(0), chunk, CHUNKS=CHUNKS,
+                                BLOCK=BLOCK)
     _search[(rows,)](log_probs, sums, uniforms, tokens, vocab, log_probs.stride(0), uniforms.stride(0), chunk,
                      CHUNKS=CHUNKS, BLOCK=BLOCK)
     return tokens

@@ -71,12 +71,14 @@ def batch_rows(model, n: int, context_len: int, max_len: int, batch_size: int | 
         return batch_size
     if device.type != "cuda":
         raise ValueError("a sampling batch size chosen by memory needs a CUDA device")
-    fit = batched_decoding.rows_that_fit(model, context_len, max_len, batched_decoding.free_device_bytes(device))
+    free = batched_decoding.free_device_bytes(device)
+    fit = batched_decoding.rows_that_fit(model, context_len, max_len, free)
     return even_rows(n, fit)
 
 
 def even_rows(n: int, fit: int) -> int:
-    """Rows per batch of the fewest batches of at most ``fit`` rows that hold ``n``, as equal as slices allow."""
+    """Rows per batch of the fewest batches of at most ``fit`` rows that hold ``n``, as equal as slices
+    allow."""
     batches = -(-n // max(1, fit))
     return -(-n // batches)
 

@@ -42,16 +42,17 @@ _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT
 
 
 def warm_up_cuda(device: str) -> None:
-    """Create, in the baseline and the measured worker alike, the runtime state a model's first inference would
-    otherwise add to the package's figure (docs/gpu.md, measured on an H200: 80 MiB of host memory for a 7.6 MiB
-    BF16 package, 126 MiB for a 1.24B one, and more with every new sequence length):
+    """Create, in the baseline and the measured worker alike, the runtime state a model's first inference
+    would otherwise add to the package's figure (docs/gpu.md, measured on an H200: about 80 MiB of host memory
+    after the first inference of a 7.6 MiB and of a 1.24B BF16 package, and more with every new sequence
+    length):
 
-    - cuDNN's attention is switched off. It builds and keeps an execution plan per shape (about 1.3 MiB of host
-      memory for each new sequence length, and its runtime-compiled kernels on disk), state no empty worker can
-      hold in advance; SDPA's flash and memory-efficient kernels keep none.
-    - The hf runtime's own calls (logits, the block prefill, decode steps) run on one-layer Llamas of head size
-      64 and 128 in bf16, fp16 and fp32: CUDA loads each kernel at its first launch (lazy module loading), and
-      cuBLAS creates its handles and workspaces, all of it before the package is read."""
+    - cuDNN's attention is switched off. It builds and keeps an execution plan per shape (about 1.3 MiB of
+      host memory for each new sequence length, and its runtime-compiled kernels on disk), state no empty
+      worker can hold in advance; SDPA's flash and memory-efficient kernels keep none.
+    - The hf runtime's own calls (logits, the block prefill, decode steps) run on one-layer Llamas of head
+      size 64 and 128 in bf16, fp16 and fp32: CUDA loads each kernel at its first launch (lazy module
+      loading), and cuBLAS creates its handles and workspaces, all of it before the package is read."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     from infbench.compression.runtimes.hf import HFRunner
@@ -64,9 +65,10 @@ def warm_up_cuda(device: str) -> None:
     torch.backends.cuda.enable_cudnn_sdp(False)
     for dtype in (torch.bfloat16, torch.float16, torch.float32):
         for heads in (8, 4):  # head sizes 64 and 128
-            runner = WarmUpRunner(LlamaForCausalLM(LlamaConfig(
-                vocab_size=1024, hidden_size=512, intermediate_size=1024, num_hidden_layers=1, num_attention_heads=heads,
-                num_key_value_heads=2, max_position_embeddings=256)).to(device=device, dtype=dtype).eval())
+            config = LlamaConfig(vocab_size=1024, hidden_size=512, intermediate_size=1024,
+                                 num_hidden_layers=1, num_attention_heads=heads, num_key_value_heads=2,
+                                 max_position_embeddings=256)
+            runner = WarmUpRunner(LlamaForCausalLM(config).to(device=device, dtype=dtype).eval())
             runner.logits(np.ones((1, 8), dtype=np.int64), 4)
             runner.logits(np.ones((2, 100), dtype=np.int64), 50)
             list(runner.generate(list(range(1, 71)), 4))  # two prompt blocks, the second cropped
