@@ -76,6 +76,6 @@ def test_rows_that_fit_counts_cache_prefill_and_vocabulary_workspace():
     model = _llama(2)
     kv = batched_decoding.kv_bytes_per_token(model)
     assert kv == 2 * 2 * 2 * 8 * 4  # keys and values x layers x kv heads x head dim x float32
-    per_row = kv * 100 + 20 * (8 * 32 + 3 * 64) * 4 + 97 * (4 + 12 + 16)
+    per_row = kv * 100 + 20 * (8 * 32 + 3 * 64) * 4 + 97 * (4 + 12)
     assert batched_decoding.rows_that_fit(model, 20, 100, 10 * per_row, share=1.0) == 10
     assert batched_decoding.rows_that_fit(model, 20, 100, 10 * per_row - 1, share=1.0) == 9

@@ -69,3 +69,15 @@ def test_sampling_bound_is_prefill_compute_plus_each_decode_step_at_the_bandwidt
     expected = roofline.forward_flops(shape, 4, 10, 1) / flops + steps / bw
     assert roofline.sampling_bound_s(shape, 4, 10, 6, matmul_flops_per_s=flops,
                                      copy_bytes_per_s=bw) == pytest.approx(expected, rel=1e-12)
+
+
+def test_decode_profile_times_a_step_and_the_draw_against_the_bound():
+    from infbench.bench import decode_profile
+
+    table = decode_profile.profile(_llama(True), batch=3, cached=20, copy_bytes_per_s=1e11, steps=3)
+    step, draw = table.iloc[0], table.iloc[-1]
+    assert step["what"] == "decode step" and step["ms"] > 0 and step["bound_ms"] > 0
+    assert draw["what"].startswith("draw") and draw["ms"] > 0
+    assert decode_profile.kind("flash_fwd_kernel<Flash_fwd_kernel_traits<64>>") == "attention"
+    assert decode_profile.kind("nvjet_tst_128x64_64x4_1x2_h_bz_coopA_TNT") == "matmul"
+    assert decode_profile.kind("vectorized_elementwise_kernel<4, add<bf16>>") == "elementwise and other"

@@ -19,6 +19,7 @@ from infbench.sandbox.launch import SandboxSettings
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
 VOCAB = 4096
+ALLOWANCE = 16 << 20  # verification.runtime_allowance_mib's default
 # GPU machines may lack bubblewrap (or user namespaces); these tests are about the CUDA figures, and the
 # records say how the worker was isolated.
 SANDBOX = SandboxSettings(allow_unsandboxed=True, tmp_mb=1024)
@@ -106,11 +107,39 @@ def resident(pkg: Path) -> dict[str, int]:
     return out
 
 
+@pytest.fixture(scope="module")
+def checkpoint_1b(tmp_path_factory) -> tuple[Path, int]:
+    """Llama 3.2 1B's shape in BF16, random weights (2,357 MiB)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    out = tmp_path_factory.mktemp("cuda_ckpt_1b") / "model"
+    torch.manual_seed(0)
+    with torch.device("cuda"):
+        model = LlamaForCausalLM(LlamaConfig(hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
+                                             num_attention_heads=32, num_key_value_heads=8, vocab_size=128256,
+                                             tie_word_embeddings=True, max_position_embeddings=4096))
+    model.to(torch.bfloat16).save_pretrained(out)
+    weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    del model
+    torch.cuda.empty_cache()
+    return out, weight_bytes
+
+
+def test_an_honest_bf16_1b_package_is_its_weights_after_load_and_after_inference(tmp_path, checkpoint_1b):
+    ckpt, weight_bytes = checkpoint_1b
+    r = resident(package(tmp_path / "bf16_1b", ckpt, "hf"))
+    for when in ("load", "after"):
+        outside = max(0, r[f"host_{when}"]) + max(0, r[f"device_{when}"])  # storage.ResidentMeasure.outside
+        assert weight_bytes <= outside <= weight_bytes + ALLOWANCE, (when, (outside - weight_bytes) / MIB)
+
+
 @pytest.mark.parametrize("runtime", ["hf", "python"])
 def test_resident_bytes_are_the_weights_on_cuda(tmp_path, checkpoint, runtime):
     ckpt, weight_bytes = checkpoint
     r = resident(package(tmp_path / runtime, ckpt, runtime, PYTHON_RUNTIME))
     assert weight_bytes <= r["inprocess"] <= 1.05 * weight_bytes
+    # the runtime state of the first inference is the empty worker's too (worker.warm_up_cuda)
+    assert r["host_load"] <= ALLOWANCE and r["host_after"] <= ALLOWANCE
     # NVML counts what the caching allocator reserved: whole segments (measured on the H200: 26 MiB for these
     # 7.6 MiB of weights, after load and after inference with the cache emptied)
     assert weight_bytes <= r["device_load"] <= 1.05 * weight_bytes + 32 * MIB

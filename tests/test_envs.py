@@ -18,7 +18,9 @@ from infbench import code_digest, envs
 ENVIRONMENTS = envs.environments()
 ENV_DIR = REPO / "envs"
 # Imported on a path the config selects, from another env of the same rule.
-OPTIONAL = {("pipeline", "vllm"): "likelihood.backend: vllm runs sampling and scoring in envs/vllm.yaml"}
+OPTIONAL = {("pipeline", "vllm"): "likelihood.backend: vllm runs sampling and scoring in envs/vllm.yaml",
+            ("pipeline", "triton"): "the CUDA kernels (cuda_attention, cuda_draw): Triton ships with "
+                                    "PyTorch's CUDA builds; CPU jobs never import it"}
 
 
 def _rules() -> dict[str, dict]:

@@ -22,6 +22,12 @@ def test_draw_is_the_inverse_cdf_at_the_uniform():
         assert int(sampling.draw(logp, torch.tensor([u], dtype=torch.float64))) == token
 
 
+def test_batches_chosen_by_memory_are_the_fewest_and_even():
+    assert sampling.even_rows(256, 222) == 128  # not 222 + 34
+    assert sampling.even_rows(256, 256) == sampling.even_rows(256, 1000) == 256
+    assert sampling.even_rows(10, 3) == 3 and sampling.even_rows(7, 0) == 1
+
+
 def test_context_streams_depend_on_the_context_alone():
     both = sampling.context_uniforms(0, "search", [3, 7], 50)
     assert np.array_equal(both[1], sampling.context_uniforms(0, "search", [7], 50)[0])

@@ -16,7 +16,7 @@ def _bench(args) -> None:
                     continuation_tokens=args.continuation_tokens, batch_sizes=args.batch_sizes,
                     sample_contexts=args.sample_contexts or args.contexts, sample_batch_size=args.sample_batch_size,
                     dtype=args.dtype, repeats=args.repeats, device=args.device, threads=args.threads,
-                    out_md=args.out))
+                    eager=args.eager, profile_cached=args.profile_cached, out_md=args.out))
 
 
 def _bench_replay(args) -> None:
@@ -231,11 +231,12 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("bench-likelihood", help="scorer vs bare forward throughput, and sampling throughput, "
                                                "against the device's measured matmul rate and copy bandwidth")
     p.add_argument("model", help="a checkpoint directory, or random:NAME (random weights: "
-                                 "random:llama-1b, random:smollm2-135m)")
+                                 "random:llama-1b, random:llama-8b, random:smollm2-135m)")
     p.add_argument("--contexts", type=int, default=16, help="contexts scored")
     p.add_argument("--context-tokens", type=int, default=128)
     p.add_argument("--continuation-tokens", type=int, default=256)
-    p.add_argument("--batch-sizes", type=int, nargs="+", default=[8], help="scorer batch sizes")
+    p.add_argument("--batch-sizes", type=int, nargs="*", default=[8],
+                   help="scorer batch sizes (none: no scorer rows)")
     p.add_argument("--sample-contexts", type=int, default=None, help="contexts sampled (default: --contexts)")
     p.add_argument("--sample-batch-size", type=int, default=None,
                    help="default: chosen by memory on CUDA, the largest --batch-sizes on the CPU")
@@ -243,6 +244,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--device", default="auto")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--no-eager", dest="eager", action="store_false",
+                   help="on CUDA, sample with CUDA graphs only")
+    p.add_argument("--profile-cached", type=int, default=None,
+                   help="also profile one decode step at this cache length (CUDA)")
     p.add_argument("--out", default=None, help="also write the table (Markdown) here")
     p.set_defaults(func=_bench)
 

@@ -25,7 +25,7 @@ import pandas as pd
 import torch
 
 from infbench import atomic
-from infbench.bench import roofline
+from infbench.bench import decode_profile, roofline
 from infbench.compression import sampling, scoring
 from infbench.compression.device import resolve
 from infbench.compression.hf_runtime import load_causal_lm
@@ -34,6 +34,10 @@ RANDOM_MODELS = {
     # Llama 3.2 1B's shape: 1.24B parameters, tied embedding
     "llama-1b": dict(hidden_size=2048, intermediate_size=8192, num_hidden_layers=16, num_attention_heads=32,
                      num_key_value_heads=8, vocab_size=128256, tie_word_embeddings=True, rope_theta=500000.0,
+                     max_position_embeddings=4096),
+    # Llama 3.1 8B's shape: 8.03B parameters, untied embedding
+    "llama-8b": dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
+                     num_key_value_heads=8, vocab_size=128256, tie_word_embeddings=False, rope_theta=500000.0,
                      max_position_embeddings=4096),
     # SmolLM2-135M's shape (the embedded source)
     "smollm2-135m": dict(hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9,
@@ -126,19 +130,27 @@ def _sampling_row(model, shape, device, ctx, n_tokens: int, batch_size: int | No
                   peaks: dict[str, float]) -> dict:
     n = ctx.shape[0]
     batch = sampling.batch_rows(model, n, ctx.shape[1], ctx.shape[1] + n_tokens, batch_size)
-    seconds = _median_s(device, 1, lambda: sampling.sample_transformers(
-        model, ctx, list(range(n)), set_name="bench", n_tokens=n_tokens, temperature=1.0, seed=0,
-        batch_size=batch, progress=False, cuda_graphs=cuda_graphs))
+
+    def sample(rows: int, tokens: int):
+        sampling.sample_transformers(model, ctx[:rows], list(range(rows)), set_name="bench", n_tokens=tokens,
+                                     temperature=1.0, seed=0, batch_size=batch, progress=False,
+                                     cuda_graphs=cuda_graphs)
+
+    warm_up = _median_s(device, 1, lambda: sample(min(n, batch), 16))  # kernel compilation, plans
+    seconds = _median_s(device, 1, lambda: sample(n, n_tokens))
     bound = sum(roofline.sampling_bound_s(shape, min(batch, n - s), ctx.shape[1], n_tokens, **peaks)
                 for s in range(0, n, batch))
     graphs = " + CUDA graphs" if cuda_graphs and device.type == "cuda" else ""
     return {"what": f"sampling{graphs}, batch {batch} (new tokens)", "tokens": n * n_tokens, "seconds": seconds,
-            "tokens_per_s": n * n_tokens / seconds, "vs": bound / seconds}
+            "tokens_per_s": n * n_tokens / seconds, "vs": bound / seconds, "warm_up_s": warm_up}
 
 
 def run(model_spec: str, *, contexts: int, context_tokens: int, continuation_tokens: int, batch_sizes: list[int],
         sample_contexts: int, sample_batch_size: int | None, dtype: str, repeats: int, device: str = "auto",
-        threads: int | None = None, out_md: str | None = None) -> str:
+        threads: int | None = None, eager: bool = True, profile_cached: int | None = None,
+        out_md: str | None = None) -> str:
+    """The table (Markdown); ``batch_sizes`` empty: no scorer rows; ``eager``: also sample without CUDA
+    graphs; ``profile_cached``: also profile a decode step at that cache length (:mod:`decode_profile`)."""
     if threads:
         torch.set_num_threads(threads)
     model = load_model(model_spec, dtype, device)
@@ -146,7 +158,7 @@ def run(model_spec: str, *, contexts: int, context_tokens: int, continuation_tok
     shape = roofline.Shape.of(model)
     peaks = ceilings(dev, getattr(torch, dtype))
     if sample_batch_size is None and dev.type != "cuda":
-        sample_batch_size = max(batch_sizes)
+        sample_batch_size = max(batch_sizes, default=8)
     rng = np.random.default_rng(0)
     ctx = rng.integers(0, shape.vocab, size=(max(contexts, sample_contexts), context_tokens), dtype=np.int32)
     cont = rng.integers(0, shape.vocab, size=(contexts, continuation_tokens), dtype=np.int32)
@@ -155,7 +167,7 @@ def run(model_spec: str, *, contexts: int, context_tokens: int, continuation_tok
         rows += _scorer_rows(model, shape, dev, ctx[:contexts], cont, batch_size, repeats,
                              peaks["matmul_flops_per_s"])
         print(rows[-2], rows[-1], sep="\n", flush=True)
-    for graphs in [True, False] if dev.type == "cuda" else [False]:
+    for graphs in [True, False][:2 if eager else 1] if dev.type == "cuda" else [False]:
         rows.append(_sampling_row(model, shape, dev, ctx[:sample_contexts], continuation_tokens,
                                   sample_batch_size, graphs, peaks))
         print(rows[-1], flush=True)
@@ -169,8 +181,18 @@ def run(model_spec: str, *, contexts: int, context_tokens: int, continuation_tok
             f"sampling: {sample_contexts} contexts x {context_tokens} + {continuation_tokens} new tokens, once\n\n"
             + pd.DataFrame(rows).to_markdown(index=False, floatfmt=".3f")
             + "\n\nvs: scorer rows, throughput / bare forward at the same batch (goal >= 0.95); sampling rows, "
-              "roofline bound / measured time (goal >= 0.40). mfu: matrix-product FLOPs / time / matmul ceiling.\n"
+              "roofline bound / measured time, after a 16-token warm-up of the same batch (kernel "
+              "compilation; goal >= 0.5 at Llama 3.2 1B's shape, >= 0.7 at Llama 3.1 8B's). "
+              "mfu: matrix-product FLOPs / time / matmul ceiling.\n"
             + f"scorer log-probs vs the CPU arithmetic on the same logits: max |diff| {max_diff:.2e}\n")
+    if profile_cached is not None:
+        batch = sampling.batch_rows(model, sample_contexts, context_tokens,
+                                    context_tokens + continuation_tokens, sample_batch_size)
+        table = decode_profile.profile(model, batch=batch, cached=profile_cached,
+                                       copy_bytes_per_s=peaks["copy_bytes_per_s"])
+        text += (f"\nOne decode step at batch {batch} with {profile_cached} cached tokens, ms (median of 20; "
+                 f"kernels: torch.profiler, per step):\n\n"
+                 + table.to_markdown(index=False, floatfmt=".3f") + "\n")
     if out_md:
         atomic.write_text(out_md, text)
     return text

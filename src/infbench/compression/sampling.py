@@ -45,29 +45,42 @@ def context_uniforms(seed: int, set_name: str, indices: list[int], n_tokens: int
 
 def draw(log_probs: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
     """One token per row from ``softmax(log_probs)``: the first token whose cumulative probability exceeds
-    ``uniforms[i]`` times the row's total (a zero-probability token is never drawn)."""
+    ``uniforms[i]`` times the row's total (a zero-probability token is never drawn). Float32 log-probs on CUDA
+    take :mod:`infbench.compression.cuda_draw` (the same arithmetic without float64 copies)."""
+    if log_probs.is_cuda and log_probs.dtype == torch.float32:
+        from infbench.compression import cuda_draw
+
+        return cuda_draw.draw(log_probs, uniforms)
     cdf = log_probs.double().exp().cumsum(-1)
     point = (uniforms.to(cdf.dtype) * cdf[:, -1]).unsqueeze(-1)
     return torch.searchsorted(cdf, point, right=True).squeeze(-1).clamp_max(log_probs.shape[-1] - 1)
 
 
 def _next_token(logits: torch.Tensor, uniforms: torch.Tensor, temperature: float):
-    logits = logits.float()
-    logp = torch.log_softmax(logits, dim=-1)
-    scaled = logp if temperature == 1.0 else torch.log_softmax(logits / temperature, dim=-1)
+    logp = torch.log_softmax(logits, dim=-1, dtype=torch.float32)
+    scaled = logp if temperature == 1.0 else torch.log_softmax(logits.float() / temperature, dim=-1)
     token = draw(scaled, uniforms)
     return token, logp.gather(-1, token.unsqueeze(-1)).squeeze(-1)
 
 
 def batch_rows(model, n: int, context_len: int, max_len: int, batch_size: int | None) -> int:
-    """``batch_size``, or with None as many rows as fit in the free memory of the model's CUDA device."""
+    """``batch_size``, or with None the rows of the fewest batches that fit in the free memory of the model's
+    CUDA device (PyTorch's cached blocks included), split evenly: 256 rows where 222 fit go as 2 x 128."""
     device = next(model.parameters()).device
     if batch_size is not None:
         return batch_size
     if device.type != "cuda":
         raise ValueError("a sampling batch size chosen by memory needs a CUDA device")
-    free, _ = torch.cuda.mem_get_info(device)
-    return min(n, batched_decoding.rows_that_fit(model, context_len, max_len, free))
+    free = batched_decoding.free_device_bytes(device)
+    fit = batched_decoding.rows_that_fit(model, context_len, max_len, free)
+    return even_rows(n, fit)
+
+
+def even_rows(n: int, fit: int) -> int:
+    """Rows per batch of the fewest batches of at most ``fit`` rows that hold ``n``, as equal as slices
+    allow."""
+    batches = -(-n // max(1, fit))
+    return -(-n // batches)
 
 
 @torch.inference_mode()

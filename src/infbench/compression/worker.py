@@ -42,26 +42,37 @@ _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT
 
 
 def warm_up_cuda(device: str) -> None:
-    """Load what the CUDA runtime loads lazily at a model's first use (the context, cuBLAS and its workspace,
-    attention and normalisation kernels) with a tiny random Llama, in the baseline and the measured worker
-    alike: otherwise the first inference's runtime state (hundreds of MiB on the device and the host) would be
-    charged to the package."""
+    """Create, in the baseline and the measured worker alike, the runtime state a model's first inference
+    would otherwise add to the package's figure (docs/gpu.md, measured on an H200: about 80 MiB of host memory
+    after the first inference of a 7.6 MiB and of a 1.24B BF16 package, and more with every new sequence
+    length):
+
+    - cuDNN's attention is switched off. It builds and keeps an execution plan per shape (about 1.3 MiB of
+      host memory for each new sequence length, and its runtime-compiled kernels on disk), state no empty
+      worker can hold in advance; SDPA's flash and memory-efficient kernels keep none.
+    - The hf runtime's own calls (logits, the block prefill, decode steps) run on one-layer Llamas of head
+      size 64 and 128 in bf16, fp16 and fp32: CUDA loads each kernel at its first launch (lazy module
+      loading), and cuBLAS creates its handles and workspaces, all of it before the package is read."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from infbench.compression.hf_runtime import cache_kwargs
+    from infbench.compression.runtimes.hf import HFRunner
+
+    class WarmUpRunner(HFRunner):
+        def __init__(self, model):
+            self.device, self.model = torch.device(device), model
 
     torch.cuda.init()
+    torch.backends.cuda.enable_cudnn_sdp(False)
     for dtype in (torch.bfloat16, torch.float16, torch.float32):
-        model = LlamaForCausalLM(LlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=128,
-                                             num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
-                                             max_position_embeddings=64)).to(device=device, dtype=dtype).eval()
-        with torch.inference_mode():
-            model(input_ids=torch.ones(2, 16, dtype=torch.long, device=device), logits_to_keep=8)
-            out = model(input_ids=torch.ones(1, 8, dtype=torch.long, device=device), use_cache=True)
-            model(input_ids=torch.ones(1, 1, dtype=torch.long, device=device), use_cache=True, **cache_kwargs(out))
-            a = torch.randn(512, 512, device=device, dtype=dtype)
-            (a @ a).softmax(-1).float().cpu()
-        del model, out, a
+        for heads in (8, 4):  # head sizes 64 and 128
+            config = LlamaConfig(vocab_size=1024, hidden_size=512, intermediate_size=1024,
+                                 num_hidden_layers=1, num_attention_heads=heads, num_key_value_heads=2,
+                                 max_position_embeddings=256)
+            runner = WarmUpRunner(LlamaForCausalLM(config).to(device=device, dtype=dtype).eval())
+            runner.logits(np.ones((1, 8), dtype=np.int64), 4)
+            runner.logits(np.ones((2, 100), dtype=np.int64), 50)
+            list(runner.generate(list(range(1, 71)), 4))  # two prompt blocks, the second cropped
+            del runner
     torch.cuda.synchronize()
     torch.cuda.empty_cache()
 
