@@ -96,6 +96,8 @@ class EvaluationRecord(BaseModel):
     accuracy: dict[str, float] | None = None
     accuracy_mean: float | None = None
     accuracy_ref: float | None = None
+    accuracy_counts: dict[str, tuple[int, int]] | None = None  # (correct, asked) per benchmark
+    accuracy_ref_counts: dict[str, tuple[int, int]] | None = None  # the source's A(p), the same questions
     decode: DecodeTiming | None = None
     resident: ResidentMeasure | None = None  # every figure behind S_res, measured from outside the worker
     sandbox: SandboxRecord | None = None
@@ -343,4 +345,5 @@ def _verification_checks(proc, logits: Callable, vocab: int, record: EvaluationR
         with step("accuracy_gate", phase="accuracy"):
             gate = accuracy_gate(proc)
         record.accuracy, record.accuracy_mean, record.accuracy_ref = gate["per_benchmark"], gate["mean"], gate["reference"]
+        record.accuracy_counts, record.accuracy_ref_counts = gate["counts"], gate["reference_counts"]
         record.checks.append(Check(name="accuracy_gate", passed=gate["passed"], evidence=gate["evidence"]))
