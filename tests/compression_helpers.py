@@ -67,9 +67,8 @@ def run(pkg: Path, src: Path, settings=SETTINGS, **kwargs):
                    secret=SECRET, sample_temperature=1.0, **kwargs)
 
 
-def build_tiny_source(out: Path, smollm2_dir: Path, *, rows: int = 4, continuation_tokens: int = 8) -> Path:
-    """A tiny Llama with SmolLM2's tokenizer under ``out``, its search and verification sets (``rows`` contexts
-    of 16 tokens, each with ``continuation_tokens`` sampled) and reference scores."""
+def build_tiny_source(out: Path, smollm2_dir: Path) -> Path:
+    """A tiny Llama with SmolLM2's tokenizer under ``out``, its search and verification sets and reference scores."""
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
@@ -83,15 +82,12 @@ def build_tiny_source(out: Path, smollm2_dir: Path, *, rows: int = 4, continuati
         d = out / set_name
         d.mkdir()
         contexts.build("tiny", out / "hf", smollm2_dir / "source.json", d / "contexts.parquet", d / "contexts.json",
-                       set_name=set_name, corpus={"type": "embedded"}, contexts_per_set=rows, context_tokens=16,
-                       continuation_tokens=continuation_tokens, seed=0, secret=SECRET,
-                       search_contexts=out / "search/contexts.parquet")
+                       set_name=set_name, corpus={"type": "embedded"}, contexts_per_set=4, context_tokens=16,
+                       continuation_tokens=8, seed=0, secret=SECRET, search_contexts=out / "search/contexts.parquet")
         likelihood.sample_set("tiny", str(out / "hf"), str(d / "contexts.parquet"), set_name,
-                              str(d / "continuations.parquet"), str(d / "sampling.json"),
-                              n_tokens=continuation_tokens, temperature=1.0, seed=0, batch_size=min(rows, 16),
-                              secret=SECRET, **common)
+                              str(d / "continuations.parquet"), str(d / "sampling.json"), n_tokens=8,
+                              temperature=1.0, seed=0, batch_size=4, secret=SECRET, **common)
         likelihood.score_reference("tiny", str(out / "hf"), str(d / "continuations.parquet"),
-                                   str(d / "reference_scores.parquet"), str(d / "reference.json"),
-                                   batch_size=min(rows, 16), bootstrap_resamples=100, seed=0, secret=SECRET,
-                                   **common)
+                                   str(d / "reference_scores.parquet"), str(d / "reference.json"), batch_size=4,
+                                   bootstrap_resamples=100, seed=0, secret=SECRET, **common)
     return out

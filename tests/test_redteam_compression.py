@@ -270,44 +270,19 @@ def checks_of(record) -> dict:
     return {c.name: c for c in record.checks}
 
 
-def test_a_memoised_look_ahead_below_the_source_fails_statefulness(tiny_source, tmp_path):
-    """The weaker model lifted to F 0.97 (the issue's Q4_0 package lifted from 0.730 to 0.974): nothing inside
-    one process sees it, and no likelihood bound can (it stays below the source)."""
-    code = MEMOISED_LOOK_AHEAD.format(bias=BIAS, bonus=bonus_for(0.97, tiny_source, BIAS))
-    record = run(make_package(tmp_path, tiny_source, code, name="memo_0.97"), tiny_source)
+@pytest.mark.parametrize("target", [0.97, 1.001])
+def test_a_memoised_look_ahead_fails_statefulness(tiny_source, tmp_path, target):
+    """The weaker model lifted to F 0.97 and to F 1.001 (the issue's Q4_0 package, F_v 0.730, verified at 0.974
+    and at 1.0014): nothing inside one process sees it; the fresh worker does. ``likelihood_above_source`` cannot
+    at this size (32 tokens: its limit is a PPL ratio of 1.24); at the embedded size (8,192 tokens, limit 1.00084)
+    it fails the second one too (tests/test_likelihood_ratio.py)."""
+    code = MEMOISED_LOOK_AHEAD.format(bias=BIAS, bonus=bonus_for(target, tiny_source, BIAS))
+    record = run(make_package(tmp_path, tiny_source, code, name=f"memo_{target}"), tiny_source)
     checks = checks_of(record)
-    assert record.failure is None and 0.9 < record.f < 1.0, (record.failure, record.f)
-    assert all(checks[name].passed for name in ("causality", "batch_invariance", "determinism",
-                                                "likelihood_above_source")), checks
+    assert record.failure is None and abs(record.f - target) < 0.03, (record.failure, record.f)
+    assert all(checks[name].passed for name in ("causality", "batch_invariance", "determinism")), checks
+    assert checks["likelihood_above_source"].evidence["f_limit"] > 1.2
     worst = checks["statefulness"].evidence["worst"]
     assert not checks["statefulness"].passed and worst["role"] in ("stitched", "original"), checks["statefulness"]
     assert checks["statefulness"].evidence["max_abs_logprob_diff"] > 0.3
     assert judged(record, 1 << 40).failed_check == "statefulness" and judged(record, 1 << 40).score == 0.0
-
-
-@pytest.fixture(scope="module")
-def long_source(tmp_path_factory, smollm2_source):
-    """The tiny source with a verification set of the embedded size: 32 rows of 256 sampled tokens."""
-    from compression_helpers import build_tiny_source
-
-    return build_tiny_source(tmp_path_factory.mktemp("long_source"), smollm2_source[0], rows=32,
-                             continuation_tokens=256)
-
-
-def test_a_memoised_look_ahead_above_the_source_fails_at_the_embedded_size(long_source, tmp_path):
-    """The issue's second package (F_v 1.0014, verified): at 8,192 tokens its likelihood ratio against the
-    sampler is far past 1 / alpha, and the fresh worker sees the look-ahead too; the honest package passes."""
-    honest = run(make_package(tmp_path, long_source, HONEST, name="honest_long"), long_source)
-    h = checks_of(honest)
-    assert judged(honest, 1 << 40).failed_check is None, [c for c in honest.checks if not c.passed]
-    assert abs(h["likelihood_above_source"].evidence["log_likelihood_ratio"]) < 0.1
-    assert h["likelihood_above_source"].evidence["tokens"] == 32 * 256
-    code = MEMOISED_LOOK_AHEAD.format(bias=BIAS, bonus=bonus_for(1.0012, long_source, BIAS))
-    record = run(make_package(tmp_path, long_source, code, name="memo_1.001"), long_source)
-    checks = checks_of(record)
-    assert record.failure is None and 1.0005 < record.f < 1.002, (record.failure, record.f)
-    assert all(checks[name].passed for name in ("causality", "batch_invariance", "determinism")), checks
-    likelihood = checks["likelihood_above_source"].evidence
-    assert not checks["likelihood_above_source"].passed and likelihood["f_limit"] < record.f
-    assert not checks["statefulness"].passed
-    assert judged(record, 1 << 40).failed_check == "statefulness"
