@@ -9,7 +9,8 @@ question of each benchmark.
 ``verdicts``: for each secret and size, the questions the gate draws and each candidate's verdict
 ``A(a) >= rho * A(p)`` from those outcomes.
 
-    .venv/bin/python scripts/gate_stability.py answer --reference results/sources/smollm2-135m/hf --out o/ref.json
+    .venv/bin/python scripts/gate_stability.py answer --reference results/sources/smollm2-135m/hf \
+        --out o/ref.json
     .venv/bin/python scripts/gate_stability.py answer --package results/candidates/smollm2-135m/gguf-Q4_0 \\
         --source results/sources/smollm2-135m/hf --out o/gguf-Q4_0.json
     .venv/bin/python scripts/gate_stability.py verdicts o/ref.json o/gguf-Q4_0.json
@@ -125,8 +126,8 @@ def answer(args) -> None:
         _, records = driver.evaluate_benchmark(fn, qset, s, label=args.out)
         seconds[b] = (time.perf_counter() - start) / len(records)
         items |= {f"{b}/{r.id}": r.correct for r in records}
-        print(b, len(records), "items", f"{seconds[b]:.2f} s each", sum(r.correct for r in records), "correct",
-              flush=True)
+        print(b, len(records), "items", f"{seconds[b]:.2f} s each", sum(r.correct for r in records),
+              "correct", flush=True)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps({"items": items, "seconds_per_question": seconds}, indent=1))
 
@@ -143,7 +144,8 @@ def verdicts(args) -> None:
                 return sum(sum(items[f"{b}/{i}"] for i in ids[b]) / len(ids[b]) for b in BENCHMARKS) / 3
 
             a_ref = accuracy(reference[1])
-            cells = [f"{name} {accuracy(items):.3f} {'pass' if accuracy(items) >= s.rho * a_ref - 1e-12 else 'FAIL'}"
+            cells = [f"{name} {accuracy(items):.3f} "
+                     f"{'pass' if accuracy(items) >= s.rho * a_ref - 1e-12 else 'FAIL'}"
                      for name, items in candidates]
             print(f"  {value or 'public demo':18} A(p) {a_ref:.3f} threshold {s.rho * a_ref:.3f} | "
                   + " | ".join(cells))

@@ -264,8 +264,8 @@ def measure(kind: str, package: str | Path, source: str, *, source_checkpoint: s
         record.s_res_gib = record.s_res_bytes / GIB
         if verifying:
             with step("statefulness", phase="statefulness"):
-                _insert_after_probes(record.checks, _fresh_process_check(package, process, vocab_size, rows, lp,
-                                                                         settings, secret, source))
+                fresh = _fresh_process_check(package, process, vocab_size, rows, lp, settings, secret, source)
+                _insert_after_probes(record.checks, fresh)
     except SubmissionError as exc:
         record.failure = str(exc)
         _fail(record, step.now, {"error": str(exc)})

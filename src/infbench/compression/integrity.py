@@ -65,7 +65,7 @@ def likelihood_above_source(sampler_logprobs: np.ndarray, logprobs: np.ndarray, 
     """Fails when the candidate's likelihood ratio against the sampling distribution, on its samples, exceeds
     ``1 / alpha``.
 
-    Token ``y_i`` was drawn from the source's ``p(. | h_i)`` and ``sampler_logprobs`` holds ``log p(y_i | h_i)``.
+    Token ``y_i`` was drawn from the source's ``p(. | h_i)``; ``sampler_logprobs`` holds ``log p(y_i | h_i)``.
     A causal candidate's ``q(. | h_i)`` is a distribution fixed before ``y_i`` is seen, so
     ``E[q(y_i | h_i) / p(y_i | h_i) | h_i] = sum over y with p(y) > 0 of q(y | h_i) <= 1``, and by the tower
     property the product of these ratios over every token of every row, ``exp(sum(log q - log p))``, has
@@ -87,5 +87,7 @@ def likelihood_above_source(sampler_logprobs: np.ndarray, logprobs: np.ndarray, 
     if temperature != 1.0:
         return Check(name="likelihood_above_source", passed=True,
                      evidence={**evidence, "applies": False,
-                               "why": "samples drawn at a temperature other than 1: the bound does not apply"})
-    return Check(name="likelihood_above_source", passed=log_ratio <= limit, evidence={**evidence, "applies": True})
+                               "why": "samples drawn at a temperature other than 1: "
+                                      "the bound does not apply"})
+    return Check(name="likelihood_above_source", passed=log_ratio <= limit,
+                 evidence={**evidence, "applies": True})

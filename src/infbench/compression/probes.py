@@ -100,7 +100,7 @@ def plan(contexts: np.ndarray, continuations: np.ndarray, batch_size: int, probe
 
 
 def _stitch(inputs: np.ndarray, rows: np.ndarray, donors: np.ndarray, splits: np.ndarray) -> np.ndarray:
-    """Each of ``rows``' inputs with the tokens from its split on replaced by its donor's at the same positions."""
+    """``rows``' inputs, each with its tokens from its split on taken from its donor (same positions)."""
     ids = inputs[rows].copy()
     for k, (donor, split) in enumerate(zip(donors, splits)):
         ids[k, split:] = inputs[donor, split:]
@@ -143,7 +143,8 @@ def plan_fresh(contexts: np.ndarray, continuations: np.ndarray, batch_size: int,
                        roles=tuple(roles[i] for i in order))
 
     everything = np.full(stitched, m - 1)
-    return [request(originals, _stitch(inputs, originals, donors, splits), donors, splits - length, "stitched"),
+    stitched_ids = _stitch(inputs, originals, donors, splits)
+    return [request(originals, stitched_ids, donors, splits - length, "stitched"),
             request(originals, inputs[originals], np.full(stitched, -1), everything, "original")]
 
 

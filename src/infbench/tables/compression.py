@@ -6,10 +6,10 @@ Each row names the operator secret its verification set was drawn from
 ``verification set: public demo`` when the embedded demo secret was used. ``isolation`` says how the
 package's process was sandboxed; a verdict reached without a sandbox ends in "(unsandboxed)".
 
-The accuracy gate's columns: ``accuracy`` (the candidate's ``A``) and ``accuracy_bf16`` (the source's ``A(p)``)
-each with the Wilson score 95% interval of its correct answers over ``gate_questions`` questions (the three
-benchmarks pooled: ``A`` itself when every benchmark asks the same number, as both profiles do), and
-``gate_threshold`` = ``rho * A(p)``."""
+The accuracy gate's columns: ``accuracy`` (the candidate's ``A``) and ``accuracy_bf16``
+(the source's ``A(p)``), each with the Wilson score 95% interval of its correct answers over
+``gate_questions`` questions (the three benchmarks pooled: ``A`` itself when every benchmark asks the
+same number, as both profiles do), and ``gate_threshold`` = ``rho * A(p)``."""
 
 from __future__ import annotations
 
