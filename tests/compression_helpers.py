@@ -15,8 +15,8 @@ from infbench.compression.evaluation import EvaluationSettings, measure
 SETTINGS = EvaluationSettings(
     device="cpu", threads=1, timeout_s=120, runtime_allowance_mib=16, score_batch_size=4, bootstrap_resamples=100, seed=0,
     decode={"prompt_tokens": 8, "output_tokens": 4, "rounds": 1, "requests_per_round": 2, "warmup": 0},
-    integrity={"probe_requests": 1, "tolerance": 0.05, "tie_margin": 0.01, "greedy_tokens": 6,
-               "likelihood_slack": 0.001},
+    integrity={"probe_requests": 1, "statefulness_rows": 2, "tolerance": 0.05, "tie_margin": 0.01,
+               "greedy_tokens": 6, "likelihood_alpha": 0.001},
     sandbox={"allow_unsandboxed": False, "tmp_mb": 256},
 )
 SECRET = operator_secret.load({"env": "INFBENCH_TEST_NO_SUCH_VARIABLE", "file": None, "require": False})

@@ -114,10 +114,13 @@ def embedded_config() -> dict:
 
 @pytest.fixture
 def answer_settings():
-    """The embedded default's ``answers`` settings."""
+    """The embedded default's ``answers`` settings with 10 questions per benchmark (the embedded default asks
+    the whole 26-item GSM8K- and TriviaQA-style pools, leaving nothing for a seed to select)."""
     from infbench.compression.answers.settings import from_config
 
-    return from_config(embedded_config())
+    settings = from_config(embedded_config())
+    return settings.model_copy(update={b: settings.benchmark(b).model_copy(update={"n_questions": 10})
+                                       for b in ("gsm8k", "humaneval", "triviaqa")})
 
 
 # The smallest embedded pipeline that still runs every stage up to the tables:

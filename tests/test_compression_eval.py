@@ -26,8 +26,8 @@ def test_honest_submission_verifies_with_f_equal_one(honest):
     assert record.failure is None, record.failure
     assert all(c.passed for c in record.checks), [c for c in record.checks if not c.passed]
     assert record.f == pytest.approx(1.0, abs=1e-4)  # float32 twin of the reference
-    assert {"logits_shape", "causality", "batch_invariance", "determinism", "likelihood_above_source",
-            "greedy_matches_argmax"} <= {c.name for c in record.checks}
+    assert {"logits_shape", "causality", "batch_invariance", "determinism", "statefulness",
+            "likelihood_above_source", "greedy_matches_argmax"} <= {c.name for c in record.checks}
     assert "in_process_audit" in record.diagnostics and record.sandbox.kind == "bwrap"
     assert record.secret_label == "public demo" and record.secret_value is None
     judged = verdict(record, Task(name="t", source="tiny", limit_gib=1.0))
@@ -123,7 +123,8 @@ def test_peeking_on_scoring_shaped_calls_fails_integrity(tiny_source, tmp_path):
     assert record.failure is None and record.f > 2  # the peek buys likelihood...
     assert not checks["causality"].passed  # ...the probes hidden among scoring requests see it...
     assert not checks["likelihood_above_source"].passed  # ...and no model beats the source on its own samples
-    assert checks["likelihood_above_source"].evidence["ci95"][0] > 2
+    evidence = checks["likelihood_above_source"].evidence
+    assert evidence["f_vs_source_samples"] > 2 and evidence["log_likelihood_ratio"] > evidence["limit"]
     assert checks["greedy_matches_argmax"].passed and checks["determinism"].passed
     assert verdict(record, Task(name="t", source="tiny", limit_gib=1.0)).score == 0.0
 

@@ -94,7 +94,8 @@ def test_compression_table(finished):
     record = json.loads((workdir / "results/compression/verification/smollm2-135m-0.12gib/gguf-Q4_0.json").read_text())
     names = {c["name"] for c in record["checks"]}
     assert {"storage_package", "storage_resident", "logits_shape", "causality", "greedy_matches_argmax",
-            "batch_invariance", "determinism", "likelihood_above_source", "accuracy_gate"} <= names
+            "batch_invariance", "determinism", "statefulness", "likelihood_above_source", "accuracy_gate"} <= names
+    assert gguf["gate_questions"] == 6 and gguf["accuracy_ci95_low"] <= gguf["accuracy"] <= gguf["accuracy_ci95_high"]
     assert record["secret_label"] == "public demo" and record["secret_value"] == "infbench-public-demo-secret"
     assert set(table["verification_set"]) == {"public demo"}
     assert "verification set: public demo" in (workdir / "results/tables/compression.md").read_text()

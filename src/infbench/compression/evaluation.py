@@ -4,7 +4,8 @@ Both run the submission in a fresh worker process; the pipeline computes every
 log-prob from the raw logits it returns, one row per sequence and asked position, each spanning the
 source's vocabulary (check ``logits_shape``). Final verification hides its
 integrity probes among the scoring requests (:mod:`infbench.compression.probes`),
-placed by the operator secret. A failure anywhere, expected or not, becomes a
+placed by the operator secret, and once that process has ended asks a second, fresh one of the same
+package a few of the rows again (check ``statefulness``). A failure anywhere, expected or not, becomes a
 record naming the check that was measuring and the cause, never an exception
 that stops the job or other jobs.
 """
@@ -49,10 +50,11 @@ class DecodeSettings(BaseModel):
 class IntegritySettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
     probe_requests: int
+    statefulness_rows: int
     tolerance: float
     tie_margin: float
     greedy_tokens: int
-    likelihood_slack: float
+    likelihood_alpha: float
 
 
 class EvaluationSettings(BaseModel):
@@ -94,6 +96,8 @@ class EvaluationRecord(BaseModel):
     accuracy: dict[str, float] | None = None
     accuracy_mean: float | None = None
     accuracy_ref: float | None = None
+    accuracy_counts: dict[str, tuple[int, int]] | None = None  # (correct, asked) per benchmark
+    accuracy_ref_counts: dict[str, tuple[int, int]] | None = None  # the source's A(p), the same questions
     decode: DecodeTiming | None = None
     resident: ResidentMeasure | None = None  # every figure behind S_res, measured from outside the worker
     sandbox: SandboxRecord | None = None
@@ -104,7 +108,8 @@ class EvaluationRecord(BaseModel):
     reward: float | None = None
     score: float | None = None
     wall_s: float = 0.0
-    # wall seconds per phase: load, likelihood (the hidden probes included), integrity, accuracy, decode
+    # wall seconds per phase: load, likelihood (the hidden probes included), integrity, accuracy, decode,
+    # statefulness (the second process, its load included)
     phase_s: dict[str, float] = {}
     finished_at: datetime | None = None  # UTC; set by the search-time reward (run records order calls by it)
     secret_label: str | None = None  # verification: the operator secret its set and probes were drawn from
@@ -257,6 +262,10 @@ def measure(kind: str, package: str | Path, source: str, *, source_checkpoint: s
                 record.diagnostics["in_process_audit"] = proc.access()
         record.s_res_bytes = max(record.s_res_load_bytes, record.s_res_after_inference_bytes)
         record.s_res_gib = record.s_res_bytes / GIB
+        if verifying:
+            with step("statefulness", phase="statefulness"):
+                fresh = _fresh_process_check(package, process, vocab_size, rows, lp, settings, secret, source)
+                _insert_after_probes(record.checks, fresh)
     except SubmissionError as exc:
         record.failure = str(exc)
         _fail(record, step.now, {"error": str(exc)})
@@ -299,15 +308,35 @@ def verdict(measured: EvaluationRecord, task: Task) -> EvaluationRecord:
     return record
 
 
+def _fresh_process_check(package: Path, process: dict, vocab: int, rows: _Rows, lp: np.ndarray,
+                         settings: EvaluationSettings, secret: OperatorSecret, source: str) -> Check:
+    """``statefulness``: stitched rows, then their originals, among ordinary rows, answered by a second worker
+    started after the first has ended (nothing of it is left to talk to), compared with the first's scores."""
+    schedule = probes.plan_fresh(rows.contexts, rows.continuations, settings.score_batch_size,
+                                 settings.integrity.statefulness_rows,
+                                 held_out.fresh_process_seed(secret, source, settings.seed))
+    with SubmissionProcess(package, **process) as fresh:
+        fresh.load()
+        _, answered = probes.run(_shape_checked(fresh.logits, vocab), schedule, rows.continuations,
+                                 progress=False)
+    return probes.statefulness(lp, answered, settings.integrity.tolerance)
+
+
+def _insert_after_probes(checks: list[Check], check: Check) -> None:
+    """``check`` beside the probes of the first process, so that a record's checks read in one order."""
+    names = [c.name for c in checks]
+    at = max((i + 1 for i, name in enumerate(names) if name in probes.PROBE_KINDS), default=len(checks))
+    checks.insert(at, check)
+
+
 def _verification_checks(proc, logits: Callable, vocab: int, record: EvaluationRecord, rows: _Rows,
                          lp: np.ndarray, answered: list[probes.Answered], settings: EvaluationSettings,
                          accuracy_gate, step: _Steps, temperature: float) -> None:
     s = settings.integrity
     with step("integrity", phase="integrity"):
         record.checks.extend(probes.checks(lp, answered, s.tolerance))
-        record.checks.append(integrity.likelihood_above_source(
-            rows.sampler, lp, temperature=temperature, slack=s.likelihood_slack,
-            n_resamples=settings.bootstrap_resamples, seed=settings.seed))
+        record.checks.append(integrity.likelihood_above_source(rows.sampler, lp, temperature=temperature,
+                                                               alpha=s.likelihood_alpha))
         with step("greedy_matches_argmax"):
             prompt = np.concatenate([rows.contexts[0], rows.continuations[0]])[:32].tolist()
             record.checks.append(integrity.greedy_matches_argmax(logits, proc.generate, prompt, s.greedy_tokens,
@@ -316,4 +345,5 @@ def _verification_checks(proc, logits: Callable, vocab: int, record: EvaluationR
         with step("accuracy_gate", phase="accuracy"):
             gate = accuracy_gate(proc)
         record.accuracy, record.accuracy_mean, record.accuracy_ref = gate["per_benchmark"], gate["mean"], gate["reference"]
+        record.accuracy_counts, record.accuracy_ref_counts = gate["counts"], gate["reference_counts"]
         record.checks.append(Check(name="accuracy_gate", passed=gate["passed"], evidence=gate["evidence"]))

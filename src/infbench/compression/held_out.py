@@ -8,7 +8,8 @@ nobody without it can predict it:
   the documents it left);
 - the verification set's continuation-sampling seed;
 - the accuracy gate's held-out questions;
-- the integrity probes' rows, splits and positions among the scoring requests.
+- the integrity probes' rows, splits and positions among the scoring requests, and the rows a second,
+  fresh worker is asked (check ``statefulness``).
 
 Rules pass only the secret's fingerprint as a parameter (a changed secret reruns
 what depends on it); a job loads the secret itself with :func:`infbench.operator_secret.for_job`.
@@ -44,3 +45,8 @@ def question_seed(secret: OperatorSecret, seed: int) -> int:
 def probe_seed(secret: OperatorSecret, source: str, seed: int) -> int:
     """Seed of the integrity probes: which rows, where they split and where they go among the scoring requests."""
     return secret.seed("integrity probes", source, seed)
+
+
+def fresh_process_seed(secret: OperatorSecret, source: str, seed: int) -> int:
+    """Seed of the rows, donors, splits and order a second, fresh worker is asked (check ``statefulness``)."""
+    return secret.seed("statefulness probes", source, seed)

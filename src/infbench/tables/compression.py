@@ -4,13 +4,19 @@ task x candidate (its figure, Figure 1a: :mod:`infbench.plots.accuracy_vs_bits`)
 Each row names the operator secret its verification set was drawn from
 (``verification_set``); the Markdown table ends with one line per secret, e.g.
 ``verification set: public demo`` when the embedded demo secret was used. ``isolation`` says how the
-package's process was sandboxed; a verdict reached without a sandbox ends in "(unsandboxed)"."""
+package's process was sandboxed; a verdict reached without a sandbox ends in "(unsandboxed)".
+
+The accuracy gate's columns: ``accuracy`` (the candidate's ``A``) and ``accuracy_bf16``
+(the source's ``A(p)``), each with the Wilson score 95% interval of its correct answers over
+``gate_questions`` questions (the three benchmarks pooled: ``A`` itself when every benchmark asks the
+same number, as both profiles do), and ``gate_threshold`` = ``rho * A(p)``."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from pydantic import BaseModel
+from scipy.stats import binomtest
 
 from infbench.compression.evaluation import EvaluationRecord
 from infbench.hashing import sha256_file
@@ -27,7 +33,13 @@ class CompressionRow(BaseModel):
     ppl: float | None
     f_v: float | None
     accuracy: float | None
+    accuracy_ci95_low: float | None
+    accuracy_ci95_high: float | None
     accuracy_bf16: float | None
+    accuracy_bf16_ci95_low: float | None
+    accuracy_bf16_ci95_high: float | None
+    gate_questions: int | None
+    gate_threshold: float | None
     package_gib: float | None
     resident_gib: float | None
     bits_per_param: float | None
@@ -38,10 +50,28 @@ class CompressionRow(BaseModel):
     isolation: str  # "bubblewrap <version>", or "UNSANDBOXED (<why>)" (sandbox.allow_unsandboxed)
 
 
+def wilson(counts: dict[str, tuple[int, int]] | None) -> tuple[float | None, float | None]:
+    """Wilson score 95% interval of the correct answers pooled over the benchmarks."""
+    if not counts:
+        return None, None
+    correct, asked = (sum(c[i] for c in counts.values()) for i in (0, 1))
+    interval = binomtest(correct, asked).proportion_ci(confidence_level=0.95, method="wilson")
+    return float(interval.low), float(interval.high)
+
+
+def _gate_threshold(r: EvaluationRecord) -> float | None:
+    gate = next((c for c in r.checks if c.name == "accuracy_gate"), None)
+    return gate.evidence.get("threshold") if gate else None
+
+
 def row(r: EvaluationRecord) -> CompressionRow:
+    (low, high), (ref_low, ref_high) = wilson(r.accuracy_counts), wilson(r.accuracy_ref_counts)
     return CompressionRow(
         task=r.task, source=r.source, limit_gib=r.limit_gib, method=r.submission, runtime=r.runtime, ppl=r.ppl,
-        f_v=r.f, accuracy=r.accuracy_mean, accuracy_bf16=r.accuracy_ref, package_gib=r.s_pkg_gib,
+        f_v=r.f, accuracy=r.accuracy_mean, accuracy_ci95_low=low, accuracy_ci95_high=high,
+        accuracy_bf16=r.accuracy_ref, accuracy_bf16_ci95_low=ref_low, accuracy_bf16_ci95_high=ref_high,
+        gate_questions=sum(n for _, n in r.accuracy_counts.values()) if r.accuracy_counts else None,
+        gate_threshold=_gate_threshold(r), package_gib=r.s_pkg_gib,
         resident_gib=r.s_res_gib, bits_per_param=r.package_bits_per_param,
         tps=r.decode.tps if r.decode else None,
         verdict=marked("verified" if r.failed_check is None else f"failed: {r.failed_check}", r.sandbox),

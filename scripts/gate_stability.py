@@ -1,0 +1,171 @@
+"""How the accuracy gate's verdicts depend on the operator secret, measured (docs/compression.md).
+
+``answer``: the questions that any of the given secrets would draw at any of the given sizes, answered once,
+greedy, as the pipeline does it: the BF16 source through transformers (``--reference``, as ``A(p)``), or a
+package through its runtime in this process (``--package``; trusted baselines only: nothing is sandboxed),
+stopped at EOS or a stop sequence and judged by the driver. Writes each item's outcome and the seconds per
+question of each benchmark.
+
+``verdicts``: for each secret and size, the questions the gate draws and each candidate's verdict
+``A(a) >= rho * A(p)`` from those outcomes.
+
+    .venv/bin/python scripts/gate_stability.py answer --reference results/sources/smollm2-135m/hf \
+        --out o/ref.json
+    .venv/bin/python scripts/gate_stability.py answer --package results/candidates/smollm2-135m/gguf-Q4_0 \\
+        --source results/sources/smollm2-135m/hf --out o/gguf-Q4_0.json
+    .venv/bin/python scripts/gate_stability.py verdicts o/ref.json o/gguf-Q4_0.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import yaml
+from snakemake.utils import validate
+
+from infbench import operator_secret
+from infbench.compression import held_out
+from infbench.compression.accuracy import stream_generate_fn
+from infbench.compression.answers import driver
+from infbench.compression.answers.questions import QuestionSet, load_questions, select
+from infbench.compression.answers.settings import BENCHMARKS, AnswerSettings, from_config
+
+REPO = Path(__file__).resolve().parents[1]
+SECRETS = [f"gate-stability-{i}" for i in range(1, 6)]  # five operator secrets, beside the public demo
+SIZES = (10, 26)
+
+
+def settings() -> AnswerSettings:
+    config = yaml.safe_load((REPO / "config/config.yaml").read_text())
+    validate(config, str(REPO / "workflow/schemas/config.schema.yaml"))
+    return from_config(config)
+
+
+def secret(value: str | None) -> operator_secret.OperatorSecret:
+    """The secret as a job would load it (``None``: the public demo)."""
+    variable = "INFBENCH_GATE_STABILITY_SECRET"
+    os.environ.pop(variable, None)
+    if value:
+        os.environ[variable] = value
+    return operator_secret.load({"env": variable, "file": None, "require": False})
+
+
+def draws(s: AnswerSettings, value: str | None, n: int) -> dict[str, tuple[str, ...]]:
+    """The item ids the gate asks, per benchmark, under secret ``value`` with ``n`` questions each."""
+    pools = load_questions(s.model_copy(update={b: s.benchmark(b).model_copy(update={"n_questions": 1})
+                                                for b in BENCHMARKS}), seed=0)
+    full = {b: load_questions(s.model_copy(update={b: s.benchmark(b).model_copy(
+        update={"n_questions": pools[b].pool_size})}), seed=0)[b] for b in BENCHMARKS}
+    seed = held_out.question_seed(secret(value), s.seed)
+    return {b: tuple(q.id for q in select(list(full[b].questions), min(n, full[b].pool_size), seed, b))
+            for b in BENCHMARKS}
+
+
+def needed(s: AnswerSettings) -> dict[str, set[str]]:
+    out: dict[str, set[str]] = {b: set() for b in BENCHMARKS}
+    for value in [None, *SECRETS]:
+        for n in SIZES:
+            for b, ids in draws(s, value, n).items():
+                out[b] |= set(ids)
+    return out
+
+
+class InProcess:
+    """A runner in this process with the worker's ``stream``: generation stops once ``stop(tokens)`` holds."""
+
+    def __init__(self, runner):
+        self.runner = runner
+
+    def stream(self, ids, max_new_tokens, stop=None):
+        tokens, generator = [], self.runner.generate(list(ids), max_new_tokens)
+        for token in generator:
+            tokens.append(int(token))
+            if len(tokens) >= max_new_tokens or (stop and stop(tokens)):
+                break
+        if hasattr(generator, "close"):
+            generator.close()
+        return SimpleNamespace(tokens=tokens)
+
+
+def generate_fn(args) -> driver.GenerateFn:
+    if args.reference:
+        from infbench.compression.answers.hf_generate import load_hf_generate_fn
+
+        return load_hf_generate_fn(args.reference, "bfloat16", "cpu")
+    from transformers import AutoTokenizer
+
+    from infbench.compression.runtimes import load_runner
+    from infbench.compression.submission import load_manifest
+
+    package = Path(args.package)
+    runner = load_runner(package, load_manifest(package), "cpu", args.threads)
+    return stream_generate_fn(InProcess(runner), AutoTokenizer.from_pretrained(args.source))
+
+
+def answer(args) -> None:
+    import torch
+
+    torch.set_num_threads(args.threads)
+    s = settings()
+    want = needed(s)
+    fn = generate_fn(args)
+    pools = load_questions(s.model_copy(update={b: s.benchmark(b).model_copy(update={"n_questions": 1})
+                                                for b in BENCHMARKS}), seed=0)
+    items, seconds = {}, {}
+    for b in BENCHMARKS:
+        full = load_questions(s.model_copy(update={b: s.benchmark(b).model_copy(
+            update={"n_questions": pools[b].pool_size})}), seed=0)[b]
+        qset = QuestionSet(benchmark=b, origin=full.origin, pool_size=full.pool_size, fewshot=full.fewshot,
+                           questions=tuple(q for q in full.questions if q.id in want[b]))
+        start = time.perf_counter()
+        _, records = driver.evaluate_benchmark(fn, qset, s, label=args.out)
+        seconds[b] = (time.perf_counter() - start) / len(records)
+        items |= {f"{b}/{r.id}": r.correct for r in records}
+        print(b, len(records), "items", f"{seconds[b]:.2f} s each", sum(r.correct for r in records),
+              "correct", flush=True)
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps({"items": items, "seconds_per_question": seconds}, indent=1))
+
+
+def verdicts(args) -> None:
+    s = settings()
+    reference, *candidates = [(Path(p).stem, json.loads(Path(p).read_text())["items"]) for p in args.items]
+    for n in SIZES:
+        print(f"\n{n} questions per benchmark (at most the pool)")
+        for value in [None, *SECRETS]:
+            ids = draws(s, value, n)
+
+            def accuracy(items: dict[str, bool]) -> float:
+                return sum(sum(items[f"{b}/{i}"] for i in ids[b]) / len(ids[b]) for b in BENCHMARKS) / 3
+
+            a_ref = accuracy(reference[1])
+            cells = [f"{name} {accuracy(items):.3f} "
+                     f"{'pass' if accuracy(items) >= s.rho * a_ref - 1e-12 else 'FAIL'}"
+                     for name, items in candidates]
+            print(f"  {value or 'public demo':18} A(p) {a_ref:.3f} threshold {s.rho * a_ref:.3f} | "
+                  + " | ".join(cells))
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="command", required=True)
+    a = sub.add_parser("answer")
+    who = a.add_mutually_exclusive_group(required=True)
+    who.add_argument("--reference", help="the BF16 source checkpoint (A(p))")
+    who.add_argument("--package", help="a baseline package directory")
+    a.add_argument("--source", help="the source checkpoint (its tokenizer), with --package")
+    a.add_argument("--threads", type=int, default=1)
+    a.add_argument("--out", required=True)
+    v = sub.add_parser("verdicts")
+    v.add_argument("items", nargs="+", help="answer outputs, the reference's first")
+    args = p.parse_args()
+    answer(args) if args.command == "answer" else verdicts(args)
+
+
+if __name__ == "__main__":
+    main()
