@@ -96,6 +96,7 @@ def argv(policy: Policy, command: list[str], *, info_fd: int | None = None) -> l
         args += ["--bind", host, inside]
     for dev in policy.devices:
         args += ["--dev-bind", dev, dev]
+    args += ["--remount-ro", "/"]  # bubblewrap's own root (a tmpfs holding the mount points): not writable
     if info_fd is not None:
         args += ["--info-fd", str(info_fd)]
     args += ["--chdir", policy.cwd, "--", *command]

@@ -262,7 +262,7 @@ def _split(path: str, hidden: set[str], site: list[str], binds: list[str], links
     elif os.path.isdir(path) and any(h.startswith(path + os.sep) for h in hidden):
         for name in sorted(os.listdir(path)):
             child = os.path.join(path, name)
-            if not _under(child, site):
+            if child not in site:  # a site directory inside (the base interpreter's) is bound entry by entry
                 _split(child, hidden, site, binds, links)
     else:
         binds.append(path)
