@@ -124,7 +124,24 @@ class _Installed:
             name = dist.metadata["Name"]
             if name:
                 self.by_name.setdefault(canonicalize_name(name), dist)  # the first on the path wins, as import
-        self.top_level = md.packages_distributions()
+        self.top_level: dict[str, list[str]] = {}
+        for name in self.by_name:
+            for top in self._top_names(name):
+                self.top_level.setdefault(top, []).append(name)
+
+    def _top_names(self, name: str) -> set[str]:
+        """The top-level modules distribution ``name`` provides (``top_level.txt``, else its RECORD)."""
+        text = self.by_name[name].read_text("top_level.txt")
+        if text:
+            return {line.strip() for line in text.splitlines() if line.strip()}
+        base = _real(self.by_name[name].locate_file(""))
+        tops = set()
+        for f in self.files(name):
+            if f.startswith(base + os.sep):
+                first = f[len(base) + 1:].split(os.sep)[0]
+                if not first.endswith((".dist-info", ".egg-info", ".pth")) and first != "__pycache__":
+                    tops.add(first.split(".")[0])
+        return tops
 
     @functools.lru_cache(maxsize=None)
     def files(self, name: str) -> tuple[str, ...]:
@@ -158,8 +175,7 @@ def _owners(module: str, installed: _Installed, dirs: list[str]) -> list[str]:
     top = module.split(".")[0]
     if top in sys.stdlib_module_names or top == "infbench":
         return []
-    names = [canonicalize_name(n) for n in installed.top_level.get(top, [])]
-    names = [n for n in names if n in installed.by_name]
+    names = installed.top_level.get(top, [])
     if names:
         return names
     spec = importlib.machinery.PathFinder.find_spec(top, dirs)
@@ -273,11 +289,15 @@ def _installed(dirs: tuple[str, ...]) -> _Installed:
     return _Installed(list(dirs))
 
 
-@functools.lru_cache(maxsize=16)
 def runtime(modules: tuple[str, ...], system: tuple[str, ...] = ("/usr",)) -> Runtime:
-    """The runtime a sandbox that imports ``modules`` sees (cached per process). ``system``: directories bound
-    whole by the caller; a hidden file under one of them is covered rather than left out."""
-    dirs = site_dirs()
+    """The runtime a sandbox that imports ``modules`` sees (cached per process and site directories).
+    ``system``: directories bound whole by the caller; a hidden file under one of them is covered instead."""
+    return _runtime(tuple(modules), system, tuple(site_dirs()))
+
+
+@functools.lru_cache(maxsize=16)
+def _runtime(modules: tuple[str, ...], system: tuple[str, ...], site: tuple[str, ...]) -> Runtime:
+    dirs = list(site)
     installed = _installed(tuple(dirs))
     dists, loose = closure(tuple(modules), installed, dirs)
     chosen = {canonicalize_name(d.metadata["Name"]) for d in dists}
