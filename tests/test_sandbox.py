@@ -226,6 +226,22 @@ def test_output_goes_through_a_pipe_never_the_log_file(tmp_path):
     assert text.startswith("pipeline: started\n") and "worker: ESPIPE EINVAL" in text, text
 
 
+def test_the_kernel_keyrings_are_closed(tmp_path):
+    """Keys are per user, shared with the host and uncharged: add_key, request_key and keyctl fail."""
+    seen = run_inside(tmp_path, """
+        import ctypes, errno, json, os, platform
+        from infbench.sandbox.seccomp import KEYRING_CALLS
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.syscall.restype = ctypes.c_long
+        add_key, _, keyctl = KEYRING_CALLS[platform.machine()][1]
+        out = []
+        for args in ((add_key, b"user", b"stash", b"x" * 32000, 32000, -3), (keyctl, 0, -3, 0)):
+            out.append(errno.errorcode.get(ctypes.get_errno(), "ok") if libc.syscall(*args) < 0 else "ok")
+        print(json.dumps(out))
+    """)
+    assert seen == ["EPERM", "EPERM"]
+
+
 STASH = 64 << 20
 
 

@@ -2,7 +2,7 @@
 
 New mount, PID, network, IPC, UTS and cgroup namespaces (``--unshare-all``; the network namespace holds only
 its own loopback), no capabilities, a new session (no terminal to inject into), killed with its parent, an
-environment of exactly ``policy.env``. Read-only binds are mount-level read-only: writes fail with ``EROFS``.
+environment of exactly ``policy.env``, the kernel keyring calls refused (:mod:`.seccomp`). Read-only binds are mount-level read-only: writes fail with ``EROFS``.
 """
 
 from __future__ import annotations
@@ -60,7 +60,8 @@ def _under(path: str, root: str) -> bool:
     return path == root or path.startswith(root + "/")
 
 
-def argv(policy: Policy, command: list[str], *, info_fd: int | None = None) -> list[str]:
+def argv(policy: Policy, command: list[str], *, info_fd: int | None = None,
+         seccomp_fd: int | None = None) -> list[str]:
     args = [executable() or "bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
             "--clearenv"]
     for key, value in sorted(policy.env.items()):
@@ -99,5 +100,7 @@ def argv(policy: Policy, command: list[str], *, info_fd: int | None = None) -> l
     args += ["--remount-ro", "/"]  # bubblewrap's own root (a tmpfs holding the mount points): not writable
     if info_fd is not None:
         args += ["--info-fd", str(info_fd)]
+    if seccomp_fd is not None:
+        args += ["--seccomp", str(seccomp_fd)]  # src/infbench/sandbox/seccomp.py
     args += ["--chdir", policy.cwd, "--", *command]
     return args

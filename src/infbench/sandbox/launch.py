@@ -20,7 +20,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from infbench.errors import InfbenchError
-from infbench.sandbox import bwrap, cgroup
+from infbench.sandbox import bwrap, cgroup, seccomp
 from infbench.sandbox.output import LogCopier
 from infbench.sandbox.policy import Policy
 
@@ -55,6 +55,7 @@ class SandboxRecord(BaseModel):
     writable: list[str] = []
     env_keys: list[str] = []
     network: str = ""
+    seccomp: str = ""
     memory: MemoryAccounting | None = None
 
 
@@ -157,11 +158,14 @@ class Sandboxed:
 
     def _start_bwrap(self) -> None:
         read, write = os.pipe()
+        rules = seccomp.filter_fd()
         try:
-            self.proc = self._popen(bwrap.argv(self.policy, self.command, info_fd=write), env={},
-                                    pass_fds=(write, *self._pass_fds))
+            self.proc = self._popen(bwrap.argv(self.policy, self.command, info_fd=write, seccomp_fd=rules), env={},
+                                    pass_fds=(write, *([rules] if rules is not None else []), *self._pass_fds))
         finally:
             os.close(write)
+            if rules is not None:
+                os.close(rules)
         with os.fdopen(read, "rb") as info:
             raw = info.read()
         if not raw:
@@ -174,7 +178,9 @@ class Sandboxed:
                                     distributions=list(self.policy.distributions),
                                     read_only=list(self.policy.read_only), hidden=sorted(self.policy.hidden),
                                     mounts=dict(self.policy.mounts), writable=sorted(self.policy.writable),
-                                    env_keys=sorted(self.policy.env), network=self.network)
+                                    env_keys=sorted(self.policy.env), network=self.network,
+                                    seccomp="keyring calls refused" if rules is not None else
+                                    "none (no filter for this architecture)")
 
     def _start_plain(self, reason: str) -> None:
         self._private_tmp = tempfile.mkdtemp(prefix="infbench-unsandboxed-")
