@@ -1,9 +1,11 @@
 """The pipeline's side of the worker protocol: a submission in its own sandboxed process.
 
-The worker runs under :mod:`infbench.sandbox` (bubblewrap: it sees its package read-only, the Python runtime
-with its model files hidden, a private ``/tmp`` and the IPC directory; no network, its own PID namespace). Every
-figure a verdict uses is taken here, outside it: memory from ``/proc`` (:meth:`SubmissionProcess.memory`, a
-10 ms peak sampler), and the arrival time of every generated token as its line crosses the pipe.
+The worker runs under :mod:`infbench.sandbox` (bubblewrap: it sees a fresh copy of its package read-only at
+``/package``, the Python runtime its modules need, a private ``/tmp`` and ``/dev/shm`` and the IPC directory at
+``/ipc``; no network, its own PID and IPC namespaces and memory cgroup). Every figure a verdict uses is taken
+here, outside it: memory from its cgroup or ``/proc`` (:meth:`SubmissionProcess.memory`, a 10 ms peak
+sampler), and the arrival time of every generated token as its line crosses the pipe. Its output reaches the
+log through a pipe.
 
 Every request has a deadline; a worker that crashes, hangs or answers nonsense raises :class:`WorkerFailure`
 with the reason and the tail of its stderr, and everything in the sandbox is always killed on exit.
