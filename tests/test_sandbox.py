@@ -204,6 +204,13 @@ def test_mountinfo_names_no_host_path_of_what_it_mounts(tmp_path):
     assert " /package " in seen and " /ipc " in seen
 
 
+def test_a_mount_cannot_cover_the_runtime():
+    """A neutral mount over a runtime path (here /usr; on a host whose runtime is under /work, /work) would
+    hide the runtime: refused when the policy is made."""
+    with pytest.raises(ValueError, match="would cover or sit inside /usr"):
+        python_policy(modules=[], mounts={"/usr": "/tmp"}, env=base_env(1))
+
+
 def test_output_goes_through_a_pipe_never_the_log_file(tmp_path):
     """fd 1 and 2 are pipes the parent copies into the log: the program cannot seek or truncate the log."""
     log_path = tmp_path / "job.log"

@@ -4,7 +4,7 @@ Read-only, at their own paths: the system libraries (``/usr`` and the ``/bin``, 
 files the dynamic loader and Python need, and the Python runtime as an allowlist (:mod:`.runtime`: the
 standard library, the distributions of the requirement closure of the modules the program needs, infbench's
 own code; weight-like files inside them left out). Read-only at neutral paths (``mounts``): what the caller
-gives it, the package at ``/package``, a server's copy at ``/work``, its model files at ``/model``. Writable: a
+gives it, the package at ``/package``, a server's copy at ``/submission``, its model files at ``/model``. Writable: a
 private ``/tmp``, a private ``/dev/shm`` and the directories the caller names (an IPC directory at ``/ipc``).
 Nothing else exists inside: no ``results/``, no home, no hub cache, no project tree, and no mount names the
 host path of anything the caller mounts.
@@ -89,6 +89,12 @@ def python_policy(*, modules: list[str] | tuple[str, ...], env: dict[str, str], 
     mounts = {k: os.path.realpath(v) for k, v in (mounts or {}).items()}
     writable = {k: os.path.realpath(v) for k, v in (writable or {}).items()}
     neutral = bwrap.unavailable_reason() is None
+    bound = [*system, *rt.binds, *rt.site_dirs]
+    for inside in [*mounts, *writable]:
+        clash = next((p for p in bound if p == inside or p.startswith(inside + "/") or inside.startswith(p + "/")),
+                     None)
+        if neutral and clash:
+            raise ValueError(f"sandbox mount {inside} would cover or sit inside {clash} of the runtime")
     policy = Policy(read_only=tuple(dict.fromkeys([*system, *rt.binds, *map(os.path.realpath, read_only)])),
                     links=rt.links, site_dirs=rt.site_dirs, covered=rt.covered, mounts=mounts, writable=writable,
                     neutral=neutral, env=env, cwd=cwd,

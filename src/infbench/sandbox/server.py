@@ -2,7 +2,7 @@
 
 It sees, read-only: the Python runtime of the modules its spec ``requires`` (an allowlist, :mod:`.runtime`;
 infbench's own server modules bring what they import, :data:`SERVER_IMPORTS`), its own working copy at
-``/work`` and the model files its command names at ``/model`` and ``/gguf/<name>``; it has a private ``/tmp``,
+``/submission`` and the model files its command names at ``/model`` and ``/gguf/<name>``; it has a private ``/tmp``,
 the allowlisted environment plus what its spec sets, its own PID namespace (everything it started dies with
 it) and its own network namespace. The caller's clients reach it at the returned base URL, a port on the host's
 loopback whose listening socket was passed in; inside, the server listens on ``inner_port`` of its own loopback.
@@ -21,7 +21,7 @@ from infbench.sandbox.launch import Sandboxed, SandboxSettings
 from infbench.sandbox.policy import Policy, base_env, python_policy
 
 NETWORK = "own namespace; reached only through a listening socket on the host's loopback (relay)"
-WORK, MODEL, GGUF = "/work", "/model", "/gguf"  # where a server sees its copy and its model files
+WORK, MODEL, GGUF = "/submission", "/model", "/gguf"  # where a server sees its copy and its model files
 
 # What infbench's server modules (the relay, infbench.serving.*) import beyond the standard library; uvicorn
 # picks uvloop and httptools when they are there, as it does outside.

@@ -20,7 +20,7 @@ and launches the command there (cwd = the copy), so a submission's own files are
 relative path; it never talks to a process the submitter started.
 
 The command runs in the sandbox (:mod:`infbench.sandbox.server`): it sees the runtime of its ``requires``
-(an allowlist), its copy at /work (its working directory) and the model files it names at /model
+(an allowlist), its copy at /submission (its working directory) and the model files it names at /model
 ({model_dir}) and /gguf/<name> ({gguf}) read-only, a private /tmp, the allowlisted environment plus
 ``env``; it has its own PID and network namespaces and is reached through a relayed port on the host's
 loopback ({port} is the port it listens on inside).
