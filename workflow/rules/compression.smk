@@ -133,6 +133,8 @@ rule measure_candidate:
         answers=config["answers"],
         temperature=config["likelihood"]["temperature"],
         secret=OPERATOR_SECRET.fingerprint,
+        # the sandbox's hard memory limit starts from the largest storage limit the candidate is judged under
+        memory_limit_gib=lambda wc: max(t.limit_gib for t in TASKS.values() if t.source == wc.source),
     log:
         "logs/measure_candidate/{source}/{candidate}.log",
     benchmark:

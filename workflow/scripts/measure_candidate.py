@@ -1,6 +1,10 @@
+import io
 import sys
 
-sys.stderr = open(snakemake.log[0], "w")
+# The job's log, opened once in append mode: this script's messages and the sandboxed workers' output (copied
+# from their pipes by the parent) both land there, in order.
+log = open(snakemake.log[0], "ab", buffering=0)
+sys.stderr = io.TextIOWrapper(log, write_through=True)
 
 from infbench import operator_secret
 from infbench.compression import held_out, verification
@@ -25,7 +29,8 @@ verification.measure_for_pipeline(
     out=snakemake.output[0],
     secret=secret,
     sample_temperature=snakemake.params.temperature,
-    worker_log=snakemake.log[0],
+    worker_log=log,
+    memory_limit_gib=snakemake.params.memory_limit_gib,
     accuracy_gate=make_gate(
         dict(snakemake.params.answers),
         snakemake.input.answers_reference,

@@ -1,9 +1,11 @@
 """The pipeline's side of the worker protocol: a submission in its own sandboxed process.
 
-The worker runs under :mod:`infbench.sandbox` (bubblewrap: it sees its package read-only, the Python runtime
-with its model files hidden, a private ``/tmp`` and the IPC directory; no network, its own PID namespace). Every
-figure a verdict uses is taken here, outside it: memory from ``/proc`` (:meth:`SubmissionProcess.memory`, a
-10 ms peak sampler), and the arrival time of every generated token as its line crosses the pipe.
+The worker runs under :mod:`infbench.sandbox` (bubblewrap: it sees a fresh copy of its package read-only at
+``/package``, the Python runtime its modules need, a private ``/tmp`` and ``/dev/shm`` and the IPC directory at
+``/ipc``; no network, its own PID and IPC namespaces and memory cgroup). Every figure a verdict uses is taken
+here, outside it: memory from its cgroup or ``/proc`` (:meth:`SubmissionProcess.memory`, a 10 ms peak
+sampler), and the arrival time of every generated token as its line crosses the pipe. Its output reaches the
+log through a pipe.
 
 Every request has a deadline; a worker that crashes, hangs or answers nonsense raises :class:`WorkerFailure`
 with the reason and the tail of its stderr, and everything in the sandbox is always killed on exit.
@@ -14,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -21,6 +24,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from typing import BinaryIO
 from pathlib import Path
 
 import numpy as np
@@ -31,6 +35,11 @@ from infbench.errors import InfbenchError
 from infbench.sandbox import meter
 from infbench.sandbox.launch import SandboxRecord, Sandboxed, SandboxSettings, SandboxUnavailable
 from infbench.sandbox.policy import Policy, base_env, python_policy
+from infbench.compression.runtimes import optional_modules
+from infbench.compression.worker import IMPORTS
+
+PACKAGE, IPC = "/package", "/ipc"  # where the worker sees its package and the IPC directory
+
 
 class WorkerFailure(InfbenchError):
     def __init__(self, cause: str, detail: str = ""):
@@ -47,37 +56,63 @@ class Generation(BaseModel):
 
 
 class SubmissionProcess:
+    """A worker in its sandbox: the package copied to a fresh directory and mounted at ``/package``, the IPC
+    directory at ``/ipc``, its output copied into ``log`` (a path, opened once in append mode, or an open
+    binary file), its memory cgroup limited to ``memory_limit_bytes``."""
+
     def __init__(self, package: str | Path | None, *, sandbox: SandboxSettings, preload: list[str],
                  device: str = "cpu", threads: int = 1, timeout_s: float = 3600.0,
-                 log_path: str | Path | None = None, baseline: bool = False):
+                 log_path: str | Path | BinaryIO | None = None, baseline: bool = False,
+                 memory_limit_bytes: int | None = None):
         self.package = Path(package).resolve() if package else None
         self.sandbox_settings, self.preload, self.baseline = sandbox, list(preload), baseline
         self.device, self.threads, self.timeout_s = device, threads, timeout_s
-        self.log_path = Path(log_path) if log_path else None
+        self.log = log_path
+        self.memory_limit_bytes = memory_limit_bytes
         self.deadline = time.monotonic() + timeout_s
         self.box: Sandboxed | None = None
         self.sampler: meter.PeakSampler | None = None
 
     # -- start and stop --------------------------------------------------------------------------------
-    def _policy(self) -> Policy:
-        return python_policy(read_only=[str(self.package)] if self.package else [], writable=[str(self.ipc_dir)],
-                             env=base_env(self.threads), cuda=self.device.startswith("cuda"),
-                             tmp_bytes=self.sandbox_settings.tmp_mb << 20)
+    def _policy(self, package: Path | None) -> Policy:
+        modules = (*IMPORTS, *self.preload, *optional_modules(self.preload))
+        return python_policy(modules=modules, mounts={PACKAGE: str(package)} if package else {},
+                             writable={IPC: str(self.ipc_dir)}, env=base_env(self.threads),
+                             cuda=self.device.startswith("cuda"), tmp_bytes=self.sandbox_settings.tmp_mb << 20)
 
     def _command(self) -> list[str]:
-        cmd = [sys.executable, "-m", "infbench.compression.worker", "--ipc", str(self.ipc_dir), "--device",
+        cmd = [sys.executable, "-m", "infbench.compression.worker", "--ipc", self.policy.path(IPC), "--device",
                self.device, "--threads", str(self.threads), "--preload", ",".join(self.preload)]
-        return cmd + (["--baseline"] if self.baseline else ["--package", str(self.package)])
+        return cmd + (["--baseline"] if self.baseline else ["--package", self.policy.path(PACKAGE)])
+
+    def _stage(self) -> Path | None:
+        """A fresh copy of the package: the sandbox mounts it, so no mount of it names where the package lives
+        (the workspace, ``results/``)."""
+        if self.package is None:
+            return None
+        self._staged = tempfile.TemporaryDirectory(prefix="infbench-package-")
+        return Path(shutil.copytree(self.package, Path(self._staged.name) / "package", symlinks=True))
 
     def __enter__(self) -> "SubmissionProcess":
         shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
         self._ipc = tempfile.TemporaryDirectory(prefix="infbench-ipc-", dir=shm)
+        self._staged = None
         self.ipc_dir = Path(self._ipc.name)
-        self._stderr = open(self.log_path, "ab") if self.log_path else tempfile.TemporaryFile()
-        self.policy = self._policy()
+        if self.log is None:
+            self._log = open(os.devnull, "ab")
+        elif isinstance(self.log, (str, Path)):
+            self._log = open(self.log, "ab")
+        else:
+            self._log = None
+        try:
+            self.policy = self._policy(self._stage())
+        except OSError as exc:
+            self._cleanup()
+            raise WorkerFailure("package", f"cannot copy the package for its sandbox: {exc}") from None
         self.box = Sandboxed(self.policy, self._command(), allow_unsandboxed=self.sandbox_settings.allow_unsandboxed,
                              network="none (own network namespace, loopback only)", stdin=subprocess.PIPE,
-                             stdout=subprocess.PIPE, stderr=self._stderr)
+                             stdout=subprocess.PIPE, stderr=self._log or self.log,
+                             memory_limit_bytes=self.memory_limit_bytes)
         try:
             self.box.__enter__()
         except SandboxUnavailable as exc:
@@ -96,8 +131,11 @@ class SubmissionProcess:
         self._replies.put((time.perf_counter(), None))
 
     def _cleanup(self) -> None:
-        self._stderr.close()
+        if self._log is not None:
+            self._log.close()
         self._ipc.cleanup()
+        if self._staged is not None:
+            self._staged.cleanup()
 
     def __exit__(self, *exc) -> None:
         if self.box and self.box.alive():
@@ -119,18 +157,24 @@ class SubmissionProcess:
 
     # -- the protocol ----------------------------------------------------------------------------------
     def stderr_tail(self, n: int = 2000) -> str:
-        self._stderr.flush()
-        self._stderr.seek(0, os.SEEK_END)
-        size = self._stderr.tell()
-        self._stderr.seek(max(0, size - n))
-        return self._stderr.read().decode(errors="replace")
+        return self.box.output_tail(n)
+
+    def _exited(self, during: str) -> WorkerFailure:
+        """Why the worker is gone: killed at its memory limit, or crashed."""
+        code = self.box.proc.wait()
+        if self.box.oom_kills():
+            limit = self.box.cgroup.limit_bytes or 0
+            return WorkerFailure("memory_limit", f"the sandbox reached its memory limit ({limit / 2**30:.3f} GiB: "
+                                                 f"the largest storage limit plus the empty worker plus the "
+                                                 f"allowance) during '{during}' and was killed")
+        return WorkerFailure("crash", f"worker exited ({code}) during '{during}': {self.stderr_tail()}")
 
     def _send(self, line: bytes) -> None:
         try:
             self.box.proc.stdin.write(line)
             self.box.proc.stdin.flush()
         except (BrokenPipeError, OSError):
-            raise WorkerFailure("crash", f"worker exited ({self.box.proc.poll()}) {self.stderr_tail()}") from None
+            raise self._exited("request") from None
 
     def _line(self, cmd: str) -> tuple[float, dict]:
         remaining = self.deadline - time.monotonic()
@@ -141,7 +185,7 @@ class SubmissionProcess:
         except queue.Empty:
             raise WorkerFailure("timeout", f"'{cmd}' did not answer within the {self.timeout_s:.0f} s budget") from None
         if line is None:
-            raise WorkerFailure("crash", f"worker exited ({self.box.proc.wait()}) during '{cmd}': {self.stderr_tail()}")
+            raise self._exited(cmd)
         try:
             reply = json.loads(line)
         except json.JSONDecodeError:
@@ -223,9 +267,9 @@ class SubmissionProcess:
 
     # -- measurements from outside -----------------------------------------------------------------------
     def memory(self) -> meter.MemoryUse:
-        """Memory of every process in the sandbox now, and what it wrote into its private /tmp and IPC dir."""
-        runtime = [p for p in self.policy.read_only if self.package is None or p != str(self.package)]
-        return meter.measure(self.box.pids(), runtime, self.box.writable_dirs())
+        """Memory of the sandbox now: its cgroup's charge and mapped package files, or what /proc shows."""
+        return meter.measure(self.box.pids(), list(self.policy.read_only), self.box.writable_dirs(),
+                             mounted_roots=self.box.mounted_dirs(), cgroup=self.box.cgroup)
 
     def device_memory(self) -> int | None:
         """On CUDA: the device memory NVML reports for the sandbox's processes (None elsewhere, or where the

@@ -18,7 +18,7 @@ import traceback
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, BinaryIO, Callable
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
@@ -32,7 +32,7 @@ from infbench.compression.client import SubmissionProcess, WorkerFailure
 from infbench.compression.integrity import Check
 from infbench.compression.likelihood import read_continuations, stack
 from infbench.compression.runtimes import preload_modules
-from infbench.compression.storage import ResidentMeasure
+from infbench.compression.storage import MemoryWorkspace, ResidentMeasure, memory_cap, workspace_bytes
 from infbench.compression.tasks import Task  # re-exported: records and verdicts take it
 from infbench.compression.submission import GIB, SubmissionError, check_tokenizer, content_hash, load_manifest, package_bytes
 from infbench.sandbox.launch import SandboxRecord, SandboxSettings
@@ -64,6 +64,7 @@ class EvaluationSettings(BaseModel):
     device: str
     timeout_s: float
     runtime_allowance_mib: float
+    memory_workspace: MemoryWorkspace
     score_batch_size: int
     bootstrap_resamples: int
     seed: int
@@ -190,12 +191,14 @@ def _score(logits: Callable, rows: _Rows, settings: EvaluationSettings, probe_re
 
 def measure(kind: str, package: str | Path, source: str, *, source_checkpoint: str, n_params: int,
             vocab_size: int, continuations: str, reference_scores: str, settings: EvaluationSettings,
-            accuracy_gate: Callable | None = None, log_path: str | None = None,
-            secret: OperatorSecret | None = None, sample_temperature: float | None = None) -> EvaluationRecord:
+            accuracy_gate: Callable | None = None, log_path: str | Path | BinaryIO | None = None,
+            secret: OperatorSecret | None = None, sample_temperature: float | None = None,
+            memory_limit_gib: float | None = None) -> EvaluationRecord:
     """Everything about ``package`` that does not depend on a storage limit; ``kind``: reward or verification.
 
     Verification needs the operator ``secret`` (where the probes go) and the temperature the set was
-    sampled at (``likelihood_above_source`` applies at 1).
+    sampled at (``likelihood_above_source`` applies at 1). ``memory_limit_gib``: the largest storage limit the
+    package is judged under, from which its sandbox's hard memory limit is set (:func:`storage.memory_cap`).
     """
     start = time.monotonic()
     package = Path(package)
@@ -206,6 +209,7 @@ def measure(kind: str, package: str | Path, source: str, *, source_checkpoint: s
     record.secret_label = secret.label if verifying else None
     rows = _read_rows(continuations, reference_scores)
     step = _Steps(record)
+    stack = contextlib.ExitStack()
     try:
         manifest = load_manifest(package)
         record.runtime = manifest.runtime
@@ -220,12 +224,18 @@ def measure(kind: str, package: str | Path, source: str, *, source_checkpoint: s
         record.s_pkg_gib = record.s_pkg_bytes / GIB
         record.package_bits_per_param = 8 * record.s_pkg_bytes / n_params
         preload = preload_modules(package, manifest)
+        log = stack.enter_context(open(log_path, "ab")) if isinstance(log_path, (str, Path)) else log_path
         process = dict(sandbox=settings.sandbox, preload=preload, device=settings.device, threads=settings.threads,
-                       timeout_s=settings.timeout_s, log_path=log_path)
+                       timeout_s=settings.timeout_s, log_path=log)
         with step("baseline"):
             with SubmissionProcess(None, baseline=True, **process) as empty:
                 baseline, device_baseline = empty.memory(), empty.device_memory()
-        with SubmissionProcess(package, **process) as proc:
+        cap = None if memory_limit_gib is None else memory_cap(
+            limit_bytes=int(memory_limit_gib * GIB), s_pkg_bytes=record.s_pkg_bytes, baseline=baseline,
+            allowance_bytes=int(settings.runtime_allowance_mib * 2**20),
+            workspace_bytes=workspace_bytes(settings.memory_workspace, batch=settings.score_batch_size,
+                                            n_last=rows.continuations.shape[1], vocab=vocab_size))
+        with SubmissionProcess(package, memory_limit_bytes=cap, **process) as proc:
             record.sandbox = proc.sandbox_record
             with step("load", phase="load"):
                 loaded = proc.load()
@@ -271,7 +281,7 @@ def measure(kind: str, package: str | Path, source: str, *, source_checkpoint: s
         _fail(record, step.now, {"error": str(exc)})
     except WorkerFailure as exc:
         record.failure = str(exc)[:4000]
-        _fail(record, "sandbox" if exc.cause == "sandbox" else "execution",
+        _fail(record, exc.cause if exc.cause in ("sandbox", "memory_limit") else "execution",
               {"cause": exc.cause, "during": step.now, "error": str(exc)[:4000]})
     except CheckFailed as exc:
         record.failure = str(exc)[:4000]
@@ -280,6 +290,8 @@ def measure(kind: str, package: str | Path, source: str, *, source_checkpoint: s
         record.failure = f"{step.now}: {type(exc).__name__}: {exc}"[:4000]
         _fail(record, step.now, {"cause": type(exc).__name__, "error": str(exc)[:4000],
                                  "traceback": traceback.format_exc()[-4000:]})
+    finally:
+        stack.close()
     record.wall_s = time.monotonic() - start
     record.provenance = collect_provenance({"kind": kind, "source": source, "settings": settings.model_dump(),
                                             "secret": secret.public() if verifying else None},

@@ -3,23 +3,34 @@
 ``S_pkg`` is every byte of the package (:func:`submission.package_bytes`).
 
 ``S_res`` is the model storage still held after loading and after inference with caches released, measured by
-the pipeline from outside the sandboxed worker (:mod:`infbench.sandbox.meter`): the PSS of every process in the
-sandbox (library code excluded, every other page counted once, a helper child's too) plus the files it wrote to
-its private ``/tmp`` or IPC directory, minus the same figure of a baseline worker started in the same job that
-imported the same runtime modules and loaded nothing. On CUDA the device memory of the sandbox's processes (NVML,
+the pipeline from outside the sandboxed worker (:mod:`infbench.sandbox.meter`). Each worker runs in its own
+memory cgroup (:mod:`infbench.sandbox.cgroup`): the figure is everything the kernel charged it (anonymous
+memory, tmpfs and shared memory, memfds, kernel memory such as pipe and socket buffers and message queues,
+swap) but disk-backed page cache, plus the PSS of the package files its processes map (an mmapped GGUF is
+file-backed pages: counted while mapped, as before). Page cache of files only read (a safetensors file copied
+into tensors, the runtime's libraries) is the kernel's cache of storage the package already pays for as
+``S_pkg``, reclaimable at any time, so it is not counted. Where no cgroup can be made the figure comes from
+``/proc`` (PSS, files written, memfds, deleted files, pipes) and the record says why.
+
+From that the same figure of a baseline worker started in the same job is subtracted: it imported the same
+runtime modules and loaded nothing. On CUDA the device memory of the sandbox's processes (NVML,
 :mod:`infbench.gpu_memory`) minus the baseline's (its CUDA context) is added. What could inflate the figure
 (allocator caches, fragmentation, a package that skips trimming) is the package's to avoid: the worker trims the
-heap before each measurement and large allocations are unmapped when freed. What could deflate it is not in the
-package's hands: the meter runs in the parent.
+heap before each measurement. What could deflate it is not in the package's hands: the meter runs in the parent.
 
 Runtime state that the empty baseline cannot have, because the runtime creates it only once it has a model
 (per-layer bookkeeping at load, lazily initialised kernels and caches at the first inference), is covered by a
-stated allowance, ``verification.runtime_allowance_mib`` (default 16 MiB). Measured beyond the in-process tensor
-count on the embedded baselines: llama.cpp Q4_0 15.6 MiB, 4-bit GPTQ 11.8 MiB after load and 21.9 after
-inference, BF16 18.1 MiB. A package can therefore hide at most the allowance.
+stated allowance, ``verification.runtime_allowance_mib`` (default 16 MiB). A package can therefore hide at most
+the allowance.
 
 The in-process count of live tensors and arrays (:func:`resident_bytes`, run inside the worker) stays as a
 second figure; ``S_res = max(in-process count, outside figure - allowance)``.
+
+The measured worker's cgroup has a hard limit (:func:`memory_cap`): the largest storage limit it is judged
+under (or its package size, if larger: such a package fails ``storage_package`` anyway and is still measured),
+plus the baseline, the allowance and the temporary workspace of the largest request (:func:`workspace_bytes`;
+the protocol excludes temporary workspace from ``S_res``, so an honest package may use it during a call).
+Beyond it the kernel kills the worker and the record fails ``memory_limit``.
 """
 
 from __future__ import annotations
@@ -29,7 +40,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
 
 from infbench.sandbox.meter import MemoryUse
 
@@ -83,6 +94,25 @@ def resident_bytes(device: str, native_bytes: int = 0) -> int:
         # every visible GPU: a model too large for one is spread over several (hf_runtime.from_pretrained_on)
         return sum(int(torch.cuda.memory_allocated(i)) for i in range(torch.cuda.device_count())) + host
     return host
+
+
+class MemoryWorkspace(BaseModel):
+    """Config ``verification.memory_workspace``: the temporary workspace a request may use beyond ``S_res``."""
+
+    model_config = ConfigDict(extra="forbid")
+    logits_copies: float  # float32 logits of the largest scoring request held at once (runtime, copy, file)
+    extra_mib: float      # activations, KV cache and allocator slack of a request
+
+
+def workspace_bytes(workspace: MemoryWorkspace, *, batch: int, n_last: int, vocab: int) -> int:
+    """The workspace of the largest scoring request: ``batch`` rows of ``n_last`` positions over ``vocab``."""
+    return int(workspace.logits_copies * batch * n_last * vocab * 4 + workspace.extra_mib * 2**20)
+
+
+def memory_cap(*, limit_bytes: int, s_pkg_bytes: int, baseline: MemoryUse, allowance_bytes: int,
+               workspace_bytes: int) -> int:
+    """The hard memory limit of the measured worker's cgroup."""
+    return max(limit_bytes, s_pkg_bytes) + baseline.counted_bytes + allowance_bytes + workspace_bytes
 
 
 class ResidentMeasure(BaseModel):

@@ -29,14 +29,14 @@ def _settings(settings: dict, sandbox: dict, threads: int) -> EvaluationSettings
 
 def measure_for_pipeline(package: str, source: str, *, source_checkpoint: str, source_record: str,
                          continuations: str, reference_scores: str, settings: dict, sandbox: dict, threads: int,
-                         out: str, secret: OperatorSecret, sample_temperature: float, worker_log: str | None = None,
-                         accuracy_gate=None) -> EvaluationRecord:
+                         out: str, secret: OperatorSecret, sample_temperature: float, worker_log=None,
+                         accuracy_gate=None, memory_limit_gib: float | None = None) -> EvaluationRecord:
     record = read_record(source_record)
     measured = measure("verification", package, source, source_checkpoint=source_checkpoint,
                        n_params=record.n_params, vocab_size=record.vocab_size, continuations=continuations,
                        reference_scores=reference_scores, settings=_settings(settings, sandbox, threads),
                        accuracy_gate=accuracy_gate, log_path=worker_log, secret=secret,
-                       sample_temperature=sample_temperature)
+                       sample_temperature=sample_temperature, memory_limit_gib=memory_limit_gib)
     atomic.write_json(out, measured.model_dump(mode="json"))
     return measured
 
@@ -62,7 +62,8 @@ def reward(package: str, task: Task, *, results: Path, settings: dict, sandbox: 
                        n_params=record.n_params, vocab_size=record.vocab_size,
                        continuations=str(lk / "continuations.parquet"),
                        reference_scores=str(lk / "reference_scores.parquet"),
-                       settings=_settings(settings, sandbox, threads), log_path=worker_log)
+                       settings=_settings(settings, sandbox, threads), log_path=worker_log,
+                       memory_limit_gib=task.limit_gib)
     judged = verdict(measured, task)
     judged.finished_at = datetime.now(timezone.utc)
     log_path.parent.mkdir(parents=True, exist_ok=True)

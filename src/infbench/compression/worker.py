@@ -40,6 +40,10 @@ from infbench.compression.submission import load_manifest
 
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT
 
+# The distributions' modules this worker imports itself, beyond its runtime's and the standard library: its
+# sandbox binds their requirement closure (infbench.sandbox.runtime); tests/test_sandbox.py checks the list.
+IMPORTS = ("numpy", "torch", "pydantic", "yaml")
+
 
 def warm_up_cuda(device: str) -> None:
     """Create, in the baseline and the measured worker alike, the runtime state a model's first inference

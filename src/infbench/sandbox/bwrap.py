@@ -2,7 +2,7 @@
 
 New mount, PID, network, IPC, UTS and cgroup namespaces (``--unshare-all``; the network namespace holds only
 its own loopback), no capabilities, a new session (no terminal to inject into), killed with its parent, an
-environment of exactly ``policy.env``. Read-only binds are mount-level read-only: writes fail with ``EROFS``.
+environment of exactly ``policy.env``, the kernel keyring calls refused (:mod:`.seccomp`). Read-only binds are mount-level read-only: writes fail with ``EROFS``.
 """
 
 from __future__ import annotations
@@ -56,27 +56,51 @@ def _links() -> list[str]:
     return args
 
 
-def argv(policy: Policy, command: list[str], *, info_fd: int | None = None) -> list[str]:
+def _under(path: str, root: str) -> bool:
+    return path == root or path.startswith(root + "/")
+
+
+def argv(policy: Policy, command: list[str], *, info_fd: int | None = None,
+         seccomp_fd: int | None = None) -> list[str]:
     args = [executable() or "bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
             "--clearenv"]
     for key, value in sorted(policy.env.items()):
         args += ["--setenv", key, value]
-    args += ["--proc", "/proc", "--dev", "/dev"]
-    if policy.tmp_bytes:
-        args += ["--size", str(policy.tmp_bytes)]
-    args += ["--tmpfs", "/tmp"]
+    size = ["--size", str(policy.tmp_bytes)] if policy.tmp_bytes else []
+    # /dev: bubblewrap's minimal one (null, zero, random, tty, pts), read-only, with a private /dev/shm
+    # (POSIX shared memory and semaphores need one) as size-capped as /tmp and metered the same way
+    args += ["--proc", "/proc", "--dev", "/dev", *size, "--tmpfs", "/dev/shm", "--remount-ro", "/dev"]
+    args += [*size, "--tmpfs", "/tmp"]
     args += _links()
+    nested = {d: [p for p in policy.read_only if p != d and _under(p, d)] for d in policy.site_dirs}
+    below = {p for paths in nested.values() for p in paths}
     for path in policy.read_only:
-        args += ["--ro-bind", path, path]
-    for path in policy.writable:
-        args += ["--bind", path, path]
-    for path in policy.hidden:
-        # a hidden file becomes /dev/null on a nodev mount (unreadable), a hidden directory an empty one
-        args += ["--ro-bind", "/dev/null", path] if not os.path.isdir(path) else ["--tmpfs", path,
-                                                                                  "--remount-ro", path]
+        if path not in below:
+            args += ["--ro-bind", path, path]
+    for target, path in policy.links:
+        if not any(_under(path, d) for d in policy.site_dirs):
+            args += ["--symlink", target, path]
+    for directory, paths in nested.items():
+        # a directory where distributions are installed: empty, then only the allowed ones bound back
+        args += ["--tmpfs", directory]
+        for path in paths:
+            args += ["--ro-bind", path, path]
+        for target, path in policy.links:
+            if _under(path, directory):
+                args += ["--symlink", target, path]
+        args += ["--remount-ro", directory]
+    for path in policy.covered:
+        args += ["--ro-bind", "/dev/null", path]  # an empty device node on a nodev mount: nothing of the file
+    for inside, host in policy.mounts.items():
+        args += ["--ro-bind", host, inside]
+    for inside, host in policy.writable.items():
+        args += ["--bind", host, inside]
     for dev in policy.devices:
         args += ["--dev-bind", dev, dev]
+    args += ["--remount-ro", "/"]  # bubblewrap's own root (a tmpfs holding the mount points): not writable
     if info_fd is not None:
         args += ["--info-fd", str(info_fd)]
+    if seccomp_fd is not None:
+        args += ["--seccomp", str(seccomp_fd)]  # src/infbench/sandbox/seccomp.py
     args += ["--chdir", policy.cwd, "--", *command]
     return args

@@ -20,7 +20,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from infbench.errors import InfbenchError
-from infbench.sandbox import bwrap
+from infbench.sandbox import bwrap, cgroup, seccomp
+from infbench.sandbox.output import LogCopier
 from infbench.sandbox.policy import Policy
 
 
@@ -32,17 +33,30 @@ class SandboxSettings(BaseModel):
     tmp_mb: int
 
 
+class MemoryAccounting(BaseModel):
+    """Where a sandbox's memory was measured: its own cgroup, or ``/proc`` only (and why)."""
+
+    kind: Literal["cgroup v1", "cgroup v2", "proc"]
+    reason: str = ""                  # why there is no cgroup
+    limit_bytes: int | None = None    # the hard limit of the cgroup, if one was set
+    oom_kills: int = 0                # processes the kernel killed at the limit
+
+
 class SandboxRecord(BaseModel):
     """How a process was isolated; written into every record built on its measurements."""
 
     kind: Literal["bwrap", "none"]
     reason: str = ""  # why there was no sandbox
     bwrap_version: str = ""
+    distributions: list[str] = []     # the runtime's distributions ("name==version")
     read_only: list[str] = []
-    hidden: list[str] = []
+    hidden: list[str] = []            # runtime files left out (weight-like, or of distributions outside)
+    mounts: dict[str, str] = {}       # inside path -> host path
     writable: list[str] = []
     env_keys: list[str] = []
     network: str = ""
+    seccomp: str = ""
+    memory: MemoryAccounting | None = None
 
 
 def isolation(record: SandboxRecord | None) -> str:
@@ -65,61 +79,131 @@ class SandboxUnavailable(InfbenchError):
 
 
 class Sandboxed:
-    """A running sandboxed command; use as a context manager (everything in it is killed on exit)."""
+    """A running sandboxed command; use as a context manager (everything in it is killed on exit).
+
+    ``stdout``/``stderr`` may be ``subprocess`` constants or an open binary file (a log): the sandbox then
+    writes into a pipe the parent copies into it (:mod:`.output`). ``memory_limit_bytes``: the hard limit of
+    the sandbox's memory cgroup (:mod:`.cgroup`; none where no cgroup can be made, which the record says).
+    """
 
     def __init__(self, policy: Policy, command: list[str], *, allow_unsandboxed: bool, network: str,
-                 stdin=None, stdout=None, stderr=None, pass_fds: tuple[int, ...] = ()):
+                 stdin=None, stdout=None, stderr=None, pass_fds: tuple[int, ...] = (),
+                 memory_limit_bytes: int | None = None):
         self.policy, self.command, self.network = policy, command, network
         self.allow_unsandboxed = allow_unsandboxed
         self._streams = dict(stdin=stdin, stdout=stdout, stderr=stderr)
         self._pass_fds = tuple(pass_fds)
+        self.memory_limit_bytes = memory_limit_bytes
         self.proc: subprocess.Popen | None = None
         self.init_pid = 0
         self._private_tmp: str | None = None
         self.record: SandboxRecord | None = None
+        self.cgroup: cgroup.MemoryCgroup | None = None
+        self.copiers: list[LogCopier] = []
 
     def __enter__(self) -> "Sandboxed":
         reason = bwrap.unavailable_reason()
-        if reason is None:
-            self._start_bwrap()
-        elif self.allow_unsandboxed:
-            self._start_plain(reason)
-        else:
+        if reason is not None and not self.allow_unsandboxed:
             raise SandboxUnavailable(f"{reason}; set sandbox.allow_unsandboxed: true to run without a sandbox "
                                      "(its verdicts are then marked unsandboxed)")
+        accounting = self._make_cgroup()
+        try:
+            if reason is None:
+                self._start_bwrap()
+            else:
+                self._start_plain(reason)
+        except BaseException:
+            self._remove_cgroup()
+            raise
+        self.record.memory = accounting
         return self
+
+    def _make_cgroup(self) -> MemoryAccounting:
+        try:
+            self.cgroup = cgroup.create()
+        except (cgroup.CgroupUnavailable, OSError) as exc:
+            return MemoryAccounting(kind="proc", reason=str(exc))
+        if self.memory_limit_bytes is not None:
+            self.cgroup.set_limit(self.memory_limit_bytes)
+        return MemoryAccounting(kind=f"cgroup v{self.cgroup.version}", limit_bytes=self.memory_limit_bytes)
+
+    def _wrapped(self, command: list[str]) -> list[str]:
+        """``command`` run by a shell that first moves itself into the sandbox's cgroup (all it starts follows)."""
+        if self.cgroup is None:
+            return command
+        return ["/bin/sh", "-c", 'echo $$ > "$1" && shift && exec "$@"', "sh", str(self.cgroup.procs), *command]
+
+    def _popen(self, command: list[str], **kwargs) -> subprocess.Popen:
+        """Start ``command``; a log file given as stdout or stderr becomes a pipe the parent copies into it."""
+        streams, pipes = {"stdin": self._streams["stdin"]}, []
+        for key in ("stdout", "stderr"):
+            stream = self._streams[key]
+            if stream is None or isinstance(stream, int):
+                streams[key] = stream
+            else:
+                read, write = os.pipe()
+                pipes.append((read, write, stream))
+                streams[key] = write
+        try:
+            proc = subprocess.Popen(self._wrapped(command), start_new_session=True, **streams, **kwargs)
+        except BaseException:
+            for read, _, _ in pipes:
+                os.close(read)
+            raise
+        finally:
+            for _, write, _ in pipes:
+                os.close(write)
+        self.copiers = [LogCopier(read, log) for read, _, log in pipes]
+        return proc
 
     def _start_bwrap(self) -> None:
         read, write = os.pipe()
+        rules = seccomp.filter_fd()
         try:
-            self.proc = subprocess.Popen(bwrap.argv(self.policy, self.command, info_fd=write), env={},
-                                         pass_fds=(write, *self._pass_fds), start_new_session=True,
-                                         **self._streams)
+            self.proc = self._popen(bwrap.argv(self.policy, self.command, info_fd=write, seccomp_fd=rules), env={},
+                                    pass_fds=(write, *([rules] if rules is not None else []), *self._pass_fds))
         finally:
             os.close(write)
+            if rules is not None:
+                os.close(rules)
         with os.fdopen(read, "rb") as info:
             raw = info.read()
         if not raw:
             self.proc.wait()
-            raise SandboxUnavailable(f"bwrap exited ({self.proc.returncode}) before the sandbox was made")
+            raise SandboxUnavailable(f"bwrap exited ({self.proc.returncode}) before the sandbox was made: "
+                                     f"{self.output_tail()}")
         self.init_pid = int(json.loads(raw)["child-pid"])
         self._pid_ns = os.readlink(f"/proc/{self.init_pid}/ns/pid")
-        self.record = SandboxRecord(kind="bwrap", bwrap_version=bwrap.version(), read_only=list(self.policy.read_only),
-                                    hidden=list(self.policy.hidden), writable=list(self.policy.writable),
-                                    env_keys=sorted(self.policy.env), network=self.network)
+        self.record = SandboxRecord(kind="bwrap", bwrap_version=bwrap.version(),
+                                    distributions=list(self.policy.distributions),
+                                    read_only=list(self.policy.read_only), hidden=sorted(self.policy.hidden),
+                                    mounts=dict(self.policy.mounts), writable=sorted(self.policy.writable),
+                                    env_keys=sorted(self.policy.env), network=self.network,
+                                    seccomp="keyring calls refused" if rules is not None else
+                                    "none (no filter for this architecture)")
 
     def _start_plain(self, reason: str) -> None:
         self._private_tmp = tempfile.mkdtemp(prefix="infbench-unsandboxed-")
         env = {**self.policy.env, "HOME": self._private_tmp, "TMPDIR": self._private_tmp}
         cwd = self._private_tmp if self.policy.cwd == "/tmp" else self.policy.cwd
-        self.proc = subprocess.Popen(self.command, env=env, cwd=cwd, pass_fds=self._pass_fds,
-                                     start_new_session=True, **self._streams)
+        self.proc = self._popen(self.command, env=env, cwd=cwd, pass_fds=self._pass_fds)
         self.init_pid = self.proc.pid
-        self.record = SandboxRecord(kind="none", reason=reason, env_keys=sorted(env),
+        self.record = SandboxRecord(kind="none", reason=reason, distributions=list(self.policy.distributions),
+                                    mounts=dict(self.policy.mounts), env_keys=sorted(env),
                                     network="host (no sandbox)")
 
+    def output_tail(self, n: int = 2000) -> str:
+        """The last bytes the sandbox wrote to the streams the parent copies."""
+        for copier in self.copiers:
+            copier.join(0.2)
+        return "".join(c.tail(n) for c in self.copiers)[-n:]
+
     def pids(self) -> list[int]:
-        """Every process of the sandbox (host PIDs): its PID namespace, or the unsandboxed command's session."""
+        """Every process of the sandbox (host PIDs): its cgroup's, else its PID namespace's, or unsandboxed the
+        command's session."""
+        if self.cgroup is not None:
+            with contextlib.suppress(OSError):
+                return sorted(int(p) for p in self.cgroup.procs.read_text().split())
         found = []
         for entry in os.listdir("/proc"):
             if not entry.isdigit():
@@ -133,16 +217,25 @@ class Sandboxed:
         return sorted(found)
 
     def writable_dirs(self) -> list[str]:
-        """Host-visible paths of what the sandbox can write: its private /tmp and the writable binds."""
-        tmp = f"/proc/{self.init_pid}/root/tmp" if self.record.kind == "bwrap" else self._private_tmp
-        return [tmp, *self.policy.writable]
+        """Host-visible paths of what the sandbox can write: its private /tmp and /dev/shm, the writable mounts."""
+        if self.record.kind == "bwrap":
+            root = f"/proc/{self.init_pid}/root"
+            return [f"{root}/tmp", f"{root}/dev/shm", *self.policy.writable.values()]
+        return [self._private_tmp, *self.policy.writable.values()]
+
+    def mounted_dirs(self) -> list[str]:
+        """The read-only mounts (the package) as the sandbox's processes see them."""
+        return [self.policy.path(inside) for inside in self.policy.mounts]
+
+    def oom_kills(self) -> int:
+        return self.cgroup.oom_kills() if self.cgroup is not None else 0
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
     def kill(self) -> None:
         """Kill everything in the sandbox: its PID namespace dies with its first process, which bwrap (waiting
-        on it) then reaps; unsandboxed, every process of the command's session."""
+        on it) then reaps; unsandboxed, every process of the command's session (or its cgroup)."""
         if self.proc is None:
             return
         if self.record and self.record.kind == "bwrap":
@@ -150,16 +243,23 @@ class Sandboxed:
                 os.kill(self.init_pid, signal.SIGKILL)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.proc.wait(timeout=10)
-        else:
-            for pid in self.pids():  # children that left the process group but not the session
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(pid, signal.SIGKILL)
+        for pid in self.pids():  # children that left the process group but not the session or the cgroup
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.proc.pid, signal.SIGKILL)
         self.proc.wait()
 
+    def _remove_cgroup(self) -> None:
+        if self.cgroup is not None:
+            self.cgroup.remove()
+
     def __exit__(self, *exc) -> None:
         self.kill()
+        if self.record is not None and self.record.memory is not None:
+            self.record.memory.oom_kills = self.oom_kills()
+        self._remove_cgroup()
+        for copier in self.copiers:
+            copier.join()
         if self._private_tmp:
             shutil.rmtree(self._private_tmp, ignore_errors=True)
-

@@ -1,17 +1,25 @@
-"""Memory of the processes in a sandbox, read by the parent from ``/proc`` (PROTOCOL A2).
+"""Memory of the processes in a sandbox, read by the parent from outside (PROTOCOL A2).
 
-:func:`measure` parses ``/proc/<pid>/smaps`` of every process in the sandbox. Each mapping is one of:
+With a memory cgroup (:mod:`.cgroup`, the default wherever one can be made) the figure is what the kernel
+charged the sandbox, disk-backed page cache left out (:attr:`~.cgroup.CgroupMemory.charged_bytes`: anonymous
+memory, tmpfs and shared memory, memfds, kernel memory such as pipe and socket buffers and message queues,
+swap), plus the PSS of the files of its read-only mounts (the package) that its processes map. Nothing the
+sandbox holds can escape the charge: a page is charged when it is allocated, whoever maps it later.
 
-- *runtime*: a file under the read-only runtime roots (the interpreter, shared libraries, Python modules):
-  library code, not model storage; only its anonymous (copy-on-write) pages count, since a private writable
-  mapping of a library file can hold anything;
-- *counted*: everything else, by its proportional set size (PSS, so a page shared by several processes counts
-  once): the heap and anonymous memory, files of the package (an mmapped GGUF), deleted or in-memory files,
-  shared memory.
+Without one (the record says why), the figure comes from ``/proc`` alone, as before:
 
-Files the sandbox wrote into its private ``/tmp`` or its writable directories are counted too: bytes kept in a
-tmpfs file are memory no process maps. The figure a verdict uses subtracts a baseline measured the same way from a
-worker that imported the same runtime and loaded no model (:mod:`infbench.compression.storage`).
+- ``/proc/<pid>/smaps`` of every process in the sandbox. A mapping of a file of the read-only runtime (the
+  interpreter, shared libraries, Python modules) is library code, not model storage: only its anonymous
+  (copy-on-write) pages count. Every other mapping counts by its proportional set size (PSS, a page shared by
+  several processes counts once): the heap and anonymous memory, files of the package (an mmapped GGUF),
+  deleted or in-memory files, shared memory;
+- files the sandbox wrote into its private ``/tmp``, ``/dev/shm`` and writable directories;
+- what ``/proc/<pid>/fd`` reaches and no path does: memfds and deleted-but-open files (their allocated
+  blocks) and the bytes queued in the pipes its processes hold. SysV shared memory after ``shmdt``, SysV
+  message queues and socket buffers are not seen by this fallback (a cgroup charges them).
+
+The figure a verdict uses subtracts a baseline measured the same way from a worker that imported the same
+runtime and loaded no model (:mod:`infbench.compression.storage`).
 
 :class:`PeakSampler` samples every process's resident set (``VmRSS`` from ``/proc/<pid>/status``, cheap enough for
 a 10 ms period; ``smaps`` costs several ms per process) and keeps the peak per phase (PROTOCOL A2, Table A8).
@@ -20,51 +28,117 @@ a 10 ms period; ``smaps`` costs several ms per process) and keeps the peak per p
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
+import stat
+import termios
 import threading
 from collections.abc import Callable
 from pathlib import Path
 
 from pydantic import BaseModel
 
+from infbench.sandbox.cgroup import CgroupMemory, MemoryCgroup
+
 KIB = 1024
 
 
 class MemoryUse(BaseModel):
     processes: int
-    pss_counted_bytes: int      # PSS of every mapping that is not a runtime file
+    pss_counted_bytes: int      # PSS of the mappings that are neither runtime files nor mounted files
+    mounted_file_bytes: int = 0  # PSS of mapped files of the read-only mounts (the package)
     runtime_anon_bytes: int     # copy-on-write pages inside runtime-file mappings
     runtime_file_bytes: int     # PSS of runtime files (library code; not counted)
-    written_file_bytes: int     # files in the sandbox's private /tmp and writable directories
+    written_file_bytes: int     # files in the sandbox's private /tmp, /dev/shm and writable directories
+    held_file_bytes: int = 0    # open memfds and deleted files (/proc/<pid>/fd), not counted above
+    pipe_bytes: int = 0         # bytes queued in the pipes the sandbox holds open
+    cgroup: CgroupMemory | None = None
+
+    @property
+    def proc_bytes(self) -> int:
+        """The figure from /proc alone (the meter without a cgroup)."""
+        return (self.pss_counted_bytes + self.mounted_file_bytes + self.runtime_anon_bytes
+                + self.written_file_bytes + self.held_file_bytes + self.pipe_bytes)
 
     @property
     def counted_bytes(self) -> int:
-        return self.pss_counted_bytes + self.runtime_anon_bytes + self.written_file_bytes
+        """The figure ``S_res`` is taken from: the cgroup's charge plus mapped package files, else /proc's."""
+        if self.cgroup is not None:
+            return self.cgroup.charged_bytes + self.mounted_file_bytes
+        return self.proc_bytes
 
 
 def _under(path: str, roots: tuple[str, ...]) -> bool:
     return any(path == r or path.startswith(r + "/") for r in roots)
 
 
-def _process_smaps(pid: int, runtime_roots: tuple[str, ...]) -> tuple[int, int, int]:
-    counted = runtime_anon = runtime_file = 0
-    runtime = False
+def _device(field: str) -> int:
+    major, minor = field.split(":")
+    return os.makedev(int(major, 16), int(minor, 16))
+
+
+def _process_smaps(pid: int, runtime_roots: tuple[str, ...], mounted_roots: tuple[str, ...],
+                   skip: set[tuple[int, int]]) -> tuple[int, int, int, int]:
+    counted = mounted = runtime_anon = runtime_file = 0
+    kind = "counted"
     with open(f"/proc/{pid}/smaps") as smaps:
         for line in smaps:
             first = line.split(None, 1)[0]
             if "-" in first and not first.endswith(":"):  # a mapping's header: address perms offset dev inode path
                 parts = line.split(None, 5)
                 path = parts[5].strip() if len(parts) == 6 else ""
-                runtime = path.startswith("/") and not path.endswith("(deleted)") and _under(path, runtime_roots)
+                real = path.startswith("/") and not path.endswith("(deleted)")
+                if parts[4] != "0" and (_device(parts[3]), int(parts[4])) in skip:
+                    kind = "skip"  # an open memfd or deleted file, counted whole by the /proc/<pid>/fd walk
+                elif real and _under(path, mounted_roots):
+                    kind = "mounted"
+                elif real and _under(path, runtime_roots):
+                    kind = "runtime"
+                else:
+                    kind = "counted"
             elif first == "Pss:":
                 value = int(line.split()[1]) * KIB
-                if runtime:
+                if kind == "runtime":
                     runtime_file += value
-                else:
+                elif kind == "mounted":
+                    mounted += value
+                elif kind == "counted":
                     counted += value
-            elif first == "Anonymous:" and runtime:
+            elif first == "Anonymous:" and kind == "runtime":
                 runtime_anon += int(line.split()[1]) * KIB
-    return counted, runtime_anon, runtime_file
+    return counted, mounted, runtime_anon, runtime_file
+
+
+def held_files(pids: list[int]) -> tuple[dict[tuple[int, int], int], int]:
+    """Open files no path reaches (memfds, deleted files: allocated bytes by inode) and the bytes queued in
+    the pipes the processes hold (each pipe once), from ``/proc/<pid>/fd``."""
+    files: dict[tuple[int, int], int] = {}
+    pipes: dict[str, int] = {}
+    for pid in pids:
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            path = f"/proc/{pid}/fd/{fd}"
+            with contextlib.suppress(OSError):
+                link = os.readlink(path)
+                if link.startswith("pipe:"):
+                    if link not in pipes:
+                        pipes[link] = _queued(path)
+                elif not link.startswith(("socket:", "anon_inode:")):
+                    st = os.stat(path)
+                    if stat.S_ISREG(st.st_mode) and st.st_nlink == 0:
+                        files[(st.st_dev, st.st_ino)] = st.st_blocks * 512
+    return files, sum(pipes.values())
+
+
+def _queued(path: str) -> int:
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        return int.from_bytes(fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"), "little")
+    finally:
+        os.close(fd)
 
 
 def written_bytes(paths: list[str]) -> int:
@@ -95,17 +169,25 @@ def _same_device(path: str, device: int) -> bool:
         return False
 
 
-def measure(pids: list[int], runtime_roots: list[str], written: list[str] = ()) -> MemoryUse:
+def measure(pids: list[int], runtime_roots: list[str], written: list[str] = (), *, mounted_roots: list[str] = (),
+            cgroup: MemoryCgroup | None = None) -> MemoryUse:
+    """Memory of the processes ``pids``: ``runtime_roots`` hold library files, ``mounted_roots`` the package
+    (paths as the processes see them), ``written`` the directories they can write (host paths)."""
     roots = tuple(os.path.realpath(r) for r in runtime_roots)
-    counted = runtime_anon = runtime_file = processes = 0
+    mounted = tuple(mounted_roots)
+    held, pipes = held_files(pids)
+    counted = package = runtime_anon = runtime_file = processes = 0
     for pid in pids:
         try:
-            c, a, f = _process_smaps(pid, roots)
+            c, m, a, f = _process_smaps(pid, roots, mounted, set(held))
         except (FileNotFoundError, ProcessLookupError):
             continue  # exited meanwhile
-        counted, runtime_anon, runtime_file, processes = counted + c, runtime_anon + a, runtime_file + f, processes + 1
-    return MemoryUse(processes=processes, pss_counted_bytes=counted, runtime_anon_bytes=runtime_anon,
-                     runtime_file_bytes=runtime_file, written_file_bytes=written_bytes(list(written)))
+        counted, package, runtime_anon, runtime_file = counted + c, package + m, runtime_anon + a, runtime_file + f
+        processes += 1
+    return MemoryUse(processes=processes, pss_counted_bytes=counted, mounted_file_bytes=package,
+                     runtime_anon_bytes=runtime_anon, runtime_file_bytes=runtime_file,
+                     written_file_bytes=written_bytes(list(written)), held_file_bytes=sum(held.values()),
+                     pipe_bytes=pipes, cgroup=cgroup.read() if cgroup is not None else None)
 
 
 def _rss(pid: int) -> int:

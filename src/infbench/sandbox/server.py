@@ -1,10 +1,11 @@
 """A server under test in the sandbox, reachable on the host's loopback through :mod:`.relay`.
 
-It sees, read-only: the Python runtime (model files inside it hidden), its own working copy and the model files
-its command names; it has a private ``/tmp``, the allowlisted environment plus what its spec sets, its own PID
-namespace (everything it started dies with it) and its own network namespace. The caller's clients reach it at
-the returned base URL, a port on the host's loopback whose listening socket was passed in; inside, the server
-listens on ``inner_port`` of its own loopback.
+It sees, read-only: the Python runtime of the modules its spec ``requires`` (an allowlist, :mod:`.runtime`;
+infbench's own server modules bring what they import, :data:`SERVER_IMPORTS`), its own working copy at
+``/submission`` and the model files its command names at ``/model`` and ``/gguf/<name>``; it has a private ``/tmp``,
+the allowlisted environment plus what its spec sets, its own PID namespace (everything it started dies with
+it) and its own network namespace. The caller's clients reach it at the returned base URL, a port on the host's
+loopback whose listening socket was passed in; inside, the server listens on ``inner_port`` of its own loopback.
 """
 
 from __future__ import annotations
@@ -17,14 +18,26 @@ from collections.abc import Iterator
 from typing import BinaryIO
 
 from infbench.sandbox.launch import Sandboxed, SandboxSettings
-from infbench.sandbox.policy import base_env, python_policy
+from infbench.sandbox.policy import Policy, base_env, python_policy
 
 NETWORK = "own namespace; reached only through a listening socket on the host's loopback (relay)"
+WORK, MODEL, GGUF = "/submission", "/model", "/gguf"  # where a server sees its copy and its model files
+
+# What infbench's server modules (the relay, infbench.serving.*) import beyond the standard library; uvicorn
+# picks uvloop and httptools when they are there, as it does outside.
+SERVER_IMPORTS = ("numpy", "pydantic", "starlette", "uvicorn", "uvloop", "httptools")
+
+
+def server_policy(requires: list[str], *, mounts: dict[str, str], env: dict[str, str], cuda: bool, threads: int,
+                  settings: SandboxSettings, cwd: str = WORK) -> Policy:
+    """The policy of a server that imports ``requires`` (its spec's), with ``mounts`` (inside -> host)."""
+    return python_policy(modules=[*requires, *SERVER_IMPORTS], mounts=mounts, env={**base_env(threads), **env},
+                         cwd=cwd, cuda=cuda, tmp_bytes=settings.tmp_mb << 20)
 
 
 @contextlib.contextmanager
-def sandboxed(command: list[str], *, inner_port: int, host: str, read_only: list[str], env: dict[str, str],
-              cwd: str, cuda: bool, threads: int, settings: SandboxSettings, log: BinaryIO) -> Iterator[tuple[str, Sandboxed]]:
+def sandboxed(command: list[str], *, policy: Policy, inner_port: int, host: str, settings: SandboxSettings,
+              log: BinaryIO) -> Iterator[tuple[str, Sandboxed]]:
     """Start ``command`` (rendered to listen on ``127.0.0.1:inner_port``); yield its base URL and sandbox."""
     listener = socket.socket()
     listener.bind((host, 0))
@@ -33,8 +46,6 @@ def sandboxed(command: list[str], *, inner_port: int, host: str, read_only: list
     port = listener.getsockname()[1]
     relay = [sys.executable, "-m", "infbench.sandbox.relay", "--listen-fd", str(listener.fileno()),
              "--port", str(inner_port), "--", *command]
-    policy = python_policy(read_only=read_only, env={**base_env(threads), **env}, cwd=cwd, cuda=cuda,
-                           tmp_bytes=settings.tmp_mb << 20)
     try:
         with Sandboxed(policy, relay, allow_unsandboxed=settings.allow_unsandboxed, network=NETWORK,
                        stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,

@@ -49,6 +49,17 @@ def preload_modules(package: Path, manifest: Manifest) -> list[str]:
     return list(dict.fromkeys(modules))
 
 
+# Modules a runtime imports only where they are installed, bound into its sandbox without being preloaded:
+# transformers spreads a model over several GPUs with accelerate (hf_runtime.from_pretrained_on).
+OPTIONAL = {"transformers": ("accelerate",)}
+
+
+def optional_modules(preload: list[str]) -> list[str]:
+    """What the sandbox of a worker that preloads ``preload`` binds beside them (:data:`OPTIONAL`)."""
+    tops = {m.split(".")[0] for m in preload}
+    return [m for top, extra in OPTIONAL.items() if top in tops for m in extra]
+
+
 def load_runner(package: Path, manifest: Manifest, device: str, threads: int):
     if manifest.runtime == "hf":
         from infbench.compression.runtimes.hf import HFRunner

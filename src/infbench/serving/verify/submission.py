@@ -19,10 +19,11 @@
 and launches the command there (cwd = the copy), so a submission's own files are found by
 relative path; it never talks to a process the submitter started.
 
-The command runs in the sandbox (:mod:`infbench.sandbox.server`): it sees the runtime, its copy and
-the model files it names ({model_dir}, {gguf}) read-only, a private /tmp, the allowlisted environment
-plus ``env``; it has its own PID and network namespaces and is reached through a relayed port on
-the host's loopback ({port} is the port it listens on inside).
+The command runs in the sandbox (:mod:`infbench.sandbox.server`): it sees the runtime of its ``requires``
+(an allowlist), its copy at /submission (its working directory) and the model files it names at /model
+({model_dir}) and /gguf/<name> ({gguf}) read-only, a private /tmp, the allowlisted environment plus
+``env``; it has its own PID and network namespaces and is reached through a relayed port on the host's
+loopback ({port} is the port it listens on inside).
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from infbench.errors import ConfigError, InfbenchError, InputFileError
 from infbench.sandbox.launch import Sandboxed, SandboxRecord, SandboxSettings, SandboxUnavailable
 from infbench.sandbox.policy import base_env, python_policy
+from infbench.sandbox.server import GGUF, MODEL, WORK, SERVER_IMPORTS, server_policy
 from infbench.sandbox.server import sandboxed as sandboxed_server
 from infbench.serving import servers
 
@@ -127,7 +129,8 @@ def missing_requirements(sub: ServerSubmission, python: str, cwd: str | Path, sa
             "    try:\n        ok = importlib.util.find_spec(m) is not None\n"
             "    except (ImportError, ValueError):\n        ok = False\n"
             "    print(m if not ok else '')\n")
-    policy = python_policy(read_only=[str(cwd)], env=base_env(1), cwd=str(cwd))
+    policy = python_policy(modules=[*sub.requires, *SERVER_IMPORTS], mounts={WORK: str(cwd)}, env=base_env(1),
+                           cwd=WORK)
     try:
         with Sandboxed(policy, [python, "-c", code, *sub.requires], allow_unsandboxed=sandbox.allow_unsandboxed,
                        network="none", stdout=subprocess.PIPE, stderr=subprocess.PIPE) as box:
@@ -157,11 +160,15 @@ class Running:
 INNER_PORT = 8000  # where a submission listens inside its own network namespace when it names no port
 
 
-def _declared_files(cmd_template: list[str], launch: servers.LaunchVars) -> list[str]:
-    """The model files the command names: bound read-only into its sandbox."""
+def _model_mounts(cmd_template: list[str], launch: servers.LaunchVars) -> dict[str, str]:
+    """The model files the command names, by placeholder, and where its sandbox mounts them."""
     text = " ".join(cmd_template)
-    return [path for key, path in (("{model_dir}", launch.model_dir), ("{gguf}", launch.gguf))
-            if key in text and path]
+    found = {}
+    if "{model_dir}" in text and launch.model_dir:
+        found["model_dir"] = MODEL
+    if "{gguf}" in text and launch.gguf:
+        found["gguf"] = f"{GGUF}/{Path(launch.gguf).name}"
+    return found
 
 
 @contextlib.contextmanager
@@ -169,7 +176,12 @@ def running(sub: ServerSubmission, launch: servers.LaunchVars, workdir: str | Pa
             sandbox: SandboxSettings, cuda: bool = False) -> Iterator[Running]:
     """Launch the submission in its sandbox from ``workdir``, wait until healthy, yield it; always kill the
     whole sandbox afterwards."""
-    inner = launch.model_copy(update={"host": "127.0.0.1", "port": sub.port or INNER_PORT})
+    models = _model_mounts(sub.command, launch)
+    policy = server_policy(sub.requires, mounts={WORK: str(workdir)} | {inside: getattr(launch, key)
+                                                                      for key, inside in models.items()},
+                           env=sub.env, cuda=cuda, threads=launch.threads, settings=sandbox)
+    inner = launch.model_copy(update={"host": "127.0.0.1", "port": sub.port or INNER_PORT,
+                                      **{key: policy.path(inside) for key, inside in models.items()}})
     cmd = render(sub, inner, f"{sub.name}/{SPEC_FILE}")
     log_path = Path(log_path)
     log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -177,9 +189,7 @@ def running(sub: ServerSubmission, launch: servers.LaunchVars, workdir: str | Pa
         log.write(f"$ (cd {workdir}) {' '.join(cmd)}\n".encode())
         log.flush()
         try:
-            with sandboxed_server(cmd, inner_port=inner.port, host=launch.host,
-                                  read_only=[str(workdir), *_declared_files(sub.command, launch)], env=sub.env,
-                                  cwd=str(workdir), cuda=cuda, threads=launch.threads, settings=sandbox,
+            with sandboxed_server(cmd, policy=policy, inner_port=inner.port, host=launch.host, settings=sandbox,
                                   log=log) as (base_url, box):
                 try:
                     servers._wait_healthy(sub.name, box.proc, base_url + sub.health_path, sub.startup_timeout_s,
