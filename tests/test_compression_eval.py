@@ -170,7 +170,8 @@ def test_accuracy_gate_against_other_questions_is_a_record(tiny_source, tmp_path
         cfg["answers"][bench].update(n_questions=1, max_new_tokens=4)
     settings = from_config(cfg)
     other = load_questions(settings, seed=1)
-    reference = driver.evaluate(lambda batch, n, stop: ["42"] * len(batch), other, settings, label="source")
+    reference = driver.evaluate(lambda batch, n, stop: ["42"] * len(batch), other, settings, label="source",
+                                sandbox=SETTINGS.sandbox)
     results.write_json(tmp_path / "reference.json", reference)
     gate = make_gate(cfg["answers"], tmp_path / "reference.json", tiny_source / "hf", label="c", question_seed=0)
     record = run(make_package(tmp_path, tiny_source, HONEST, name="gated"), tiny_source, accuracy_gate=gate)

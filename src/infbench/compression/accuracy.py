@@ -3,7 +3,8 @@
 Prompts are tokenized with the source tokenizer (the package's is checked to
 be identical) as the reference run did. The pipeline decides when generation
 stops (EOS, or the decoded text holding a stop sequence) and tells the worker,
-and the driver cuts completions at the first stop, as for A(p).
+and the driver cuts completions at the first stop, as for A(p). HumanEval programs are
+judged in sandboxes made with the package worker's own sandbox settings.
 """
 
 from __future__ import annotations
@@ -11,7 +12,16 @@ from __future__ import annotations
 from pathlib import Path
 
 from infbench.compression.answers import driver
+from infbench.compression.answers.results import ItemRecord
 from infbench.compression.answers.settings import AnswerSettings
+
+EVIDENCE_CHARS = 300  # of each response kept in the record (the whole one is judged)
+
+
+def item_evidence(item: ItemRecord) -> dict:
+    """What the record keeps of one answer: its outcome and why (HumanEval: the judge's reason)."""
+    return {"benchmark": item.benchmark, "id": item.id, "correct": item.correct, "detail": item.detail,
+            "extracted": item.extracted, "response": item.response[:EVIDENCE_CHARS]}
 
 
 def make_gate(settings: dict, reference_json: str | Path, source_checkpoint: str | Path, label: str, *,
@@ -42,9 +52,12 @@ def make_gate(settings: dict, reference_json: str | Path, source_checkpoint: str
             return completions
 
         results, verdict = driver.gate_candidate(generate_fn, answer_settings, reference_json, label,
-                                                 question_seed=question_seed)
+                                                 question_seed=question_seed, sandbox=proc.sandbox_settings)
+        evidence = verdict.model_dump(mode="json")
+        evidence["judged_by"] = {b.benchmark: b.judged_by for b in results.benchmarks if b.judged_by}
+        evidence["items"] = [item_evidence(i) for i in results.items]
         return {"per_benchmark": {b.benchmark: b.accuracy for b in results.benchmarks},
                 "mean": verdict.candidate_accuracy, "reference": verdict.reference_accuracy,
-                "passed": verdict.passed, "evidence": verdict.model_dump(mode="json")}
+                "passed": verdict.passed, "evidence": evidence}
 
     return gate

@@ -1,9 +1,11 @@
 """The pipeline's side of the worker protocol: a submission in its own sandboxed process.
 
 The worker runs under :mod:`infbench.sandbox` (bubblewrap: it sees its package read-only, the Python runtime
-with its model files hidden, a private ``/tmp`` and the IPC directory; no network, its own PID namespace). Every
-figure a verdict uses is taken here, outside it: memory from ``/proc`` (:meth:`SubmissionProcess.memory`, a
-10 ms peak sampler), and the arrival time of every generated token as its line crosses the pipe.
+with its model files hidden and a private ``/tmp``; no network, its own PID namespace, nothing of the host it can
+write). Every figure a verdict uses is taken here, outside it: memory from ``/proc``
+(:meth:`SubmissionProcess.memory`, a 10 ms peak sampler), and the arrival time of every generated token as its
+line crosses the pipe. Logits come over a pipe of their own, in exactly the shape asked for
+(:mod:`infbench.compression.logits_pipe`).
 
 Every request has a deadline; a worker that crashes, hangs or answers nonsense raises :class:`WorkerFailure`
 with the reason and the tail of its stderr, and everything in the sandbox is always killed on exit.
@@ -19,7 +21,6 @@ import sys
 import tempfile
 import threading
 import time
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 
@@ -27,6 +28,8 @@ import numpy as np
 import torch
 from pydantic import BaseModel
 
+from infbench.compression import logits_pipe
+from infbench.compression.integrity import CheckFailed
 from infbench.errors import InfbenchError
 from infbench.sandbox import meter
 from infbench.sandbox.launch import SandboxRecord, Sandboxed, SandboxSettings, SandboxUnavailable
@@ -49,8 +52,10 @@ class Generation(BaseModel):
 class SubmissionProcess:
     def __init__(self, package: str | Path | None, *, sandbox: SandboxSettings, preload: list[str],
                  device: str = "cpu", threads: int = 1, timeout_s: float = 3600.0,
-                 log_path: str | Path | None = None, baseline: bool = False):
+                 log_path: str | Path | None = None, baseline: bool = False, vocab_size: int | None = None):
+        """``vocab_size``: the source's vocabulary, the last dimension of every logits answer."""
         self.package = Path(package).resolve() if package else None
+        self.vocab_size, self._requests = vocab_size, 0
         self.sandbox_settings, self.preload, self.baseline = sandbox, list(preload), baseline
         self.device, self.threads, self.timeout_s = device, threads, timeout_s
         self.log_path = Path(log_path) if log_path else None
@@ -60,29 +65,30 @@ class SubmissionProcess:
 
     # -- start and stop --------------------------------------------------------------------------------
     def _policy(self) -> Policy:
-        return python_policy(read_only=[str(self.package)] if self.package else [], writable=[str(self.ipc_dir)],
+        return python_policy(read_only=[str(self.package)] if self.package else [],
                              env=base_env(self.threads), cuda=self.device.startswith("cuda"),
                              tmp_bytes=self.sandbox_settings.tmp_mb << 20)
 
     def _command(self) -> list[str]:
-        cmd = [sys.executable, "-m", "infbench.compression.worker", "--ipc", str(self.ipc_dir), "--device",
+        cmd = [sys.executable, "-m", "infbench.compression.worker", "--logits-fd", str(self._logits_w), "--device",
                self.device, "--threads", str(self.threads), "--preload", ",".join(self.preload)]
         return cmd + (["--baseline"] if self.baseline else ["--package", str(self.package)])
 
     def __enter__(self) -> "SubmissionProcess":
-        shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
-        self._ipc = tempfile.TemporaryDirectory(prefix="infbench-ipc-", dir=shm)
-        self.ipc_dir = Path(self._ipc.name)
+        logits_r, self._logits_w = os.pipe()
+        self._logits = logits_pipe.Reader(logits_r)
         self._stderr = open(self.log_path, "ab") if self.log_path else tempfile.TemporaryFile()
         self.policy = self._policy()
         self.box = Sandboxed(self.policy, self._command(), allow_unsandboxed=self.sandbox_settings.allow_unsandboxed,
                              network="none (own network namespace, loopback only)", stdin=subprocess.PIPE,
-                             stdout=subprocess.PIPE, stderr=self._stderr)
+                             stdout=subprocess.PIPE, stderr=self._stderr, pass_fds=(self._logits_w,))
         try:
             self.box.__enter__()
         except SandboxUnavailable as exc:
             self._cleanup()
             raise WorkerFailure("sandbox", str(exc)) from None
+        finally:
+            os.close(self._logits_w)  # the worker holds the write end now: its exit closes the pipe
         self._replies: queue.Queue = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
         self.sampler = meter.PeakSampler(self.box.pids).__enter__()
@@ -97,7 +103,7 @@ class SubmissionProcess:
 
     def _cleanup(self) -> None:
         self._stderr.close()
-        self._ipc.cleanup()
+        os.close(self._logits.fd)
 
     def __exit__(self, *exc) -> None:
         if self.box and self.box.alive():
@@ -165,18 +171,17 @@ class SubmissionProcess:
         return self.request("load")
 
     def logits(self, input_ids: np.ndarray, n_last: int) -> np.ndarray:
-        name = f"logits-{uuid.uuid4().hex}.npy"
-        reply = self.request("logits", ids=np.asarray(input_ids).tolist(), n_last=int(n_last), out=name)
-        path = self.ipc_dir / name
-        try:
-            array = np.load(path, allow_pickle=False)
-        except (OSError, ValueError) as exc:
-            raise WorkerFailure("protocol", f"logits file unreadable: {exc}") from None
-        finally:
-            path.unlink(missing_ok=True)
-        if list(array.shape) != reply.get("shape"):
-            raise WorkerFailure("protocol", f"logits file shape {array.shape} != reported {reply.get('shape')}")
-        return array
+        """Raw logits ``(sequences, n_last, vocab_size)``: the worker must say that shape (else ``logits_shape``:
+        every asked position, each over the source's whole vocabulary, as a smaller one would concentrate mass),
+        then send exactly that frame on the logits pipe before the deadline (else ``logits_transport``)."""
+        ids = np.asarray(input_ids)
+        expected = [len(ids), int(n_last), int(self.vocab_size)]
+        self._requests += 1
+        reply = self.request("logits", ids=ids.tolist(), n_last=int(n_last), request=self._requests, shape=expected)
+        if reply.get("shape") != expected:
+            raise CheckFailed("logits_shape", {"logits_shape": reply.get("shape"), "expected": expected,
+                                               "source_vocab": self.vocab_size})
+        return self._logits.read(self._requests, expected, self.deadline)
 
     def logits_fn(self):
         """A scorer-compatible ``logits_fn`` backed by this process."""

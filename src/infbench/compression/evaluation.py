@@ -2,7 +2,8 @@
 
 Both run the submission in a fresh worker process; the pipeline computes every
 log-prob from the raw logits it returns, one row per sequence and asked position, each spanning the
-source's vocabulary (check ``logits_shape``). Final verification hides its
+source's vocabulary (check ``logits_shape``), read from a pipe of their own in exactly that shape
+(check ``logits_transport``, :mod:`infbench.compression.logits_pipe`). Final verification hides its
 integrity probes among the scoring requests (:mod:`infbench.compression.probes`),
 placed by the operator secret. A failure anywhere, expected or not, becomes a
 record naming the check that was measuring and the cause, never an exception
@@ -22,13 +23,12 @@ from typing import Any, Callable
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
-from infbench.errors import InfbenchError
 from infbench.operator_secret import OperatorSecret
 from infbench.provenance import Provenance, collect as collect_provenance
 from infbench.compression import held_out, integrity, probes, scoring
 from infbench.compression.decode import DecodeTiming, measure as measure_decode
 from infbench.compression.client import SubmissionProcess, WorkerFailure
-from infbench.compression.integrity import Check
+from infbench.compression.integrity import Check, CheckFailed
 from infbench.compression.likelihood import read_continuations, stack
 from infbench.compression.runtimes import preload_modules
 from infbench.compression.storage import ResidentMeasure
@@ -112,14 +112,6 @@ class EvaluationRecord(BaseModel):
     provenance: Provenance | None = None
 
 
-class CheckFailed(InfbenchError):
-    """A named check that stops the measurement, with its evidence (e.g. ``logits_shape``)."""
-
-    def __init__(self, check: str, evidence: dict[str, Any]):
-        self.check, self.evidence = check, evidence
-        super().__init__(f"{check}: {evidence}")
-
-
 class _Steps:
     """Which check or phase is measuring now, so that a failure names it; wall seconds per phase."""
 
@@ -139,21 +131,6 @@ class _Steps:
 
 def _fail(record: EvaluationRecord, name: str, evidence: dict[str, Any]) -> None:
     record.checks.append(Check(name=name, passed=False, evidence=evidence))
-
-
-def _shape_checked(logits: Callable, vocab: int) -> Callable:
-    """``logits`` whose every answer must be ``(sequences, n_last, vocab)``: every asked position, each over the
-    source's whole vocabulary (a smaller one would concentrate mass)."""
-
-    def checked(ids: np.ndarray, n_last: int) -> np.ndarray:
-        out = logits(ids, n_last)
-        expected = [len(ids), n_last, vocab]
-        if list(out.shape) != expected:
-            raise CheckFailed("logits_shape", {"logits_shape": list(out.shape), "expected": expected,
-                                               "source_vocab": vocab})
-        return out
-
-    return checked
 
 
 @dataclass(frozen=True)
@@ -216,7 +193,7 @@ def measure(kind: str, package: str | Path, source: str, *, source_checkpoint: s
         record.package_bits_per_param = 8 * record.s_pkg_bytes / n_params
         preload = preload_modules(package, manifest)
         process = dict(sandbox=settings.sandbox, preload=preload, device=settings.device, threads=settings.threads,
-                       timeout_s=settings.timeout_s, log_path=log_path)
+                       timeout_s=settings.timeout_s, log_path=log_path, vocab_size=vocab_size)
         with step("baseline"):
             with SubmissionProcess(None, baseline=True, **process) as empty:
                 baseline, device_baseline = empty.memory(), empty.device_memory()
@@ -225,7 +202,7 @@ def measure(kind: str, package: str | Path, source: str, *, source_checkpoint: s
             with step("load", phase="load"):
                 loaded = proc.load()
                 after_load, device_after_load = proc.memory(), proc.device_memory()
-            logits = _shape_checked(proc.logits, vocab_size)
+            logits = proc.logits  # every answer (sequences, n_last, the source's vocabulary) or logits_shape
             with step("likelihood", phase="likelihood"):
                 lp, answered = _score(logits, rows, settings, settings.integrity.probe_requests if verifying else 0,
                                       held_out.probe_seed(secret, source, settings.seed) if verifying else 0)

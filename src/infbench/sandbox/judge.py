@@ -106,12 +106,13 @@ def _outcome(line: bytes) -> tuple[str, str, int]:
 
 
 def run_case(case: Case, *, timeout_s: float, memory_mb: int, sandbox: SandboxSettings) -> Outcome:
-    """Judge ``case``; ``timeout_s`` of wall clock for both processes together, from their start."""
+    """Judge ``case``; ``timeout_s`` of wall clock for both processes together, from when both sandboxes
+    exist (their interpreters' start counts)."""
     limits = _limits(timeout_s, memory_mb)
+    stdlib_runtime.runtime()  # found once per process (about a second), never on a case's clock
     calls_r, calls_w = os.pipe()      # checker -> candidate
     answers_r, answers_w = os.pipe()  # candidate -> checker
     verdict_r, verdict_w = os.pipe()  # checker -> here; nothing else holds its write end
-    start = time.monotonic()
     try:
         with contextlib.ExitStack() as stack:
             candidate = _start(stack, "candidate", (calls_r, answers_w),
@@ -120,6 +121,7 @@ def run_case(case: Case, *, timeout_s: float, memory_mb: int, sandbox: SandboxSe
             _start(stack, "checker", (answers_r, calls_w, verdict_w),
                    {"helpers": case.helpers, "test": case.test, "entry_point": case.entry_point,
                     "limits": limits}, sandbox)
+            start = time.monotonic()
             for fd in (calls_r, calls_w, answers_r, answers_w, verdict_w):
                 os.close(fd)
             calls_r = calls_w = answers_r = answers_w = verdict_w = -1
