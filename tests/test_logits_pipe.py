@@ -49,8 +49,8 @@ class Model:
         Model.calls += 1
         out = honest(input_ids, n_last)
         request, shape = Model.calls, list(out.shape)
-        def header(dtype=b"<f4\\0", dims=shape):
-            return HEADER.pack(b"IBLOGIT1", request, dtype, *dims)
+        def header(dtype=b"<f4\\0", dims=shape, number=request):
+            return HEADER.pack(b"IBLOGIT1", number, dtype, *dims)
         def reply():
             worker().protocol.write(json.dumps({{"ok": True, "shape": shape}}) + "\\n")
 {attack}
@@ -73,8 +73,7 @@ ATTACKS = {
     "oversize": ("os.write(FD, header(dims=[shape[0], shape[1], 1 << 40]))", "shape"),
     "big_endian": ("os.write(FD, header(dtype=b'>f4\\0') + out.astype('>f4').tobytes())", "dtype"),
     "wrong_dtype": ("os.write(FD, header(dtype=b'<f8\\0') + out.astype('<f8').tobytes())", "dtype"),
-    "stale_request": ("os.write(FD, HEADER.pack(b'IBLOGIT1', request + 7, b'<f4\\0', *shape) + out.tobytes())",
-                      "request"),
+    "stale_request": ("os.write(FD, header(number=request + 7) + out.tobytes())", "request"),
     "trailing_bytes": ("os.write(FD, header() + out.tobytes() + b'extra')", "trailing"),
     "short_write_then_exit": ("reply(); os.write(FD, header() + out.tobytes()[:100]); os._exit(0)", "closed"),
     "never_finishes_writing": ("reply(); os.write(FD, header() + out.tobytes()[:100]); time.sleep(3600)",
@@ -141,18 +140,19 @@ def test_only_the_pipe_is_read_and_converted_values_arrive_as_returned(tmp_path)
         with pytest.raises(CheckFailed) as failed:
             proc.logits(IDS, N_LAST)
         assert failed.value.check == "logits_shape"
-        assert failed.value.evidence == {"logits_shape": [2, N_LAST, VOCAB - 1], "expected": [2, N_LAST, VOCAB],
-                                         "source_vocab": VOCAB}
+        assert failed.value.evidence == {"logits_shape": [2, N_LAST, VOCAB - 1],
+                                         "expected": [2, N_LAST, VOCAB], "source_vocab": VOCAB}
         np.testing.assert_array_equal(proc.logits(IDS, N_LAST), expected_logits())
 
 
 @pytest.mark.slow
 def test_a_transport_attack_is_a_named_failure_record(tiny_source, tmp_path):
-    """Through final verification: the record fails ``logits_transport`` with its evidence, the job goes on."""
+    """Through final verification: the record fails ``logits_transport`` with its evidence."""
     from compression_helpers import HONEST
 
     zip_first = ("        import os, sys\n"
-                 "        os.write(int(sys.argv[sys.argv.index('--logits-fd') + 1]), b'PK\\x03\\x04' + bytes(60))\n")
+                 "        fd = int(sys.argv[sys.argv.index('--logits-fd') + 1])\n"
+                 "        os.write(fd, b'PK\\x03\\x04' + bytes(60))\n")
     code = HONEST.replace("    def logits(self, input_ids, n_last):\n",
                           "    def logits(self, input_ids, n_last):\n" + zip_first)
     record = run(make_package(tmp_path, tiny_source, code, name="npz_logits"), tiny_source)

@@ -1,8 +1,8 @@
 """The pipeline's side of the worker protocol: a submission in its own sandboxed process.
 
 The worker runs under :mod:`infbench.sandbox` (bubblewrap: it sees its package read-only, the Python runtime
-with its model files hidden and a private ``/tmp``; no network, its own PID namespace, nothing of the host it can
-write). Every figure a verdict uses is taken here, outside it: memory from ``/proc``
+with its model files hidden and a private ``/tmp``; no network, its own PID namespace, nothing of the host it
+can write). Every figure a verdict uses is taken here, outside it: memory from ``/proc``
 (:meth:`SubmissionProcess.memory`, a 10 ms peak sampler), and the arrival time of every generated token as its
 line crosses the pipe. Logits come over a pipe of their own, in exactly the shape asked for
 (:mod:`infbench.compression.logits_pipe`).
@@ -70,8 +70,8 @@ class SubmissionProcess:
                              tmp_bytes=self.sandbox_settings.tmp_mb << 20)
 
     def _command(self) -> list[str]:
-        cmd = [sys.executable, "-m", "infbench.compression.worker", "--logits-fd", str(self._logits_w), "--device",
-               self.device, "--threads", str(self.threads), "--preload", ",".join(self.preload)]
+        cmd = [sys.executable, "-m", "infbench.compression.worker", "--logits-fd", str(self._logits_w),
+               "--device", self.device, "--threads", str(self.threads), "--preload", ",".join(self.preload)]
         return cmd + (["--baseline"] if self.baseline else ["--package", str(self.package)])
 
     def __enter__(self) -> "SubmissionProcess":
@@ -171,13 +171,15 @@ class SubmissionProcess:
         return self.request("load")
 
     def logits(self, input_ids: np.ndarray, n_last: int) -> np.ndarray:
-        """Raw logits ``(sequences, n_last, vocab_size)``: the worker must say that shape (else ``logits_shape``:
-        every asked position, each over the source's whole vocabulary, as a smaller one would concentrate mass),
-        then send exactly that frame on the logits pipe before the deadline (else ``logits_transport``)."""
+        """Raw logits ``(sequences, n_last, vocab_size)``. The worker must say that shape (else
+        ``logits_shape``: every asked position, each over the source's whole vocabulary, as a smaller one would
+        concentrate mass), then send exactly that frame on the logits pipe before the deadline (else
+        ``logits_transport``)."""
         ids = np.asarray(input_ids)
         expected = [len(ids), int(n_last), int(self.vocab_size)]
         self._requests += 1
-        reply = self.request("logits", ids=ids.tolist(), n_last=int(n_last), request=self._requests, shape=expected)
+        reply = self.request("logits", ids=ids.tolist(), n_last=int(n_last), request=self._requests,
+                             shape=expected)
         if reply.get("shape") != expected:
             raise CheckFailed("logits_shape", {"logits_shape": reply.get("shape"), "expected": expected,
                                                "source_vocab": self.vocab_size})

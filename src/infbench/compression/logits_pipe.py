@@ -36,7 +36,7 @@ def write(fd: int, request: int, logits: np.ndarray) -> None:
     """The worker's side: one frame (blocks until the pipeline has read it all)."""
     values = np.ascontiguousarray(logits, dtype="<f4")
     if values.ndim != 3:
-        raise ValueError(f"logits must have 3 dimensions (sequences, positions, vocabulary), not {values.shape}")
+        raise ValueError(f"logits must have 3 dimensions (sequences, positions, vocabulary): {values.shape}")
     for part in (memoryview(HEADER.pack(MAGIC, request, DTYPE, *values.shape)), memoryview(values).cast("B")):
         while part:
             part = part[os.write(fd, part):]
@@ -87,11 +87,11 @@ class Reader:
         self._fill(memoryview(header), deadline, request, shape, "frame header")
         magic, number, dtype, *dims = HEADER.unpack(header)
         if magic != MAGIC:
-            self._reject(request, shape, "marker", f"the frame starts with {bytes(header[:8])!r}, not {MAGIC!r}")
+            self._reject(request, shape, "marker", f"the frame starts {bytes(header[:8])!r}, not {MAGIC!r}")
         if number != request:
             self._reject(request, shape, "request", f"the frame answers request {number}, not {request}")
         if dtype != DTYPE:
-            self._reject(request, shape, "dtype", f"the frame holds {dtype!r}, not little-endian float32 {DTYPE!r}")
+            self._reject(request, shape, "dtype", f"the frame holds {dtype!r}, not little-endian float32")
         if dims != shape:
             self._reject(request, shape, "shape", f"the frame holds {dims}, the request asked for {shape}")
         values = np.empty(shape, dtype="<f4")

@@ -6,10 +6,10 @@ only runs the package's forward pass and passes on what it returns.
 
 Protocol: one JSON request per line on stdin; replies on a private copy of stdout (the submission's own prints
 go to stderr). ``generate`` replies with one ``{"token": id}`` line per token as the runtime yields it, then a
-final reply; the pipeline ends a generation early by writing ``stop`` (a line) while it runs. ``logits`` replies
-with the shape the runtime returned and, when it is the shape asked for, then sends the values as one frame on
-the logits pipe (``--logits-fd``, :mod:`infbench.compression.logits_pipe`), so the pipeline computes log-probs
-from the raw logits itself.
+final reply; the pipeline ends a generation early by writing ``stop`` (a line) while it runs. ``logits``
+replies with the shape the runtime returned and, when it is the shape asked for, then sends the values as one
+frame on the logits pipe (``--logits-fd``, :mod:`infbench.compression.logits_pipe`), so the pipeline computes
+log-probs from the raw logits itself.
 
 Before anything of the package is read, the worker imports its runtime's modules (``--preload``) and trims the
 heap, exactly as the baseline worker (``--baseline``: no package at all) does, so the two differ by what the

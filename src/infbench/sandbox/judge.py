@@ -13,9 +13,9 @@ namespaces, no view of the workspace or results, a private size-capped ``/tmp``,
 
 The verdict is read only from a pipe that only the checker holds: ``passed`` iff ``check`` returned and every
 call got a well-formed answer. The candidate's exit status, output and files are never looked at. Both
-processes get resource limits from a standard-library launcher inside (:mod:`.judge_harness`: address space,
-CPU seconds, file size, open files) and a wall clock here; when the verdict arrives or the clock runs out, both
-sandboxes are killed with everything they started.
+processes get resource limits from a standard-library launcher inside (:mod:`.judge_harness`: address
+space, CPU seconds, file size, open files) and a wall clock here; when the verdict arrives or the clock runs
+out, both sandboxes are killed with everything they started.
 """
 
 from __future__ import annotations
@@ -100,7 +100,8 @@ def _read_verdict(fd: int, deadline: float) -> bytes | None:
 def _outcome(line: bytes) -> tuple[str, str, int]:
     try:
         verdict = json.loads(line)
-        return ("passed" if verdict["passed"] is True else "failed"), str(verdict["reason"]), int(verdict["calls"])
+        status = "passed" if verdict["passed"] is True else "failed"
+        return status, str(verdict["reason"]), int(verdict["calls"])
     except (ValueError, KeyError, TypeError):
         return "failed", "the checker exited without a verdict", 0
 

@@ -7,13 +7,13 @@ inside. Each role first reads one JSON object on stdin (from the parent), then s
 ``candidate CALLS_FD ANSWERS_FD``: runs ``program`` (untrusted: model output) as ``__main__`` and serves its
 function ``entry_point``. Its first line on ``ANSWERS_FD`` is ``('ready',)`` or ``('load_failed', reason)``;
 then, for every line ``repr((args, kwargs))`` read from ``CALLS_FD``, one line ``repr(('ok', result))`` or
-``repr(('raised', exception type name, message))``. Nothing it writes is believed beyond being a Python literal:
-this process is the tested code's, and may be replaced by it entirely.
+``repr(('raised', exception type name, message))``. Nothing it writes is believed beyond being a Python
+literal: this process is the tested code's, and may be replaced by it entirely.
 
-``checker ANSWERS_FD CALLS_FD VERDICT_FD``: runs trusted code, ``helpers`` (the problem's prompt: its imports and
-helper functions) and ``test`` (defining ``check``), with ``entry_point`` bound to a proxy that sends each call
-to the candidate and parses each answer with :func:`ast.literal_eval` (a value, never an object with methods of
-the candidate's making), then calls ``check(proxy)``. It writes one JSON line on ``VERDICT_FD``, which only it
+``checker ANSWERS_FD CALLS_FD VERDICT_FD``: runs trusted code, ``helpers`` (the problem's prompt: its imports
+and helper functions) and ``test`` (defining ``check``), with ``entry_point`` bound to a proxy that sends each
+call to the candidate and parses each answer with :func:`ast.literal_eval` (a value, never an object with
+methods of the candidate's making), then calls ``check(proxy)``. It writes one JSON line on ``VERDICT_FD``, which only it
 holds: ``{"passed": true}`` iff ``check`` returned and every call got a well-formed answer, else the reason.
 """
 
@@ -106,7 +106,7 @@ class Proxy:
         except Exception:  # noqa: BLE001
             sendable = False
         if not sendable:
-            raise TypeError(f"call {self.n}: its arguments are not Python literals; the judge cannot send them")
+            raise TypeError(f"call {self.n}: its arguments are not Python literals, the judge cannot send them")
         self.calls.write(request + "\n")
         self.calls.flush()
         message = self.receive(f"call {self.n}")

@@ -7,8 +7,8 @@ interpreter's own ``site-packages`` (inside the standard library directory on mo
 directory. No ``/usr``, no third-party package, no infbench, no project file: model output judged here
 (:mod:`infbench.sandbox.judge`) sees a Python and its standard library, a private ``/tmp`` and nothing else.
 
-Where ``ldd`` is missing, the system library directories are bound whole instead (:attr:`StdlibRuntime.libraries`
-says which).
+Where ``ldd`` is missing, the system library directories are bound whole instead
+(:attr:`StdlibRuntime.libraries` says which).
 """
 
 from __future__ import annotations
@@ -65,15 +65,16 @@ def runtime() -> StdlibRuntime:
                                       check=True, timeout=120).stdout)
     dirs = sorted({os.path.realpath(p) for p in probe["path"] if os.path.isdir(p)})
     dirs = [d for d in dirs if not _under(d, [o for o in dirs if o != d])]  # a directory inside another: once
+    site = sorted({s for s in map(os.path.realpath, probe["site"]) if os.path.isdir(s) and _under(s, dirs)})
     if shutil.which("ldd"):
-        extensions = [f for d in dirs for f in glob.glob(os.path.join(d, "**", "*.so"), recursive=True)]
+        extensions = [f for d in dirs for f in glob.glob(os.path.join(d, "**", "*.so"), recursive=True)
+                      if not _under(f, site)]
         libraries, kind = _ldd_closure([interpreter, *extensions]), "ldd closure"
     else:
         libraries, kind = [p for p in SYSTEM_DIRS if os.path.isdir(p)], "system directories (no ldd)"
     etc = [p for p in ("/etc/ld.so.cache",) if os.path.exists(p)]
     read_only = [interpreter, *dirs, *etc, *(p for p in libraries if not _under(p, dirs))]
-    hidden = sorted(os.path.realpath(s) for s in probe["site"] if os.path.isdir(s) and _under(os.path.realpath(s), dirs))
-    return StdlibRuntime(interpreter=interpreter, read_only=tuple(dict.fromkeys(read_only)), hidden=tuple(hidden),
+    return StdlibRuntime(interpreter=interpreter, read_only=tuple(dict.fromkeys(read_only)), hidden=tuple(site),
                          libraries=kind)
 
 

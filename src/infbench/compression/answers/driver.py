@@ -70,7 +70,8 @@ def _judge_humaneval(questions: tuple[Question, ...], responses: list[str], sett
 
 
 def evaluate_benchmark(generate_fn: GenerateFn, qset: QuestionSet, settings: AnswerSettings,
-                       label: str = "", *, sandbox: SandboxSettings) -> tuple[BenchmarkAccuracy, list[ItemRecord]]:
+                       label: str = "", *,
+                       sandbox: SandboxSettings) -> tuple[BenchmarkAccuracy, list[ItemRecord]]:
     """``sandbox``: how HumanEval programs are judged (bubblewrap, or unsandboxed where the config allows)."""
     bench = settings.benchmark(qset.benchmark)
     prompt_list = prompts.build_prompts(qset)
@@ -133,7 +134,8 @@ def gate(candidate: AnswerResults, reference: AnswerResults, rho: float) -> Gate
 
 
 def gate_candidate(generate_fn: GenerateFn, settings: AnswerSettings, reference_json: str | Path,
-                   label: str, *, question_seed: int, sandbox: SandboxSettings) -> tuple[AnswerResults, GateResult]:
+                   label: str, *, question_seed: int,
+                   sandbox: SandboxSettings) -> tuple[AnswerResults, GateResult]:
     """Evaluate a candidate on the source's questions (drawn by ``question_seed``, as the reference's were)
     and gate it against the frozen ``A(p)`` file."""
     reference = read_json(reference_json)
