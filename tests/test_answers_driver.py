@@ -9,8 +9,16 @@ from infbench.compression.answers import driver, prompts, results
 from infbench.compression.answers.questions import datasets_pool, embedded_pool, load_questions
 from infbench.compression.answers.settings import BENCHMARKS
 from infbench.errors import ConfigError
+from infbench.sandbox.launch import SandboxSettings
+
+# HumanEval programs are judged in bubblewrap where it works (tests/test_judge.py tests the judge itself)
+SANDBOX = SandboxSettings(allow_unsandboxed=True, tmp_mb=64)
 
 CANONICAL = {p["prompt"]: p["canonical_solution"] for p in read_problems().values()}
+
+
+def evaluate(generate_fn, questions, settings, label=""):
+    return driver.evaluate(generate_fn, questions, settings, label=label, sandbox=SANDBOX)
 
 
 def with_bench(settings, benchmark, **update):
@@ -97,7 +105,7 @@ def test_prompts_follow_lm_eval(questions):
 def test_scripted_runtime_scores_exactly_what_it_got_right(answer_settings, questions):
     right = {qs.questions[i].id for qs in questions.values() for i in (0, 3, 4, 9)}
     runtime = Scripted(questions, right)
-    res = driver.evaluate(runtime, questions, answer_settings, label="scripted")
+    res = evaluate(runtime, questions, answer_settings, label="scripted")
     assert [b.n_correct for b in res.benchmarks] == [4, 4, 4]
     assert res.mean_accuracy == pytest.approx(0.4)
     assert {i.id for i in res.items if i.correct} == right
@@ -112,12 +120,12 @@ def test_scripted_runtime_scores_exactly_what_it_got_right(answer_settings, ques
 
 def test_gate(answer_settings, questions):
     ids = [q.id for qs in questions.values() for q in qs.questions]
-    reference = driver.evaluate(Scripted(questions, set(ids)), questions, answer_settings, label="source")
+    reference = evaluate(Scripted(questions, set(ids)), questions, answer_settings, label="source")
     assert reference.mean_accuracy == 1.0
     # 8 of 10 right on every benchmark: exactly 0.8 * A(p), which passes; 7 of 10 does not
     for n_right, passed in ((8, True), (7, False)):
         right = {q.id for qs in questions.values() for q in qs.questions[:n_right]}
-        candidate = driver.evaluate(Scripted(questions, right), questions, answer_settings, label="candidate")
+        candidate = evaluate(Scripted(questions, right), questions, answer_settings, label="candidate")
         verdict = driver.gate(candidate, reference, answer_settings.rho)
         assert verdict.passed is passed
         assert verdict.threshold == pytest.approx(0.8)
@@ -126,13 +134,13 @@ def test_gate(answer_settings, questions):
 
 def test_gate_refuses_results_from_other_questions_or_settings(answer_settings, questions):
     runtime = Scripted(questions, set())
-    reference = driver.evaluate(runtime, questions, answer_settings, label="source")
+    reference = evaluate(runtime, questions, answer_settings, label="source")
     other_settings = with_bench(answer_settings, "triviaqa", max_new_tokens=32)
-    candidate = driver.evaluate(runtime, questions, other_settings, label="candidate")
+    candidate = evaluate(runtime, questions, other_settings, label="candidate")
     with pytest.raises(driver.AnswerMismatchError, match="different questions or generation settings"):
         driver.gate(candidate, reference, 0.8)
     other_questions = load_questions(answer_settings, seed=1)
-    candidate = driver.evaluate(Scripted(other_questions, set()), other_questions, answer_settings, label="c")
+    candidate = evaluate(Scripted(other_questions, set()), other_questions, answer_settings, label="c")
     with pytest.raises(driver.AnswerMismatchError):
         driver.gate(candidate, reference, 0.8)
 
@@ -141,11 +149,11 @@ def test_gate_refuses_results_from_other_questions_or_settings(answer_settings, 
                                     lambda b, n, s: "text"])
 def test_runtime_breaking_the_contract_is_named(answer_settings, questions, broken):
     with pytest.raises(driver.AnswerRuntimeError, match="generate_fn returned"):
-        driver.evaluate(broken, questions, answer_settings)
+        evaluate(broken, questions, answer_settings)
 
 
 def test_result_files_round_trip_atomically(answer_settings, questions, tmp_path):
-    res = driver.evaluate(Scripted(questions, {questions["gsm8k"].questions[0].id}), questions,
+    res = evaluate(Scripted(questions, {questions["gsm8k"].questions[0].id}), questions,
                           answer_settings, label="x")
     results.write_json(tmp_path / "r.json", res)
     results.write_items_parquet(tmp_path / "r.parquet", res)

@@ -75,11 +75,11 @@ def test_triviaqa_matches_any_alias():
     assert judge.judge_text(q, " ")[1] is False  # an empty answer is never right
 
 
-def test_humaneval_program_calls_check_on_the_entry_point():
+def test_humaneval_case_keeps_the_completion_out_of_the_test():
     q = Question(benchmark="humaneval", id="h", text="def f(x):\n", test="def check(c):\n    assert c(1) == 2\n",
                  entry_point="f")
-    program = judge.humaneval_program(q, "    return x + 1")
-    assert program.startswith("def f(x):\n    return x + 1\n")
-    assert program.rstrip().endswith("check(f)")
+    case = judge.humaneval_case(q, "    return x + 1")
+    assert case.program == "def f(x):\n    return x + 1\n" and case.entry_point == "f"
+    assert case.helpers == q.text and case.test == q.test  # the trusted side never sees the completion
     with pytest.raises(ValueError):
         judge.judge_text(q, "    return x + 1")

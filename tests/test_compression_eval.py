@@ -171,12 +171,40 @@ def test_accuracy_gate_against_other_questions_is_a_record(tiny_source, tmp_path
         cfg["answers"][bench].update(n_questions=1, max_new_tokens=4)
     settings = from_config(cfg)
     other = load_questions(settings, seed=1)
-    reference = driver.evaluate(lambda batch, n, stop: ["42"] * len(batch), other, settings, label="source")
+    reference = driver.evaluate(lambda batch, n, stop: ["42"] * len(batch), other, settings, label="source",
+                                sandbox=SETTINGS.sandbox)
     results.write_json(tmp_path / "reference.json", reference)
     gate = make_gate(cfg["answers"], tmp_path / "reference.json", tiny_source / "hf", label="c", question_seed=0)
     record = run(make_package(tmp_path, tiny_source, HONEST, name="gated"), tiny_source, accuracy_gate=gate)
     judged = verdict(record, Task(name="t", source="tiny", limit_gib=1.0))
     assert judged.failed_check == "accuracy_gate" and "AnswerMismatchError" in record.failure
+
+
+def test_accuracy_gate_evidence_keeps_each_answers_outcome(tiny_source, tmp_path):
+    """The candidate's own completions, judged in the sandbox: the record keeps every item's outcome and
+    reason, and how HumanEval programs were isolated."""
+    from conftest import embedded_config
+
+    from infbench.compression.accuracy import make_gate
+    from infbench.compression.answers import driver, results
+    from infbench.compression.answers.questions import load_questions
+    from infbench.compression.answers.settings import from_config
+
+    cfg = embedded_config()
+    for bench in ("gsm8k", "humaneval", "triviaqa"):
+        cfg["answers"][bench].update(n_questions=1, max_new_tokens=4)
+    settings = from_config(cfg)
+    reference = driver.evaluate(lambda batch, n, stop: ["42"] * len(batch), load_questions(settings, seed=0),
+                                settings, label="source", sandbox=SETTINGS.sandbox)
+    results.write_json(tmp_path / "reference.json", reference)
+    gate = make_gate(cfg["answers"], tmp_path / "reference.json", tiny_source / "hf", label="c", question_seed=0)
+    record = run(make_package(tmp_path, tiny_source, HONEST, name="gated"), tiny_source, accuracy_gate=gate)
+    check = next(c for c in record.checks if c.name == "accuracy_gate")
+    items = check.evidence["items"]
+    assert [i["benchmark"] for i in items] == ["gsm8k", "humaneval", "triviaqa"]
+    humaneval = items[1]
+    assert humaneval["correct"] is False and humaneval["detail"].startswith("failed: "), humaneval
+    assert check.evidence["judged_by"]["humaneval"].startswith("bubblewrap")
 
 
 def test_symlink_out_of_the_package_is_a_record(tiny_source, tmp_path):

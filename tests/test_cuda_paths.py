@@ -91,7 +91,8 @@ def package(root: Path, checkpoint: Path, runtime: str, code: str = "") -> Path:
 def resident(pkg: Path) -> dict[str, int]:
     """Device (NVML) and host (outside meter) bytes beyond a baseline worker's, after load and after inference;
     and the worker's own allocator figure."""
-    common = dict(sandbox=SANDBOX, preload=preload_modules(pkg, load_manifest(pkg)), device="cuda", timeout_s=300)
+    common = dict(sandbox=SANDBOX, preload=preload_modules(pkg, load_manifest(pkg)), device="cuda",
+                  timeout_s=300, vocab_size=VOCAB)
     with SubmissionProcess(None, baseline=True, **common) as empty:
         device0, host0 = empty.device_memory(), empty.memory().counted_bytes
     assert device0 is not None, "NVML gives no per-process device memory here"

@@ -5,6 +5,7 @@ nothing it could reach changed; the honest package beside them passes."""
 import http.server
 import os
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -128,6 +129,77 @@ def test_reading_the_verification_set_or_writing_the_judges_files_fails(tiny_sou
         record = run(make_package(tmp_path, tiny_source, attack(prefix), name=name), tiny_source)
         assert judged(record, 1 << 40).failed_check == "execution", (name, record.checks)
     assert reference.read_bytes() == before
+
+
+# The issue's judge attack, as the package's own generate() writes it for every HumanEval prompt: a body that
+# double-forks, calls setsid, walks /proc/*/cwd and /proc/*/root for JSON records to rewrite with a forged F
+# (and the measured record's path, which the layout of results/ gives away), then exits with status 0.
+DAEMON_COMPLETION = """    import os, glob, time
+    if os.fork() == 0:
+        os.setsid()
+        if os.fork() == 0:
+            end = time.time() + 8
+            while time.time() < end:
+                for pid in os.listdir('/proc'):
+                    for link in ('cwd', 'root'):
+                        try:
+                            base = os.readlink('/proc/' + pid + '/' + link)
+                            for path in glob.glob(base + '/**/*.json', recursive=True) + [TARGET]:
+                                open(path, 'w').write('{"f": 0.995}')
+                        except Exception:
+                            pass
+                time.sleep(0.1)
+        os._exit(0)
+    os._exit(0)
+"""
+
+JUDGE_ATTACK = HONEST.replace("""    @torch.inference_mode()
+    def generate(self, input_ids, max_new_tokens):""", """    def generate(self, input_ids, max_new_tokens):
+        from transformers import AutoTokenizer
+        tok = AutoTokenizer.from_pretrained(self.model.name_or_path)
+        prompt = tok.decode(input_ids)
+        if "def " in prompt and "Question:" not in prompt:  # a HumanEval prompt: answer with the daemon
+            yield from tok(COMPLETION, add_special_tokens=False)["input_ids"]
+            return
+        yield from self.honest_generate(input_ids, max_new_tokens)
+
+    @torch.inference_mode()
+    def honest_generate(self, input_ids, max_new_tokens):""")
+
+
+def test_a_completion_that_daemonises_and_rewrites_the_record_is_not_counted(tiny_source, tmp_path):
+    from conftest import embedded_config
+
+    from infbench.compression.accuracy import make_gate
+    from infbench.compression.answers import driver, results
+    from infbench.compression.answers.questions import load_questions
+    from infbench.compression.answers.settings import from_config
+    from compression_helpers import SETTINGS
+
+    workspace = tmp_path / "results" / "compression" / "tiny" / "measured"
+    workspace.mkdir(parents=True)
+    target = workspace / "daemon.json"
+    target.write_text('{"f": 0.727}')
+    before = (target.read_bytes(), target.stat().st_mtime_ns)
+    cfg = embedded_config()
+    for bench, tokens in (("gsm8k", 4), ("humaneval", 384), ("triviaqa", 4)):
+        cfg["answers"][bench].update(n_questions=2, max_new_tokens=tokens)
+    settings = from_config(cfg)
+    reference = driver.evaluate(lambda batch, n, stop: [""] * len(batch), load_questions(settings, seed=0),
+                                settings, label="source", sandbox=SETTINGS.sandbox)
+    results.write_json(tmp_path / "reference.json", reference)
+    gate = make_gate(cfg["answers"], tmp_path / "reference.json", tiny_source / "hf", label="d", question_seed=0)
+    completion = DAEMON_COMPLETION.replace("TARGET", repr(str(target)))
+    pkg = make_package(tmp_path, tiny_source, f"COMPLETION = {completion!r}\n" + JUDGE_ATTACK, name="daemon")
+    record = run(pkg, tiny_source, accuracy_gate=gate)
+    check = next(c for c in record.checks if c.name == "accuracy_gate")
+    humaneval = [i for i in check.evidence["items"] if i["benchmark"] == "humaneval"]
+    assert [i["response"][:20] for i in humaneval] == [DAEMON_COMPLETION[:20]] * 2  # the attack was judged
+    assert all(not i["correct"] and "the candidate exited before" in i["detail"] for i in humaneval), humaneval
+    assert record.accuracy["humaneval"] == 0.0
+    time.sleep(2)  # were a daemon alive, it would be rewriting now
+    assert (target.read_bytes(), target.stat().st_mtime_ns) == before
+    assert sorted(p.name for p in workspace.iterdir()) == ["daemon.json"]
 
 
 TAMPER = """

@@ -26,13 +26,13 @@ pytestmark = needs_sandbox()
 PROGRAM = "/program"  # where the test program's directory is mounted
 
 
-def start(tmp_path: Path, code: str, *, modules=(), mounts=None, writable=None, env=None, **kwargs) -> Sandboxed:
+def start(tmp_path: Path, code: str, *, modules=(), mounts=None, env=None, **kwargs) -> Sandboxed:
     """A sandbox running ``code`` (its directory mounted at /program), not yet entered."""
     program = tmp_path / "program"
     program.mkdir(exist_ok=True)
     (program / "main.py").write_text(textwrap.dedent(code))
     policy = python_policy(modules=list(modules), mounts={PROGRAM: str(program), **(mounts or {})},
-                           writable=writable, env=env or base_env(1))
+                           env=env or base_env(1))
     return Sandboxed(policy, [sys.executable, f"{PROGRAM}/main.py"], allow_unsandboxed=False, network="none",
                      **kwargs)
 
@@ -189,19 +189,18 @@ def test_the_worker_imports_in_its_runtime(tmp_path):
 
 
 def test_mountinfo_names_no_host_path_of_what_it_mounts(tmp_path):
-    """The package and the IPC directory are mounted at neutral paths, from sources outside the workspace."""
+    """The package is mounted at a neutral path, from a source outside the workspace."""
     workspace = tmp_path / "workspace"
     package = workspace / "results" / "candidates" / "pkg"
     package.mkdir(parents=True)
     (package / "manifest.yaml").write_text("runtime: hf\n")
-    # as SubmissionProcess does it: the package copied to a fresh directory, the IPC directory in /dev/shm
-    with tempfile.TemporaryDirectory(prefix="infbench-package-") as staged, \
-            tempfile.TemporaryDirectory(prefix="infbench-ipc-", dir="/dev/shm") as ipc:
+    # as SubmissionProcess does it: the package copied to a fresh directory
+    with tempfile.TemporaryDirectory(prefix="infbench-package-") as staged:
         copy = shutil.copytree(package, Path(staged) / "package")
         seen = run_inside(tmp_path, "import json; print(json.dumps(open('/proc/self/mountinfo').read()))",
-                          mounts={"/package": str(copy)}, writable={"/ipc": ipc})
-    assert str(workspace) not in seen and "results" not in seen and f"{ipc} " not in seen
-    assert " /package " in seen and " /ipc " in seen
+                          mounts={"/package": str(copy)})
+    assert str(workspace) not in seen and "results" not in seen
+    assert " /package " in seen
 
 
 def test_a_mount_cannot_cover_the_runtime():

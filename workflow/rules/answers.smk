@@ -13,6 +13,7 @@ rule answers_reference:
     params:
         code=code("answers_reference"),
         answers=config["answers"],
+        sandbox=config["sandbox"],
         secret=OPERATOR_SECRET.fingerprint,
     log:
         "logs/answers_reference/{source}.log",

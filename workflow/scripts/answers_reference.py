@@ -8,6 +8,7 @@ from infbench import operator_secret
 from infbench.compression import held_out
 from infbench.compression.answers import reference, settings
 from infbench.resources import check_visible_gpus
+from infbench.sandbox.launch import SandboxSettings
 
 if snakemake.resources.gpu:
     check_visible_gpus(snakemake.resources.gpu, "answers.device")
@@ -21,6 +22,7 @@ reference.compute_reference(
     snakemake.output.reference,
     snakemake.output.item_records,
     question_seed=held_out.question_seed(secret, answers.seed),
+    sandbox=SandboxSettings.model_validate(dict(snakemake.params.sandbox)),
     secret_label=secret.label,
     threads=snakemake.threads,
 )

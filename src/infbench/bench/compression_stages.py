@@ -105,11 +105,13 @@ def _answers_and_verification(config, out, name, checkpoint, record, verificatio
     from infbench.compression.accuracy import make_gate
     from infbench.compression.answers import reference, settings
     from infbench.compression.baselines import package
+    from infbench.sandbox.launch import SandboxSettings
 
     answers_ref = out / "answers" / name / "reference.json"
     stage("answers reference", lambda: reference.compute_reference(
         name, checkpoint, settings.from_config({"answers": config["answers"]}), str(answers_ref),
-        str(answers_ref.with_name("reference_items.parquet")), threads=threads))
+        str(answers_ref.with_name("reference_items.parquet")),
+        sandbox=SandboxSettings.model_validate(config["sandbox"]), threads=threads))
     packages = {"bf16": out / "candidates" / name / "bf16", "starter": out / "candidates" / name / "starter"}
     stage("packages", lambda: (package.bf16(checkpoint, name, packages["bf16"]),
                                package.starter(STARTER_CODE, checkpoint, name, packages["starter"])))

@@ -3,7 +3,8 @@
 Prompts are tokenized with the source tokenizer (the package's is checked to
 be identical) as the reference run did. The pipeline decides when generation
 stops (EOS, or the decoded text holding a stop sequence) and tells the worker,
-and the driver cuts completions at the first stop, as for A(p).
+and the driver cuts completions at the first stop, as for A(p). HumanEval programs are
+judged in sandboxes made with the package worker's own sandbox settings.
 
 The verdict's accuracies come with their counts (correct, asked) per benchmark, the candidate's and the
 reference's, so that the table can give each a binomial interval (:mod:`infbench.tables.compression`).
@@ -14,8 +15,16 @@ from __future__ import annotations
 from pathlib import Path
 
 from infbench.compression.answers import driver
-from infbench.compression.answers.results import AnswerResults, read_json
+from infbench.compression.answers.results import AnswerResults, ItemRecord, read_json
 from infbench.compression.answers.settings import AnswerSettings
+
+EVIDENCE_CHARS = 300  # of each response kept in the record (the whole one is judged)
+
+
+def item_evidence(item: ItemRecord) -> dict:
+    """What the record keeps of one answer: its outcome and why (HumanEval: the judge's reason)."""
+    return {"benchmark": item.benchmark, "id": item.id, "correct": item.correct, "detail": item.detail,
+            "extracted": item.extracted, "response": item.response[:EVIDENCE_CHARS]}
 
 
 def stream_generate_fn(proc, tokenizer) -> driver.GenerateFn:
@@ -58,10 +67,14 @@ def make_gate(settings: dict, reference_json: str | Path, source_checkpoint: str
 
     def gate(proc) -> dict:
         results, verdict = driver.gate_candidate(stream_generate_fn(proc, tokenizer), answer_settings,
-                                                 reference_json, label, question_seed=question_seed)
+                                                 reference_json, label, question_seed=question_seed,
+                                                 sandbox=proc.sandbox_settings)
+        evidence = verdict.model_dump(mode="json")
+        evidence["judged_by"] = {b.benchmark: b.judged_by for b in results.benchmarks if b.judged_by}
+        evidence["items"] = [item_evidence(i) for i in results.items]
         return {"per_benchmark": {b.benchmark: b.accuracy for b in results.benchmarks},
                 "mean": verdict.candidate_accuracy, "reference": verdict.reference_accuracy,
                 "counts": counts(results), "reference_counts": counts(read_json(reference_json)),
-                "passed": verdict.passed, "evidence": verdict.model_dump(mode="json")}
+                "passed": verdict.passed, "evidence": evidence}
 
     return gate

@@ -1,10 +1,11 @@
 """The pipeline's side of the worker protocol: a submission in its own sandboxed process.
 
 The worker runs under :mod:`infbench.sandbox` (bubblewrap: it sees a fresh copy of its package read-only at
-``/package``, the Python runtime its modules need, a private ``/tmp`` and ``/dev/shm`` and the IPC directory at
-``/ipc``; no network, its own PID and IPC namespaces and memory cgroup). Every figure a verdict uses is taken
-here, outside it: memory from its cgroup or ``/proc`` (:meth:`SubmissionProcess.memory`, a 10 ms peak
-sampler), and the arrival time of every generated token as its line crosses the pipe. Its output reaches the
+``/package``, the Python runtime its modules need, a private ``/tmp`` and ``/dev/shm``; no network, its own
+PID and IPC namespaces and memory cgroup, nothing of the host it can write). Every figure a verdict uses is
+taken here, outside it: memory from its cgroup or ``/proc`` (:meth:`SubmissionProcess.memory`, a 10 ms peak
+sampler), and the arrival time of every generated token as its line crosses the pipe. Logits come over a pipe
+of their own, in exactly the shape asked for (:mod:`infbench.compression.logits_pipe`). Its output reaches the
 log through a pipe.
 
 Every request has a deadline; a worker that crashes, hangs or answers nonsense raises :class:`WorkerFailure`
@@ -22,7 +23,6 @@ import sys
 import tempfile
 import threading
 import time
-import uuid
 from collections.abc import Callable
 from typing import BinaryIO
 from pathlib import Path
@@ -35,10 +35,12 @@ from infbench.errors import InfbenchError
 from infbench.sandbox import meter
 from infbench.sandbox.launch import SandboxRecord, Sandboxed, SandboxSettings, SandboxUnavailable
 from infbench.sandbox.policy import Policy, base_env, python_policy
+from infbench.compression import logits_pipe
+from infbench.compression.integrity import CheckFailed
 from infbench.compression.runtimes import optional_modules
 from infbench.compression.worker import IMPORTS
 
-PACKAGE, IPC = "/package", "/ipc"  # where the worker sees its package and the IPC directory
+PACKAGE = "/package"  # where the worker sees its package
 
 
 class WorkerFailure(InfbenchError):
@@ -56,15 +58,17 @@ class Generation(BaseModel):
 
 
 class SubmissionProcess:
-    """A worker in its sandbox: the package copied to a fresh directory and mounted at ``/package``, the IPC
-    directory at ``/ipc``, its output copied into ``log`` (a path, opened once in append mode, or an open
-    binary file), its memory cgroup limited to ``memory_limit_bytes``."""
+    """A worker in its sandbox: the package copied to a fresh directory and mounted at ``/package``, its output
+    copied into ``log`` (a path, opened once in append mode, or an open binary file), its memory cgroup limited
+    to ``memory_limit_bytes``; ``vocab_size``: the source's vocabulary, the last dimension of every logits
+    answer."""
 
     def __init__(self, package: str | Path | None, *, sandbox: SandboxSettings, preload: list[str],
                  device: str = "cpu", threads: int = 1, timeout_s: float = 3600.0,
                  log_path: str | Path | BinaryIO | None = None, baseline: bool = False,
-                 memory_limit_bytes: int | None = None):
+                 memory_limit_bytes: int | None = None, vocab_size: int | None = None):
         self.package = Path(package).resolve() if package else None
+        self.vocab_size, self._requests = vocab_size, 0
         self.sandbox_settings, self.preload, self.baseline = sandbox, list(preload), baseline
         self.device, self.threads, self.timeout_s = device, threads, timeout_s
         self.log = log_path
@@ -77,12 +81,12 @@ class SubmissionProcess:
     def _policy(self, package: Path | None) -> Policy:
         modules = (*IMPORTS, *self.preload, *optional_modules(self.preload))
         return python_policy(modules=modules, mounts={PACKAGE: str(package)} if package else {},
-                             writable={IPC: str(self.ipc_dir)}, env=base_env(self.threads),
+                             env=base_env(self.threads),
                              cuda=self.device.startswith("cuda"), tmp_bytes=self.sandbox_settings.tmp_mb << 20)
 
     def _command(self) -> list[str]:
-        cmd = [sys.executable, "-m", "infbench.compression.worker", "--ipc", self.policy.path(IPC), "--device",
-               self.device, "--threads", str(self.threads), "--preload", ",".join(self.preload)]
+        cmd = [sys.executable, "-m", "infbench.compression.worker", "--logits-fd", str(self._logits_w),
+               "--device", self.device, "--threads", str(self.threads), "--preload", ",".join(self.preload)]
         return cmd + (["--baseline"] if self.baseline else ["--package", self.policy.path(PACKAGE)])
 
     def _stage(self) -> Path | None:
@@ -94,10 +98,9 @@ class SubmissionProcess:
         return Path(shutil.copytree(self.package, Path(self._staged.name) / "package", symlinks=True))
 
     def __enter__(self) -> "SubmissionProcess":
-        shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
-        self._ipc = tempfile.TemporaryDirectory(prefix="infbench-ipc-", dir=shm)
+        logits_r, self._logits_w = os.pipe()
+        self._logits = logits_pipe.Reader(logits_r)
         self._staged = None
-        self.ipc_dir = Path(self._ipc.name)
         if self.log is None:
             self._log = open(os.devnull, "ab")
         elif isinstance(self.log, (str, Path)):
@@ -107,17 +110,20 @@ class SubmissionProcess:
         try:
             self.policy = self._policy(self._stage())
         except OSError as exc:
+            os.close(self._logits_w)
             self._cleanup()
             raise WorkerFailure("package", f"cannot copy the package for its sandbox: {exc}") from None
         self.box = Sandboxed(self.policy, self._command(), allow_unsandboxed=self.sandbox_settings.allow_unsandboxed,
                              network="none (own network namespace, loopback only)", stdin=subprocess.PIPE,
                              stdout=subprocess.PIPE, stderr=self._log or self.log,
-                             memory_limit_bytes=self.memory_limit_bytes)
+                             memory_limit_bytes=self.memory_limit_bytes, pass_fds=(self._logits_w,))
         try:
             self.box.__enter__()
         except SandboxUnavailable as exc:
             self._cleanup()
             raise WorkerFailure("sandbox", str(exc)) from None
+        finally:
+            os.close(self._logits_w)  # the worker holds the write end now: its exit closes the pipe
         self._replies: queue.Queue = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
         self.sampler = meter.PeakSampler(self.box.pids).__enter__()
@@ -133,7 +139,7 @@ class SubmissionProcess:
     def _cleanup(self) -> None:
         if self._log is not None:
             self._log.close()
-        self._ipc.cleanup()
+        os.close(self._logits.fd)
         if self._staged is not None:
             self._staged.cleanup()
 
@@ -209,18 +215,19 @@ class SubmissionProcess:
         return self.request("load")
 
     def logits(self, input_ids: np.ndarray, n_last: int) -> np.ndarray:
-        name = f"logits-{uuid.uuid4().hex}.npy"
-        reply = self.request("logits", ids=np.asarray(input_ids).tolist(), n_last=int(n_last), out=name)
-        path = self.ipc_dir / name
-        try:
-            array = np.load(path, allow_pickle=False)
-        except (OSError, ValueError) as exc:
-            raise WorkerFailure("protocol", f"logits file unreadable: {exc}") from None
-        finally:
-            path.unlink(missing_ok=True)
-        if list(array.shape) != reply.get("shape"):
-            raise WorkerFailure("protocol", f"logits file shape {array.shape} != reported {reply.get('shape')}")
-        return array
+        """Raw logits ``(sequences, n_last, vocab_size)``. The worker must say that shape (else
+        ``logits_shape``: every asked position, each over the source's whole vocabulary, as a smaller one would
+        concentrate mass), then send exactly that frame on the logits pipe before the deadline (else
+        ``logits_transport``)."""
+        ids = np.asarray(input_ids)
+        expected = [len(ids), int(n_last), int(self.vocab_size)]
+        self._requests += 1
+        reply = self.request("logits", ids=ids.tolist(), n_last=int(n_last), request=self._requests,
+                             shape=expected)
+        if reply.get("shape") != expected:
+            raise CheckFailed("logits_shape", {"logits_shape": reply.get("shape"), "expected": expected,
+                                               "source_vocab": self.vocab_size})
+        return self._logits.read(self._requests, expected, self.deadline)
 
     def logits_fn(self):
         """A scorer-compatible ``logits_fn`` backed by this process."""

@@ -2,7 +2,8 @@
 
 Both run the submission in a fresh worker process; the pipeline computes every
 log-prob from the raw logits it returns, one row per sequence and asked position, each spanning the
-source's vocabulary (check ``logits_shape``). Final verification hides its
+source's vocabulary (check ``logits_shape``), read from a pipe of their own in exactly that shape
+(check ``logits_transport``, :mod:`infbench.compression.logits_pipe`). Final verification hides its
 integrity probes among the scoring requests (:mod:`infbench.compression.probes`),
 placed by the operator secret, and once that process has ended asks a second, fresh one of the same
 package a few of the rows again (check ``statefulness``). A failure anywhere, expected or not, becomes a
@@ -23,13 +24,12 @@ from typing import Any, BinaryIO, Callable
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
-from infbench.errors import InfbenchError
 from infbench.operator_secret import OperatorSecret
 from infbench.provenance import Provenance, collect as collect_provenance
 from infbench.compression import held_out, integrity, probes, scoring
 from infbench.compression.decode import DecodeTiming, measure as measure_decode
 from infbench.compression.client import SubmissionProcess, WorkerFailure
-from infbench.compression.integrity import Check
+from infbench.compression.integrity import Check, CheckFailed
 from infbench.compression.likelihood import read_continuations, stack
 from infbench.compression.runtimes import preload_modules
 from infbench.compression.storage import MemoryWorkspace, ResidentMeasure, memory_cap, workspace_bytes
@@ -118,14 +118,6 @@ class EvaluationRecord(BaseModel):
     provenance: Provenance | None = None
 
 
-class CheckFailed(InfbenchError):
-    """A named check that stops the measurement, with its evidence (e.g. ``logits_shape``)."""
-
-    def __init__(self, check: str, evidence: dict[str, Any]):
-        self.check, self.evidence = check, evidence
-        super().__init__(f"{check}: {evidence}")
-
-
 class _Steps:
     """Which check or phase is measuring now, so that a failure names it; wall seconds per phase."""
 
@@ -145,21 +137,6 @@ class _Steps:
 
 def _fail(record: EvaluationRecord, name: str, evidence: dict[str, Any]) -> None:
     record.checks.append(Check(name=name, passed=False, evidence=evidence))
-
-
-def _shape_checked(logits: Callable, vocab: int) -> Callable:
-    """``logits`` whose every answer must be ``(sequences, n_last, vocab)``: every asked position, each over the
-    source's whole vocabulary (a smaller one would concentrate mass)."""
-
-    def checked(ids: np.ndarray, n_last: int) -> np.ndarray:
-        out = logits(ids, n_last)
-        expected = [len(ids), n_last, vocab]
-        if list(out.shape) != expected:
-            raise CheckFailed("logits_shape", {"logits_shape": list(out.shape), "expected": expected,
-                                               "source_vocab": vocab})
-        return out
-
-    return checked
 
 
 @dataclass(frozen=True)
@@ -226,7 +203,7 @@ def measure(kind: str, package: str | Path, source: str, *, source_checkpoint: s
         preload = preload_modules(package, manifest)
         log = stack.enter_context(open(log_path, "ab")) if isinstance(log_path, (str, Path)) else log_path
         process = dict(sandbox=settings.sandbox, preload=preload, device=settings.device, threads=settings.threads,
-                       timeout_s=settings.timeout_s, log_path=log)
+                       timeout_s=settings.timeout_s, log_path=log, vocab_size=vocab_size)
         with step("baseline"):
             with SubmissionProcess(None, baseline=True, **process) as empty:
                 baseline, device_baseline = empty.memory(), empty.device_memory()
@@ -240,7 +217,7 @@ def measure(kind: str, package: str | Path, source: str, *, source_checkpoint: s
             with step("load", phase="load"):
                 loaded = proc.load()
                 after_load, device_after_load = proc.memory(), proc.device_memory()
-            logits = _shape_checked(proc.logits, vocab_size)
+            logits = proc.logits  # every answer (sequences, n_last, the source's vocabulary) or logits_shape
             with step("likelihood", phase="likelihood"):
                 lp, answered = _score(logits, rows, settings, settings.integrity.probe_requests if verifying else 0,
                                       held_out.probe_seed(secret, source, settings.seed) if verifying else 0)
@@ -274,7 +251,8 @@ def measure(kind: str, package: str | Path, source: str, *, source_checkpoint: s
         record.s_res_gib = record.s_res_bytes / GIB
         if verifying:
             with step("statefulness", phase="statefulness"):
-                fresh = _fresh_process_check(package, process, vocab_size, rows, lp, settings, secret, source)
+                fresh = _fresh_process_check(package, {**process, "memory_limit_bytes": cap}, rows, lp, settings,
+                                             secret, source)
                 _insert_after_probes(record.checks, fresh)
     except SubmissionError as exc:
         record.failure = str(exc)
@@ -320,7 +298,7 @@ def verdict(measured: EvaluationRecord, task: Task) -> EvaluationRecord:
     return record
 
 
-def _fresh_process_check(package: Path, process: dict, vocab: int, rows: _Rows, lp: np.ndarray,
+def _fresh_process_check(package: Path, process: dict, rows: _Rows, lp: np.ndarray,
                          settings: EvaluationSettings, secret: OperatorSecret, source: str) -> Check:
     """``statefulness``: stitched rows, then their originals, among ordinary rows, answered by a second worker
     started after the first has ended (nothing of it is left to talk to), compared with the first's scores."""
@@ -329,7 +307,7 @@ def _fresh_process_check(package: Path, process: dict, vocab: int, rows: _Rows, 
                                  held_out.fresh_process_seed(secret, source, settings.seed))
     with SubmissionProcess(package, **process) as fresh:
         fresh.load()
-        _, answered = probes.run(_shape_checked(fresh.logits, vocab), schedule, rows.continuations,
+        _, answered = probes.run(fresh.logits, schedule, rows.continuations,
                                  progress=False)
     return probes.statefulness(lp, answered, settings.integrity.tolerance)
 

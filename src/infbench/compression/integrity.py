@@ -27,12 +27,21 @@ import torch
 from pydantic import BaseModel
 
 from infbench.compression.scoring import ppl_ratio
+from infbench.errors import InfbenchError
 
 
 class Check(BaseModel):
     name: str
     passed: bool
     evidence: dict[str, Any] = {}
+
+
+class CheckFailed(InfbenchError):
+    """A named check that stops the measurement, with its evidence (e.g. ``logits_shape``)."""
+
+    def __init__(self, check: str, evidence: dict[str, Any]):
+        self.check, self.evidence = check, evidence
+        super().__init__(f"{check}: {evidence}")
 
 
 def _log_probs(logits: np.ndarray) -> np.ndarray:

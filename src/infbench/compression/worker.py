@@ -6,8 +6,10 @@ only runs the package's forward pass and passes on what it returns.
 
 Protocol: one JSON request per line on stdin; replies on a private copy of stdout (the submission's own prints
 go to stderr). ``generate`` replies with one ``{"token": id}`` line per token as the runtime yields it, then a
-final reply; the pipeline ends a generation early by writing ``stop`` (a line) while it runs. Logits travel as
-``.npy`` files in the IPC directory, so the pipeline computes log-probs from the raw logits itself.
+final reply; the pipeline ends a generation early by writing ``stop`` (a line) while it runs. ``logits``
+replies with the shape the runtime returned and, when it is the shape asked for, then sends the values as one
+frame on the logits pipe (``--logits-fd``, :mod:`infbench.compression.logits_pipe`), so the pipeline computes
+log-probs from the raw logits itself.
 
 Before anything of the package is read, the worker imports its runtime's modules (``--preload``) and trims the
 heap, exactly as the baseline worker (``--baseline``: no package at all) does, so the two differ by what the
@@ -35,7 +37,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from infbench.compression import runtimes, storage
+from infbench.compression import logits_pipe, runtimes, storage
 from infbench.compression.submission import load_manifest
 
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT
@@ -125,11 +127,11 @@ class AccessLog:
             self.connections.append(repr(args[1]) if len(args) > 1 else repr(args))
 
 
-def allowed_roots(package: Path, ipc_dir: Path) -> list[Path]:
+def allowed_roots(package: Path) -> list[Path]:
     import infbench
 
     roots = {Path(sys.prefix), Path(sys.base_prefix), Path(sys.exec_prefix), Path(infbench.__file__).parent,
-             package, ipc_dir, Path("/usr"), Path("/lib"), Path("/lib64"), Path("/etc"), Path("/proc"),
+             package, Path("/usr"), Path("/lib"), Path("/lib64"), Path("/etc"), Path("/proc"),
              Path("/sys"), Path("/dev"), Path("/tmp")}
     return sorted(roots)
 
@@ -171,12 +173,13 @@ class Requests:
 
 
 class Worker:
-    def __init__(self, package: Path, ipc_dir: Path, device: str, threads: int, access: AccessLog,
+    def __init__(self, package: Path, logits_fd: int, device: str, threads: int, access: AccessLog,
                  protocol, requests: Requests):
-        self.package, self.ipc_dir, self.device, self.threads = package, ipc_dir, device, threads
+        self.package, self.logits_fd, self.device, self.threads = package, logits_fd, device, threads
         self.access, self.protocol, self.requests = access, protocol, requests
         self.runner = None
         self.runtime = None
+        self.after_reply = None  # what is sent once the reply is out (a logits frame)
 
     def _inprocess_resident(self) -> int:
         """The package's live tensors and arrays, counted in this process: a second figure only."""
@@ -196,8 +199,8 @@ class Worker:
     def cmd_logits(self, req):
         ids = np.asarray(req["ids"], dtype=np.int64)
         logits = np.asarray(self.runner.logits(ids, int(req["n_last"])))
-        out = self.ipc_dir / Path(req["out"]).name
-        np.save(out, logits.astype(np.float32, copy=False))
+        if list(logits.shape) == req["shape"]:  # else the pipeline fails logits_shape and reads nothing
+            self.after_reply = lambda: logits_pipe.write(self.logits_fd, int(req["request"]), logits)
         return {"shape": list(logits.shape)}
 
     def cmd_generate(self, req):
@@ -228,7 +231,7 @@ class Worker:
 def _parse(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m infbench.compression.worker")
     p.add_argument("--package", type=Path)
-    p.add_argument("--ipc", type=Path, required=True)
+    p.add_argument("--logits-fd", type=int, required=True, help="the write end of the logits pipe")
     p.add_argument("--device", default="cpu")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--preload", default="", help="comma-separated modules imported before anything else")
@@ -253,10 +256,10 @@ def main(argv: list[str] | None = None) -> int:
         while (req := requests.next()) is not None and req["cmd"] != "exit":
             pass
         return 0
-    package, ipc_dir = args.package.resolve(), args.ipc.resolve()
-    access = AccessLog(allowed_roots(package, ipc_dir))
+    package = args.package.resolve()
+    access = AccessLog(allowed_roots(package))
     sys.addaudithook(access)
-    worker = Worker(package, ipc_dir, args.device, args.threads, access, protocol, requests)
+    worker = Worker(package, args.logits_fd, args.device, args.threads, access, protocol, requests)
     protocol.write(json.dumps({"ok": True, "ready": True}) + "\n")
     while (req := requests.next()) is not None:
         if req["cmd"] == "exit":
@@ -268,6 +271,9 @@ def main(argv: list[str] | None = None) -> int:
         except Exception as exc:  # reported to the pipeline, which writes the failure record
             reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
         protocol.write(json.dumps(reply) + "\n")
+        send, worker.after_reply = worker.after_reply, None
+        if send is not None:
+            send()
     return 0
 
 

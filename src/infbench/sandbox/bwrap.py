@@ -93,8 +93,6 @@ def argv(policy: Policy, command: list[str], *, info_fd: int | None = None,
         args += ["--ro-bind", "/dev/null", path]  # an empty device node on a nodev mount: nothing of the file
     for inside, host in policy.mounts.items():
         args += ["--ro-bind", host, inside]
-    for inside, host in policy.writable.items():
-        args += ["--bind", host, inside]
     for dev in policy.devices:
         args += ["--dev-bind", dev, dev]
     args += ["--remount-ro", "/"]  # bubblewrap's own root (a tmpfs holding the mount points): not writable

@@ -52,7 +52,6 @@ class SandboxRecord(BaseModel):
     read_only: list[str] = []
     hidden: list[str] = []            # runtime files left out (weight-like, or of distributions outside)
     mounts: dict[str, str] = {}       # inside path -> host path
-    writable: list[str] = []
     env_keys: list[str] = []
     network: str = ""
     seccomp: str = ""
@@ -177,7 +176,7 @@ class Sandboxed:
         self.record = SandboxRecord(kind="bwrap", bwrap_version=bwrap.version(),
                                     distributions=list(self.policy.distributions),
                                     read_only=list(self.policy.read_only), hidden=sorted(self.policy.hidden),
-                                    mounts=dict(self.policy.mounts), writable=sorted(self.policy.writable),
+                                    mounts=dict(self.policy.mounts),
                                     env_keys=sorted(self.policy.env), network=self.network,
                                     seccomp="keyring calls refused" if rules is not None else
                                     "none (no filter for this architecture)")
@@ -217,11 +216,11 @@ class Sandboxed:
         return sorted(found)
 
     def writable_dirs(self) -> list[str]:
-        """Host-visible paths of what the sandbox can write: its private /tmp and /dev/shm, the writable mounts."""
+        """Host-visible paths of what the sandbox can write: its private /tmp and /dev/shm."""
         if self.record.kind == "bwrap":
             root = f"/proc/{self.init_pid}/root"
-            return [f"{root}/tmp", f"{root}/dev/shm", *self.policy.writable.values()]
-        return [self._private_tmp, *self.policy.writable.values()]
+            return [f"{root}/tmp", f"{root}/dev/shm"]
+        return [self._private_tmp]
 
     def mounted_dirs(self) -> list[str]:
         """The read-only mounts (the package) as the sandbox's processes see them."""

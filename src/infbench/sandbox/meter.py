@@ -13,7 +13,7 @@ Without one (the record says why), the figure comes from ``/proc`` alone, as bef
   (copy-on-write) pages count. Every other mapping counts by its proportional set size (PSS, a page shared by
   several processes counts once): the heap and anonymous memory, files of the package (an mmapped GGUF),
   deleted or in-memory files, shared memory;
-- files the sandbox wrote into its private ``/tmp``, ``/dev/shm`` and writable directories;
+- files the sandbox wrote into its private ``/tmp`` and ``/dev/shm``;
 - what ``/proc/<pid>/fd`` reaches and no path does: memfds and deleted-but-open files (their allocated
   blocks) and the bytes queued in the pipes its processes hold. SysV shared memory after ``shmdt``, SysV
   message queues and socket buffers are not seen by this fallback (a cgroup charges them).
@@ -49,7 +49,7 @@ class MemoryUse(BaseModel):
     mounted_file_bytes: int = 0  # PSS of mapped files of the read-only mounts (the package)
     runtime_anon_bytes: int     # copy-on-write pages inside runtime-file mappings
     runtime_file_bytes: int     # PSS of runtime files (library code; not counted)
-    written_file_bytes: int     # files in the sandbox's private /tmp, /dev/shm and writable directories
+    written_file_bytes: int     # files in the sandbox's private /tmp and /dev/shm
     held_file_bytes: int = 0    # open memfds and deleted files (/proc/<pid>/fd), not counted above
     pipe_bytes: int = 0         # bytes queued in the pipes the sandbox holds open
     cgroup: CgroupMemory | None = None

@@ -5,7 +5,7 @@ files the dynamic loader and Python need, and the Python runtime as an allowlist
 standard library, the distributions of the requirement closure of the modules the program needs, infbench's
 own code; weight-like files inside them left out). Read-only at neutral paths (``mounts``): what the caller
 gives it, the package at ``/package``, a server's copy at ``/submission``, its model files at ``/model``. Writable: a
-private ``/tmp``, a private ``/dev/shm`` and the directories the caller names (an IPC directory at ``/ipc``).
+private ``/tmp`` and a private ``/dev/shm``.
 Nothing else exists inside: no ``results/``, no home, no hub cache, no project tree, and no mount names the
 host path of anything the caller mounts.
 """
@@ -33,7 +33,6 @@ class Policy(BaseModel):
     site_dirs: tuple[str, ...] = ()           # empty read-only directories; read_only entries below bound back
     covered: tuple[str, ...] = ()             # files inside a system directory that appear empty
     mounts: dict[str, str] = {}               # inside path -> host path, read-only (package, server copy)
-    writable: dict[str, str] = {}             # inside path -> host path, read-write (an IPC directory)
     neutral: bool = True                      # mounts at their inside paths (False: unsandboxed, host paths)
     env: dict[str, str]                       # the whole environment of the process
     cwd: str = "/tmp"
@@ -47,7 +46,7 @@ class Policy(BaseModel):
         """Where the process sees mount ``inside`` (or a path below it): there, or unsandboxed its host path."""
         if self.neutral:
             return inside
-        for name, host in {**self.mounts, **self.writable}.items():
+        for name, host in self.mounts.items():
             if inside == name or inside.startswith(name + "/"):
                 return host + inside[len(name):]
         return inside
@@ -76,10 +75,10 @@ def gpu_devices() -> tuple[str, ...]:
 
 
 def python_policy(*, modules: list[str] | tuple[str, ...], env: dict[str, str], mounts: dict[str, str] | None = None,
-                  writable: dict[str, str] | None = None, read_only: list[str] = (), cwd: str = "/tmp", cuda: bool = False,
+                  read_only: list[str] = (), cwd: str = "/tmp", cuda: bool = False,
                   tmp_bytes: int | None = None, listen_fd: int | None = None) -> Policy:
     """A policy for a Python program that imports ``modules`` (the runtime is their closure, :mod:`.runtime`).
-    ``mounts``/``writable``: inside path -> host path; ``read_only``: host paths bound at their own path."""
+    ``mounts``: inside path -> host path, read-only; ``read_only``: host paths bound at their own path."""
     from infbench.sandbox import bwrap
 
     rt = runtime(tuple(modules))
@@ -87,16 +86,15 @@ def python_policy(*, modules: list[str] | tuple[str, ...], env: dict[str, str], 
     if cuda:
         system += [p for p in ("/sys",) if os.path.exists(p)]  # the driver's files are under /usr already
     mounts = {k: os.path.realpath(v) for k, v in (mounts or {}).items()}
-    writable = {k: os.path.realpath(v) for k, v in (writable or {}).items()}
     neutral = bwrap.unavailable_reason() is None
     bound = [*system, *rt.binds, *rt.site_dirs]
-    for inside in [*mounts, *writable]:
+    for inside in mounts:
         clash = next((p for p in bound if p == inside or p.startswith(inside + "/") or inside.startswith(p + "/")),
                      None)
         if neutral and clash:
             raise ValueError(f"sandbox mount {inside} would cover or sit inside {clash} of the runtime")
     policy = Policy(read_only=tuple(dict.fromkeys([*system, *rt.binds, *map(os.path.realpath, read_only)])),
-                    links=rt.links, site_dirs=rt.site_dirs, covered=rt.covered, mounts=mounts, writable=writable,
+                    links=rt.links, site_dirs=rt.site_dirs, covered=rt.covered, mounts=mounts,
                     neutral=neutral, env=env, cwd=cwd,
                     devices=gpu_devices() if cuda else (), tmp_bytes=tmp_bytes, listen_fd=listen_fd,
                     distributions=rt.distributions, hidden=rt.hidden_reasons)

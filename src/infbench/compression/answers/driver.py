@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable
 
-from infbench.compression.answers import judge, prompts, sandbox
+from infbench.compression.answers import judge, prompts
 from infbench.compression.answers.questions import Question, QuestionSet, load_questions
 from infbench.compression.answers.results import (
     AnswerResults, BenchmarkAccuracy, GateResult, ItemRecord, read_json,
@@ -26,6 +26,8 @@ from infbench.compression.answers.results import (
 from infbench.compression.answers.settings import BENCHMARKS, AnswerSettings, Benchmark
 from infbench.errors import InfbenchError
 from infbench.hashing import sha256_text
+from infbench.sandbox.judge import Outcome, run_case
+from infbench.sandbox.launch import SandboxSettings, isolation
 
 GenerateFn = Callable[[list[str], int, list[str]], list[str]]
 log = logging.getLogger(__name__)
@@ -54,29 +56,33 @@ def _generate(generate_fn: GenerateFn, prompt_list: list[str], max_new_tokens: i
     return completions
 
 
-def _judge_humaneval(questions: tuple[Question, ...], responses: list[str],
-                     settings: AnswerSettings) -> list[tuple[bool, str]]:
+def _judge_humaneval(questions: tuple[Question, ...], responses: list[str], settings: AnswerSettings,
+                     sandbox: SandboxSettings) -> list[Outcome]:
+    """Each program through :func:`infbench.sandbox.judge.run_case`, ``humaneval.workers`` at once."""
     cfg = settings.humaneval
 
-    def run(pair: tuple[Question, str]) -> tuple[bool, str]:
-        outcome = sandbox.run_program(judge.humaneval_program(*pair), timeout_s=cfg.timeout_s,
-                                      memory_mb=cfg.memory_mb)
-        detail = outcome.status + (f": {outcome.detail}" if outcome.detail else "")
-        return outcome.status == "passed", detail
+    def run(pair: tuple[Question, str]) -> Outcome:
+        return run_case(judge.humaneval_case(*pair), timeout_s=cfg.timeout_s, memory_mb=cfg.memory_mb,
+                        sandbox=sandbox)
 
     with ThreadPoolExecutor(max_workers=cfg.workers) as pool:
         return list(pool.map(run, zip(questions, responses)))
 
 
 def evaluate_benchmark(generate_fn: GenerateFn, qset: QuestionSet, settings: AnswerSettings,
-                       label: str = "") -> tuple[BenchmarkAccuracy, list[ItemRecord]]:
+                       label: str = "", *,
+                       sandbox: SandboxSettings) -> tuple[BenchmarkAccuracy, list[ItemRecord]]:
+    """``sandbox``: how HumanEval programs are judged (bubblewrap, or unsandboxed where the config allows)."""
     bench = settings.benchmark(qset.benchmark)
     prompt_list = prompts.build_prompts(qset)
     completions = _generate(generate_fn, prompt_list, bench.max_new_tokens, list(bench.stop),
                             settings.batch_size, f"{label} {qset.benchmark}")
     responses = [judge.truncate_at_stop(c, bench.stop) for c in completions]
+    judged_by = ""
     if qset.benchmark == "humaneval":
-        judged = [(None, ok, detail) for ok, detail in _judge_humaneval(qset.questions, responses, settings)]
+        outcomes = _judge_humaneval(qset.questions, responses, settings, sandbox)
+        judged = [(None, o.status == "passed", o.detail) for o in outcomes]
+        judged_by = isolation(outcomes[0].sandbox) if outcomes else ""
     else:
         judged = [(*judge.judge_text(q, r), "") for q, r in zip(qset.questions, responses)]
     items = [ItemRecord(benchmark=qset.benchmark, id=q.id, prompt_sha256=sha256_text(p), completion=c,
@@ -85,7 +91,7 @@ def evaluate_benchmark(generate_fn: GenerateFn, qset: QuestionSet, settings: Ans
                                                             judged)]
     n_correct = sum(item.correct for item in items)
     return BenchmarkAccuracy(benchmark=qset.benchmark, origin=qset.origin, n=len(items), n_correct=n_correct,
-                             accuracy=n_correct / len(items)), items
+                             accuracy=n_correct / len(items), judged_by=judged_by), items
 
 
 def protocol_hash(items: list[ItemRecord], settings: AnswerSettings) -> str:
@@ -96,7 +102,7 @@ def protocol_hash(items: list[ItemRecord], settings: AnswerSettings) -> str:
 
 
 def evaluate(generate_fn: GenerateFn, questions: dict[Benchmark, QuestionSet], settings: AnswerSettings,
-             label: str = "") -> AnswerResults:
+             label: str = "", *, sandbox: SandboxSettings) -> AnswerResults:
     """Generate, judge and score every benchmark; ``A`` = the mean of the three accuracies."""
     missing = [b for b in BENCHMARKS if b not in questions]
     if missing:
@@ -104,7 +110,7 @@ def evaluate(generate_fn: GenerateFn, questions: dict[Benchmark, QuestionSet], s
     start = time.perf_counter()
     accuracies, items = [], []
     for benchmark in BENCHMARKS:
-        acc, its = evaluate_benchmark(generate_fn, questions[benchmark], settings, label)
+        acc, its = evaluate_benchmark(generate_fn, questions[benchmark], settings, label, sandbox=sandbox)
         accuracies.append(acc)
         items.extend(its)
     return AnswerResults(label=label, settings=settings, protocol_sha256=protocol_hash(items, settings),
@@ -128,9 +134,11 @@ def gate(candidate: AnswerResults, reference: AnswerResults, rho: float) -> Gate
 
 
 def gate_candidate(generate_fn: GenerateFn, settings: AnswerSettings, reference_json: str | Path,
-                   label: str, *, question_seed: int) -> tuple[AnswerResults, GateResult]:
+                   label: str, *, question_seed: int,
+                   sandbox: SandboxSettings) -> tuple[AnswerResults, GateResult]:
     """Evaluate a candidate on the source's questions (drawn by ``question_seed``, as the reference's were)
     and gate it against the frozen ``A(p)`` file."""
     reference = read_json(reference_json)
-    candidate = evaluate(generate_fn, load_questions(settings, seed=question_seed), settings, label=label)
+    candidate = evaluate(generate_fn, load_questions(settings, seed=question_seed), settings, label=label,
+                         sandbox=sandbox)
     return candidate, gate(candidate, reference, settings.rho)

@@ -11,8 +11,9 @@
   punctuation (with curly quotes, acute accent and backtick) to space, the
   words a/an/the removed, whitespace collapsed; correct if the normalised
   prediction is not empty and equals any normalised alias.
-- HumanEval: the program is prompt + completion + the problem's tests +
-  ``check(entry_point)``; :mod:`.sandbox` runs it.
+- HumanEval: the candidate program is prompt + completion; the problem's
+  prompt (its imports and helpers) and tests judge it through
+  :mod:`infbench.sandbox.judge`, each in its own sandbox.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import re
 import string
 
 from infbench.compression.answers.questions import Question
+from infbench.sandbox.judge import Case
 
 FLEXIBLE_NUMBER = re.compile(r"(-?[$0-9.,]{2,})|(-?[0-9]+)")
 GSM8K_IGNORE = (re.compile(","), re.compile(r"\$"), re.compile(r"(?s).*#### "), re.compile(r"\.$"))
@@ -67,6 +69,8 @@ def judge_text(question: Question, response: str) -> tuple[str | None, bool]:
     raise ValueError(f"{question.benchmark} is judged by running its tests, not by text")
 
 
-def humaneval_program(question: Question, response: str) -> str:
-    """The program the sandbox runs: prompt + completion, the tests, and the call of ``check``."""
-    return f"{question.text}{response}\n\n{question.test}\n\ncheck({question.entry_point})\n"
+def humaneval_case(question: Question, response: str) -> Case:
+    """The candidate program (prompt + completion) and what judges it: the problem's own prompt and tests,
+    never the completion."""
+    return Case(program=f"{question.text}{response}\n", entry_point=question.entry_point,
+                helpers=question.text, test=question.test)

@@ -20,17 +20,20 @@ from infbench.compression.answers.hf_generate import load_hf_generate_fn
 from infbench.compression.answers.questions import load_questions
 from infbench.compression.answers.settings import AnswerSettings
 from infbench.hashing import file_hashes, sha256_text
+from infbench.sandbox.launch import SandboxSettings
 
 
 def compute_reference(source: str, checkpoint: str | Path, settings: AnswerSettings, out_json: str | Path,
-                      out_items: str | Path, *, question_seed: int, secret_label: str | None = None,
-                      threads: int | None = None) -> results.AnswerResults:
+                      out_items: str | Path, *, question_seed: int, sandbox: SandboxSettings,
+                      secret_label: str | None = None, threads: int | None = None) -> results.AnswerResults:
     """Evaluate the source checkpoint on the questions ``question_seed`` draws; write the frozen reference.
-    ``secret_label``: the operator secret the seed came from, for the record."""
+    ``sandbox``: where its HumanEval programs are judged; ``secret_label``: the operator secret the seed came
+    from, for the record."""
     if threads:
         torch.set_num_threads(threads)
     generate_fn = load_hf_generate_fn(str(checkpoint), settings.dtype, settings.device)
-    reference = evaluate(generate_fn, load_questions(settings, seed=question_seed), settings, label=source)
+    reference = evaluate(generate_fn, load_questions(settings, seed=question_seed), settings, label=source,
+                         sandbox=sandbox)
     reference.secret_label = secret_label
     weights = sha256_text("".join(f"{k}:{v}\n" for k, v in file_hashes(checkpoint).items()))
     reference.provenance = provenance.collect({"source": source, **settings.model_dump(mode="json")},

@@ -40,7 +40,8 @@ class ItemRecord(BaseModel):
     response: str  # cut at the first stop sequence: what is judged
     extracted: str | None  # GSM8K final number, TriviaQA normalised answer; None for HumanEval
     correct: bool
-    detail: str  # HumanEval: the sandbox outcome ("passed", "failed: ...", "timed_out: ..."); else ""
+    detail: str  # HumanEval: the judge's outcome and reason ("passed", "failed: AssertionError",
+    # "failed: the candidate exited before call 1", "timed_out: no verdict within 3.0 s"); else ""
 
 
 class BenchmarkAccuracy(BaseModel):
@@ -49,6 +50,7 @@ class BenchmarkAccuracy(BaseModel):
     n: int
     n_correct: int
     accuracy: float
+    judged_by: str = ""  # HumanEval: how its programs were isolated ("bubblewrap 0.8.0", "UNSANDBOXED (...)")
 
 
 class AnswerResults(BaseModel):
