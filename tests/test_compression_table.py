@@ -5,7 +5,7 @@ import math
 import pytest
 
 from infbench.compression.evaluation import EvaluationRecord
-from infbench.compression.integrity import Check
+from infbench.checks import Check
 from infbench.tables import compression
 
 

@@ -14,7 +14,7 @@ from conftest import needs_sandbox
 from compression_helpers import SETTINGS, make_package, run
 from infbench.compression.client import SubmissionProcess
 from infbench.compression.evaluation import Task, verdict
-from infbench.compression.integrity import CheckFailed
+from infbench.checks import CheckFailed
 
 pytestmark = needs_sandbox()
 

@@ -36,7 +36,7 @@ from infbench.sandbox import meter
 from infbench.sandbox.launch import SandboxRecord, Sandboxed, SandboxSettings, SandboxUnavailable
 from infbench.sandbox.policy import Policy, base_env, python_policy
 from infbench.compression import logits_pipe
-from infbench.compression.integrity import CheckFailed
+from infbench.checks import CheckFailed
 from infbench.compression.runtimes import optional_modules
 from infbench.compression.worker import IMPORTS
 

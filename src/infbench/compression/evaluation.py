@@ -29,7 +29,7 @@ from infbench.provenance import Provenance, collect as collect_provenance
 from infbench.compression import held_out, integrity, probes, scoring
 from infbench.compression.decode import DecodeTiming, measure as measure_decode
 from infbench.compression.client import SubmissionProcess, WorkerFailure
-from infbench.compression.integrity import Check, CheckFailed
+from infbench.checks import Check, CheckFailed
 from infbench.compression.likelihood import read_continuations, stack
 from infbench.compression.runtimes import preload_modules
 from infbench.compression.storage import MemoryWorkspace, ResidentMeasure, memory_cap, workspace_bytes

@@ -20,28 +20,13 @@ What the package can read, write or reach is not checked here but made impossibl
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Callable
 
 import numpy as np
 import torch
-from pydantic import BaseModel
 
+from infbench.checks import Check
 from infbench.compression.scoring import ppl_ratio
-from infbench.errors import InfbenchError
-
-
-class Check(BaseModel):
-    name: str
-    passed: bool
-    evidence: dict[str, Any] = {}
-
-
-class CheckFailed(InfbenchError):
-    """A named check that stops the measurement, with its evidence (e.g. ``logits_shape``)."""
-
-    def __init__(self, check: str, evidence: dict[str, Any]):
-        self.check, self.evidence = check, evidence
-        super().__init__(f"{check}: {evidence}")
 
 
 def _log_probs(logits: np.ndarray) -> np.ndarray:

@@ -24,7 +24,7 @@ import time
 
 import numpy as np
 
-from infbench.compression.integrity import CheckFailed
+from infbench.checks import CheckFailed
 
 HEADER = struct.Struct("<8sQ4sQQQ")
 MAGIC = b"IBLOGIT1"

@@ -39,7 +39,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from infbench.compression.integrity import Check
+from infbench.checks import Check
 from infbench.compression.scoring import target_log_probs
 from infbench.errors import ConfigError
 
