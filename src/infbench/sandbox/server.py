@@ -1,7 +1,7 @@
 """A server under test in the sandbox, reachable on the host's loopback through :mod:`.relay`.
 
-It sees, read-only: the Python runtime (model files inside it hidden), its own working copy and the model files
-its command names; it has a private ``/tmp``, the allowlisted environment plus what its spec sets, its own PID
+It sees, read-only: the Python runtime (model files inside it hidden), its own directory (what the caller hides in
+it empty) and the model files its command names; it has a private ``/tmp``, the allowlisted environment plus what its spec sets, its own PID
 namespace (everything it started dies with it) and its own network namespace. The caller's clients reach it at
 the returned base URL, a port on the host's loopback whose listening socket was passed in; inside, the server
 listens on ``inner_port`` of its own loopback.
@@ -23,9 +23,11 @@ NETWORK = "own namespace; reached only through a listening socket on the host's 
 
 
 @contextlib.contextmanager
-def sandboxed(command: list[str], *, inner_port: int, host: str, read_only: list[str], env: dict[str, str],
-              cwd: str, cuda: bool, threads: int, settings: SandboxSettings, log: BinaryIO) -> Iterator[tuple[str, Sandboxed]]:
-    """Start ``command`` (rendered to listen on ``127.0.0.1:inner_port``); yield its base URL and sandbox."""
+def sandboxed(command: list[str], *, inner_port: int, host: str, read_only: list[str], hidden: list[str],
+              env: dict[str, str], cwd: str, cuda: bool, threads: int, settings: SandboxSettings,
+              log: BinaryIO) -> Iterator[tuple[str, Sandboxed]]:
+    """Start ``command`` (rendered to listen on ``127.0.0.1:inner_port``) with ``read_only`` bound and the
+    ``hidden`` paths inside them empty; yield its base URL and sandbox."""
     listener = socket.socket()
     listener.bind((host, 0))
     listener.listen(1024)
@@ -33,8 +35,8 @@ def sandboxed(command: list[str], *, inner_port: int, host: str, read_only: list
     port = listener.getsockname()[1]
     relay = [sys.executable, "-m", "infbench.sandbox.relay", "--listen-fd", str(listener.fileno()),
              "--port", str(inner_port), "--", *command]
-    policy = python_policy(read_only=read_only, env={**base_env(threads), **env}, cwd=cwd, cuda=cuda,
-                           tmp_bytes=settings.tmp_mb << 20)
+    policy = python_policy(read_only=read_only, hidden=hidden, env={**base_env(threads), **env}, cwd=cwd,
+                           cuda=cuda, tmp_bytes=settings.tmp_mb << 20)
     try:
         with Sandboxed(policy, relay, allow_unsandboxed=settings.allow_unsandboxed, network=NETWORK,
                        stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,

@@ -15,11 +15,18 @@
     env: {}                       # extra environment variables of the server process
 
 ``command`` placeholders: {python} {host} {port} {model_dir} {gguf} {model_name} {threads}
-{context_limit} {devices}. The verifier copies the directory into a fresh temporary working copy
-and launches the command there (cwd = the copy), so a submission's own files are found by
-relative path; it never talks to a process the submitter started.
+{context_limit} {devices}. ``health_path`` is a plain absolute path (no host, query or fragment),
+set as the path of the server's URL.
 
-The command runs in the sandbox (:mod:`infbench.sandbox.server`): it sees the runtime, its copy and
+The pipeline never reads through a submission's links: before its spec is read, every name in the
+directory must be a regular file, a directory or a symlink that stays inside it, with no hard link
+to a file outside (:func:`infbench.compression.submission.package_entries`, the rule CompressionBench
+applies to packages). The directory is then bound read-only into the sandbox at its own path, never
+copied on the host (its ``__pycache__``, ``*.pyc`` and ``.git`` hidden, so the server runs its
+sources), and the command runs there (cwd = the directory), so a submission's own files are found by
+relative path; the verifier never talks to a process the submitter started.
+
+The command runs in the sandbox (:mod:`infbench.sandbox.server`): it sees the runtime, its directory and
 the model files it names ({model_dir}, {gguf}) read-only, a private /tmp, the allowlisted environment
 plus ``env``; it has its own PID and network namespaces and is reached through a relayed port on
 the host's loopback ({port} is the port it listens on inside).
@@ -28,10 +35,10 @@ the host's loopback ({port} is the port it listens on inside).
 from __future__ import annotations
 
 import contextlib
-import shutil
+import os
+import stat
 import subprocess
 import sys
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,7 +62,7 @@ class ServerSubmission(BaseModel):
     description: str = ""
     command: list[str] = Field(min_length=1)
     port: int | None = Field(default=None, ge=1, le=65535)
-    health_path: str = "/health"
+    health_path: servers.HealthPath = "/health"
     concurrency: int = Field(ge=1)
     model: str
     requires: list[str] = Field(default_factory=list)
@@ -110,11 +117,23 @@ def render(sub: ServerSubmission, launch: servers.LaunchVars, path: str | Path) 
                                    f"(known: {', '.join(sorted(values))})") from None
 
 
-def fresh_copy(directory: str | Path, parent: str | Path) -> Path:
-    """A fresh working copy of the submission directory under ``parent``."""
-    dest = Path(parent) / Path(directory).name
-    shutil.copytree(directory, dest, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", ".git"))
-    return dest
+# What the sandbox hides of a submission's directory, and what is no input of its job: compiled bytecode (the
+# server runs its sources) and git.
+HIDDEN_DIRS = ("__pycache__", ".git")
+
+
+def _walk(directory: str | Path) -> Iterator[tuple[Path, list[str], list[str], list[str]]]:
+    """(directory, its :data:`HIDDEN_DIRS`, its ``*.pyc`` files, all its file names) of every directory under
+    ``directory`` but the hidden ones, links never followed."""
+    for dirpath, dirnames, filenames in os.walk(directory, followlinks=False):
+        hidden = [d for d in dirnames if d in HIDDEN_DIRS]
+        dirnames[:] = [d for d in dirnames if d not in HIDDEN_DIRS]
+        yield Path(dirpath), hidden, [f for f in filenames if f.endswith(".pyc")], filenames
+
+
+def hidden_paths(directory: str | Path) -> list[str]:
+    """The bytecode caches, ``*.pyc`` files and ``.git`` directories of a submission: empty in its sandbox."""
+    return sorted(str(d / name) for d, hidden, pyc, _ in _walk(directory) for name in (*hidden, *pyc))
 
 
 def missing_requirements(sub: ServerSubmission, python: str, cwd: str | Path, sandbox: SandboxSettings) -> list[str]:
@@ -165,10 +184,10 @@ def _declared_files(cmd_template: list[str], launch: servers.LaunchVars) -> list
 
 
 @contextlib.contextmanager
-def running(sub: ServerSubmission, launch: servers.LaunchVars, workdir: str | Path, log_path: str | Path,
-            sandbox: SandboxSettings, cuda: bool = False) -> Iterator[Running]:
-    """Launch the submission in its sandbox from ``workdir``, wait until healthy, yield it; always kill the
-    whole sandbox afterwards."""
+def running(sub: ServerSubmission, launch: servers.LaunchVars, workdir: str | Path, hidden: list[str],
+            log_path: str | Path, sandbox: SandboxSettings, cuda: bool = False) -> Iterator[Running]:
+    """Launch the submission in its sandbox from ``workdir`` (bound read-only, ``hidden`` paths in it empty),
+    wait until its health path answers through the relay, yield it; always kill the whole sandbox afterwards."""
     inner = launch.model_copy(update={"host": "127.0.0.1", "port": sub.port or INNER_PORT})
     cmd = render(sub, inner, f"{sub.name}/{SPEC_FILE}")
     log_path = Path(log_path)
@@ -178,24 +197,17 @@ def running(sub: ServerSubmission, launch: servers.LaunchVars, workdir: str | Pa
         log.flush()
         try:
             with sandboxed_server(cmd, inner_port=inner.port, host=launch.host,
-                                  read_only=[str(workdir), *_declared_files(sub.command, launch)], env=sub.env,
-                                  cwd=str(workdir), cuda=cuda, threads=launch.threads, settings=sandbox,
-                                  log=log) as (base_url, box):
+                                  read_only=[str(workdir), *_declared_files(sub.command, launch)], hidden=hidden,
+                                  env=sub.env, cwd=str(workdir), cuda=cuda, threads=launch.threads,
+                                  settings=sandbox, log=log) as (base_url, box):
                 try:
-                    servers._wait_healthy(sub.name, box.proc, base_url + sub.health_path, sub.startup_timeout_s,
-                                          log_path)
+                    servers._wait_healthy(sub.name, box.proc, servers.url_at(base_url, sub.health_path),
+                                          sub.startup_timeout_s, log_path)
                 except servers.ServerFailed as exc:
                     raise LaunchError(str(exc), box.record) from None
                 yield Running(base_url, box.proc, log_path, cmd, box.record)
         except (SandboxUnavailable, OSError) as exc:
             raise LaunchError(f"launch failed: {exc}") from None
-
-
-@contextlib.contextmanager
-def workspace(directory: str | Path) -> Iterator[Path]:
-    """A temporary directory holding the fresh copy; removed afterwards."""
-    with tempfile.TemporaryDirectory(prefix=f"infbench-verify-{Path(directory).name}-") as tmp:
-        yield fresh_copy(directory, tmp)
 
 
 def python() -> str:
@@ -216,5 +228,7 @@ def discover(roots: list[str]) -> dict[str, str]:
 
 
 def files(directory: str | Path) -> list[str]:
-    """Every file of a submission (its job's inputs: editing one reruns the job)."""
-    return sorted(str(p) for p in Path(directory).rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+    """Every regular file of a submission but those the sandbox hides, links never followed (its job's inputs:
+    editing one reruns the job; planning reads no file a link points at)."""
+    return sorted(str(d / f) for d, _, pyc, names in _walk(directory) for f in names
+                  if f not in pyc and stat.S_ISREG(os.lstat(d / f).st_mode))

@@ -1,14 +1,16 @@
 """One submission verified end to end; the verification record.
 
-Order: spec, requirements, fresh copy + launch, held-out replays at the declared ``c`` (every final
-seed, the configured window), context probes, EOS probes, held-out answers, server still alive;
+Order: the directory's files (no link out of it, no special file: checked before any is read), spec,
+requirements, launch from the directory (bound read-only into the sandbox, never copied on the host),
+held-out replays at the declared ``c`` (every final seed, the configured window), context probes, EOS probes, held-out answers, server still alive;
 teardown; then the replay checks and fidelity (reference model, after the server is down). Every
 failure (a bad spec, a launch that fails, a port in use, a server that never becomes healthy or dies)
 becomes a failed check naming the cause in the record, never an exception that stops other jobs.
 
 Probes, held-out questions and fidelity suspects are drawn with seeds derived from the operator's
-secret (:mod:`infbench.operator_secret`); the record names it (``drawn_with``) and, written after the
-server is gone, holds its value so the operator can reproduce the draw.
+secret (:mod:`infbench.operator_secret`); the record names it (``drawn_with``) and keeps its fingerprint
+only: its value goes to the operator's file written once the whole round is over
+(:func:`infbench.operator_secret.write_release`).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from pydantic import BaseModel
 
 from infbench import atomic, provenance
 from infbench.compression.answers.settings import AnswerSettings
+from infbench.compression.submission import SubmissionError, package_entries
 from infbench.operator_secret import OperatorSecret
 from infbench.sandbox.launch import SandboxRecord, SandboxSettings
 from infbench.serving import replay, runs, workload
@@ -33,7 +36,7 @@ from infbench.serving.verify import answers, fidelity, probes, reference, replay
 from infbench.serving.verify.common import CheckResult, VerifySettings
 from infbench.serving.verify.source_text import SourceText, TokenizerUnavailable
 
-CHECK_ORDER = ("submission_spec", "requirements", "launch", "complete_prompts", "exact_output_lengths",
+CHECK_ORDER = ("submission_files", "submission_spec", "requirements", "launch", "complete_prompts", "exact_output_lengths",
                "streaming_consistency", "session_progress", "context_probes", "natural_stopping",
                "held_out_answers", "server_alive", "fidelity")
 
@@ -85,9 +88,10 @@ def _guard(name: str, fn: Callable[[], CheckResult], phases: dict[str, float] | 
                                evidence={"traceback": traceback.format_exc()[-3000:]})
 
 
-def _secret_record(secret: OperatorSecret) -> dict[str, str]:
-    """What the record keeps of the secret once the server is gone: enough to reproduce every draw."""
-    return {**secret.public(), "value": secret.value}
+def in_documented_order(checks: list[CheckResult]) -> list[CheckResult]:
+    """The checks in :data:`CHECK_ORDER` (a name outside it last): the record lists them so, and
+    ``failing_check`` names the first failure in that order, not in the order the checks ran."""
+    return sorted(checks, key=lambda c: CHECK_ORDER.index(c.name) if c.name in CHECK_ORDER else len(CHECK_ORDER))
 
 
 def _unavailable(name: str, cause: str) -> CheckResult:
@@ -112,24 +116,34 @@ def verify(directory: str, serving: dict[str, Any], answer_settings: AnswerSetti
     isolation: list[SandboxRecord] = []
     phases: dict[str, float] = {}
     sub = None
-    inputs = runs.input_hashes(sessions_path, reference_path,
-                               *(str(p) for p in sorted(Path(directory).rglob("*")) if p.is_file()))
+    inputs: dict[str, str] = {}
 
     def finish() -> VerificationRecord:
-        failed = [c for c in checks if not c.passed]
+        ordered = in_documented_order(checks)
+        failed = next((c for c in ordered if not c.passed), None)
         record = VerificationRecord(
             submission=name, directory=str(directory), spec=sub.model_dump(mode="json") if sub else None,
-            concurrency=sub.concurrency if sub else None, verified=not failed and bool(checks),
-            failing_check=failed[0].name if failed else None, cause=failed[0].summary if failed else None,
-            checks=sorted(checks, key=lambda c: CHECK_ORDER.index(c.name) if c.name in CHECK_ORDER else 99),
+            concurrency=sub.concurrency if sub else None, verified=failed is None and bool(checks),
+            failing_check=failed and failed.name, cause=failed and failed.summary, checks=ordered,
             replays=replays, server_log=str(server_log), command=command,
             sandbox=isolation[0] if isolation else None, wall_s=time.perf_counter() - t0,
-            phase_s=phases, drawn_with=secret.label, operator_secret=_secret_record(secret),
+            phase_s=phases, drawn_with=secret.label, operator_secret=secret.public(),
             provenance=provenance.collect({"submission": name, "serving": serving,
                                            "operator_secret": secret.public()}, inputs))
         atomic.write_json(record_path, record.model_dump(mode="json"))
         return record
 
+    try:  # before anything reads a file of the submission: no link out of it, no special file (the package rule)
+        entries = package_entries(directory)
+    except SubmissionError as exc:
+        checks.append(CheckResult(name="submission_files", passed=False, summary=str(exc)))
+        return finish()
+    checks.append(CheckResult(name="submission_files", passed=True,
+                              summary=f"{len(entries)} names, none a link out of the directory or a special file"))
+    workdir = str(Path(directory).resolve())
+    hidden = submission.hidden_paths(directory)
+    inputs.update(runs.input_hashes(sessions_path, reference_path,
+                                    *(str(e.path) for e in entries if e.link is None and e.inode is not None)))
     try:
         sub = submission.load(directory)
     except Exception as exc:
@@ -155,79 +169,78 @@ def verify(directory: str, serving: dict[str, Any], answer_settings: AnswerSetti
     except TokenizerUnavailable as exc:
         text, text_cause = None, str(exc)
 
-    with submission.workspace(directory) as copy:
-        missing = submission.missing_requirements(sub, submission.python(), copy, sandbox)
-        checks.append(CheckResult(name="requirements", passed=not missing,
-                                  summary=("all required modules importable" if not missing else
-                                           f"not importable: {', '.join(missing)} (field 'requires'; "
-                                           "the verifier never installs anything)"),
-                                  evidence={"requires": sub.requires, "missing": missing}))
-        if missing:
-            return finish()
-        # absolute: the server runs in the fresh copy, not where the pipeline runs
-        launch = runs.launch_vars(serving, str(Path(model_dir).resolve()), str(Path(gguf).resolve()) if gguf else "")
-        try:
-            started = time.perf_counter()
-            with submission.running(sub, launch, copy, server_log, sandbox,
-                                    cuda=dep["accelerator"] == "gpu") as server:
-                phases["launch"] = time.perf_counter() - started
-                command = server.command
-                isolation.append(server.sandbox)
-                checks.append(CheckResult(name="launch", passed=True, summary=f"healthy at {server.base_url}",
-                                          evidence={"workdir": str(copy), "command": command}))
-                ref = reference.read(reference_path)
-                if ref.drawn_with.get("fingerprint") != secret.fingerprint:
-                    raise ValueError(f"{reference_path} was drawn with operator secret {ref.drawn_with}, this job "
-                                     f"holds {secret.public()}: rerun rule serving_verification_reference")
-                sessions = workload.load(sessions_path)
-                for seed in serving["seeds"]["final"]:
-                    st = runs.settings(serving, server.base_url, sub.concurrency, seed, sub.request_fields)
-                    with _phase(phases, "replays"):
-                        recs = replay.run(workload.draw(sessions, seed), st)
-                    path = str(out / f"seed{seed}.parquet")
-                    frame = replay.write_records(recs, path)
-                    frames.append((seed, frame))
-                    replays.append(SeedReplay(seed=seed, records=path, requests=len(frame),
-                                              score=runs.score_frame(frame, serving, None)))
+    missing = submission.missing_requirements(sub, submission.python(), workdir, sandbox)
+    checks.append(CheckResult(name="requirements", passed=not missing,
+                              summary=("all required modules importable" if not missing else
+                                       f"not importable: {', '.join(missing)} (field 'requires'; "
+                                       "the verifier never installs anything)"),
+                              evidence={"requires": sub.requires, "missing": missing}))
+    if missing:
+        return finish()
+    # absolute: the server runs in its own directory, not where the pipeline runs
+    launch = runs.launch_vars(serving, str(Path(model_dir).resolve()), str(Path(gguf).resolve()) if gguf else "")
+    try:
+        started = time.perf_counter()
+        with submission.running(sub, launch, workdir, hidden, server_log, sandbox,
+                                cuda=dep["accelerator"] == "gpu") as server:
+            phases["launch"] = time.perf_counter() - started
+            command = server.command
+            isolation.append(server.sandbox)
+            checks.append(CheckResult(name="launch", passed=True, summary=f"healthy at {server.base_url}",
+                                      evidence={"workdir": workdir, "command": command}))
+            ref = reference.read(reference_path)
+            if ref.drawn_with.get("fingerprint") != secret.fingerprint:
+                raise ValueError(f"{reference_path} was drawn with operator secret {ref.drawn_with}, this job "
+                                 f"holds {secret.public()}: rerun rule serving_verification_reference")
+            sessions = workload.load(sessions_path)
+            for seed in serving["seeds"]["final"]:
+                st = runs.settings(serving, server.base_url, sub.concurrency, seed, sub.request_fields)
+                with _phase(phases, "replays"):
+                    recs = replay.run(workload.draw(sessions, seed), st)
+                path = str(out / f"seed{seed}.parquet")
+                frame = replay.write_records(recs, path)
+                frames.append((seed, frame))
+                replays.append(SeedReplay(seed=seed, records=path, requests=len(frame),
+                                          score=runs.score_frame(frame, serving, None)))
 
-                def context_check():
-                    result, comps = probes.context_probes(
-                        server.base_url, model_name, dep["context_limit"], settings.context_probes,
-                        settings.context_probe_output_tokens, token_range, probe_timeout, secret,
-                        sub.request_fields)
-                    context_completions.extend(comps)
-                    return result
+            def context_check():
+                result, comps = probes.context_probes(
+                    server.base_url, model_name, dep["context_limit"], settings.context_probes,
+                    settings.context_probe_output_tokens, token_range, probe_timeout, secret,
+                    sub.request_fields)
+                context_completions.extend(comps)
+                return result
 
-                checks.append(_guard("context_probes", context_check, phases))
+            checks.append(_guard("context_probes", context_check, phases))
 
-                def eos_check():
-                    if settings.eos_probes and not ref.eos_probes:  # nothing to test natural stopping with
-                        return CheckResult(name="natural_stopping", passed=False,
-                                           summary=f"the reference reached EOS from none of "
-                                                   f"{ref.eos_candidates_tried} candidate prompts: no EOS probe to "
-                                                   f"send (raise serving.verification.eos_candidates)")
-                    result, comps = probes.eos_probes(
-                        server.base_url, model_name, [p.model_dump() for p in ref.eos_probes], ref.eos_token_ids,
-                        settings.eos_max_tokens, probe_timeout, sub.request_fields)
-                    eos_completions.extend(zip([p.prompt for p in ref.eos_probes], comps))
-                    return result
+            def eos_check():
+                if settings.eos_probes and not ref.eos_probes:  # nothing to test natural stopping with
+                    return CheckResult(name="natural_stopping", passed=False,
+                                       summary=f"the reference reached EOS from none of "
+                                               f"{ref.eos_candidates_tried} candidate prompts: no EOS probe to "
+                                               f"send (raise serving.verification.eos_candidates)")
+                result, comps = probes.eos_probes(
+                    server.base_url, model_name, [p.model_dump() for p in ref.eos_probes], ref.eos_token_ids,
+                    settings.eos_max_tokens, probe_timeout, sub.request_fields)
+                eos_completions.extend(zip([p.prompt for p in ref.eos_probes], comps))
+                return result
 
-                checks.append(_guard("natural_stopping", eos_check, phases))
-                checks.append(_guard("held_out_answers", lambda: answers.held_out_answers(
-                    server.base_url, model_name, ref, answer_settings, settings, probe_timeout, text, secret,
-                    sub.request_fields) if text else _unavailable("held_out_answers", text_cause), phases))
-                alive = server.alive()
-                checks.append(CheckResult(
-                    name="server_alive", passed=alive,
-                    summary="server still running after the checks" if alive else
-                    f"server exited with {server.returncode()} during the checks; log {server_log}",
-                    evidence={"returncode": server.returncode()}))
-                stopping = time.perf_counter()
-            phases["teardown"] = time.perf_counter() - stopping
-        except submission.LaunchError as exc:
-            isolation.extend([exc.sandbox] if exc.sandbox else [])
-            checks.append(CheckResult(name="launch", passed=False, summary=str(exc)[:3000]))
-            return finish()
+            checks.append(_guard("natural_stopping", eos_check, phases))
+            checks.append(_guard("held_out_answers", lambda: answers.held_out_answers(
+                server.base_url, model_name, ref, answer_settings, settings, probe_timeout, text, secret,
+                sub.request_fields) if text else _unavailable("held_out_answers", text_cause), phases))
+            alive = server.alive()
+            checks.append(CheckResult(
+                name="server_alive", passed=alive,
+                summary="server still running after the checks" if alive else
+                f"server exited with {server.returncode()} during the checks; log {server_log}",
+                evidence={"returncode": server.returncode()}))
+            stopping = time.perf_counter()
+        phases["teardown"] = time.perf_counter() - stopping
+    except submission.LaunchError as exc:
+        isolation.extend([exc.sandbox] if exc.sandbox else [])
+        checks.append(CheckResult(name="launch", passed=False, summary=str(exc)[:3000]))
+        return finish()
 
     records = (pd.concat([f for _, f in frames], ignore_index=True) if frames else
                pd.DataFrame(columns=list(replay.RequestRecord.model_fields)))
@@ -272,7 +285,7 @@ def run_job(directory: str, serving: dict[str, Any], answer_settings: AnswerSett
         record = VerificationRecord(
             submission=Path(directory).name, directory=str(directory), spec=None, concurrency=None, verified=False,
             failing_check="verifier", cause=check.summary, checks=[check], replays=[], server_log=str(server_log),
-            command=[], wall_s=0.0, phase_s={}, drawn_with=secret.label, operator_secret=_secret_record(secret),
+            command=[], wall_s=0.0, phase_s={}, drawn_with=secret.label, operator_secret=secret.public(),
             provenance=provenance.collect({"submission": Path(directory).name, "serving": serving,
                                            "operator_secret": secret.public()}))
         atomic.write_json(record_path, record.model_dump(mode="json"))
