@@ -147,13 +147,14 @@ def test_s0_on_a_tiny_model_passes_every_check(env):
     record = _run(env, vh.example(env["root"] / "subs", "S0", startup_timeout_s=120))
     assert record.verified, [(c.name, c.summary) for c in record.checks if not c.passed]
     names = [c.name for c in record.checks]
-    assert names == ["submission_spec", "requirements", "launch", "complete_prompts", "exact_output_lengths",
+    assert names == ["submission_files", "submission_spec", "requirements", "launch", "complete_prompts", "exact_output_lengths",
                      "streaming_consistency", "session_progress", "context_probes", "natural_stopping",
                      "held_out_answers", "server_alive", "fidelity"]
     assert _checks(record)["session_progress"].evidence["completed"] > 0
     assert record.replays[0].score.completed > 0 and record.provenance.params["submission"] == "S0"
-    # the secret travels as a fingerprint; its value is in the record, written once the server is gone
-    assert record.drawn_with == "public demo" and record.operator_secret["value"] == vh.secret().value
+    # the secret travels as a fingerprint, in the record too: its value is the operator's, after the round
+    assert record.drawn_with == "public demo" and record.operator_secret == vh.secret().public()
+    assert vh.secret().value not in (env["root"] / "out" / "S0.json").read_text()
     assert record.provenance.params["operator_secret"] == vh.secret().public()
 
 
