@@ -147,7 +147,8 @@ def test_s0_on_a_tiny_model_passes_every_check(env):
     record = _run(env, vh.example(env["root"] / "subs", "S0", startup_timeout_s=120))
     assert record.verified, [(c.name, c.summary) for c in record.checks if not c.passed]
     names = [c.name for c in record.checks]
-    assert names == ["submission_files", "submission_spec", "requirements", "launch", "complete_prompts", "exact_output_lengths",
+    assert names == ["submission_files", "submission_spec", "requirements", "launch", "complete_prompts",
+                     "exact_output_lengths",
                      "streaming_consistency", "session_progress", "context_probes", "natural_stopping",
                      "held_out_answers", "server_alive", "fidelity"]
     assert _checks(record)["session_progress"].evidence["completed"] > 0

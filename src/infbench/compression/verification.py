@@ -4,9 +4,10 @@
 verification set, with the operator secret placing the integrity probes;
 ``verdict_for_pipeline``: the task's storage limit applied (cheap, per task x
 candidate); the record names the secret by its label only (its value is written
-for the operator once the round is over, :func:`infbench.operator_secret.write_release`); ``reward``: the search-time evaluator that ``infbench reward``
-runs on the search set only (nothing of the verification set, the answers
-reference or the secret is read) and appends to a JSONL log.
+for the operator once the round is over, :func:`infbench.operator_secret.write_release`);
+``reward``: the search-time evaluator that ``infbench reward`` runs on the search
+set only (nothing of the verification set, the answers reference or the secret is
+read) and appends to a JSONL log.
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
 """A server under test in the sandbox, reachable on the host's loopback through :mod:`.relay`.
 
-It sees, read-only: the Python runtime (model files inside it hidden), its own directory (what the caller hides in
-it empty) and the model files its command names; it has a private ``/tmp``, the allowlisted environment plus what its spec sets, its own PID
-namespace (everything it started dies with it) and its own network namespace. The caller's clients reach it at
-the returned base URL, a port on the host's loopback whose listening socket was passed in; inside, the server
-listens on ``inner_port`` of its own loopback.
+It sees, read-only: the Python runtime (model files inside it hidden), its own directory (what the caller
+hides in it empty) and the model files its command names; it has a private ``/tmp``, the allowlisted
+environment plus what its spec sets, its own PID namespace (everything it started dies with it) and its own
+network namespace. The caller's clients reach it at the returned base URL, a port on the host's loopback
+whose listening socket was passed in; inside, the server listens on ``inner_port`` of its own loopback.
 """
 
 from __future__ import annotations

@@ -59,6 +59,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from infbench import atomic
 from infbench.serving.endpoints import API, Completions, endpoint
+from infbench.serving.sse import BoundedLines, response_limit
 from infbench.serving.trace import Session, TraceRequest
 from infbench.serving.workload import FROM_BEGINNING, LaneStart, PromptBuilder, lane_start, start_fraction
 
@@ -145,10 +146,14 @@ class _Event:
 
 
 class _Stream:
-    """What one streamed response carried."""
+    """What one streamed response carried; a body beyond :func:`~infbench.serving.sse.response_limit` or more
+    ids than ``max_tokens`` stop it with an error (the verifier's memory and time stay bounded)."""
 
-    def __init__(self, piece: Callable[[dict[str, Any]], tuple[str, list[int] | None]] = Completions().piece):
+    def __init__(self, max_tokens: int, byte_limit: int,
+                 piece: Callable[[dict[str, Any]], tuple[str, list[int] | None]] = Completions().piece):
         self.piece = piece  # (text, token ids) of one streamed choice, as the endpoint lays it out
+        self.max_tokens = max_tokens
+        self.lines = BoundedLines(byte_limit)
         self.first_id: float = math.nan  # arrival of the first / last chunk carrying a token id
         self.last_id: float = math.nan
         self.first_text: float = math.nan  # the same for chunks with text (timing of a stream without ids)
@@ -163,15 +168,16 @@ class _Stream:
         self.done = False
         self.server_ttft: float | None = None
         self.server_receive: float | None = None
-        self.pending = b""  # the unfinished last line of the reads so far
 
     def receive(self, data: bytes, now: float) -> None:
         """One network read, split into lines here rather than a readline per line (a third of the
         client's CPU); every event of a read arrived at the same moment and is stamped once."""
-        lines = (self.pending + data).split(b"\n")
-        self.pending = lines.pop()
-        for line in lines:
+        for line in self.lines.feed(data):
             self.line(line, now)
+
+    def end(self, now: float) -> None:
+        """The body ended: its last line may lack a newline."""
+        self.line(self.lines.rest(), now)
 
     def line(self, raw: bytes, now: float) -> None:
         """One SSE line: ``data: <json>`` or ``data: [DONE]``; blank lines and comments are skipped."""
@@ -202,6 +208,8 @@ class _Stream:
             text, ids = text or "", ids or []
             if ids:
                 self.ids.extend(int(i) for i in ids)
+                if len(self.ids) > self.max_tokens:
+                    raise ValueError(f"more token ids streamed than max_tokens={self.max_tokens}")
                 self.id_chunks += 1
                 if math.isnan(self.first_id):
                     self.first_id = now
@@ -394,7 +402,7 @@ class Replay:
         body = {"model": self.s.model, **self.api.prompt_fields(prompt), "max_tokens": r.output_tokens,
                 "stream": True, "ignore_eos": True, "stream_options": {"include_usage": True}, "temperature": self.s.temperature,
                 **self.s.request_fields}
-        stream = _Stream(self.api.piece)
+        stream = _Stream(r.output_tokens, response_limit(len(prompt), r.output_tokens), self.api.piece)
         error = ""
         overflow = False
         send = self.now()
@@ -402,14 +410,14 @@ class Replay:
             async with asyncio.timeout(self.s.request_timeout_s):
                 async with self.http.post(self.url, data=orjson.dumps(body), headers=JSON_BODY) as resp:
                     if resp.status != 200:
-                        detail = (await resp.read())[:300].decode(errors="replace")
+                        detail = (await resp.content.read(300)).decode(errors="replace")
                         overflow = bool(CONTEXT_OVERFLOW.search(detail))
                         raise ValueError(f"HTTP {resp.status}: {detail}")
                     # Read to the end of the body even after [DONE]: a response left unread closes
                     # its keep-alive connection, and every request would pay a new TCP handshake.
                     async for data in resp.content.iter_any():
                         stream.receive(data, self.now())
-                    stream.line(stream.pending, self.now())
+                    stream.end(self.now())
         except TimeoutError:
             error = f"timed out after {self.s.request_timeout_s} s"
         except asyncio.CancelledError:

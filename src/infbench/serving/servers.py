@@ -35,8 +35,8 @@ _PLAIN_PATH = re.compile(r"/(?!/)[A-Za-z0-9._~!$&'()*+,;=:@%/-]*")
 
 def _plain_path(path: str) -> str:
     if not _PLAIN_PATH.fullmatch(path):
-        raise ValueError(f"{path!r} is not a plain absolute path (starts with one '/', then only letters, digits "
-                         "and -._~!$&'()*+,;=:@%/; no host, query or fragment)")
+        raise ValueError(f"{path!r} is not a plain absolute path (one '/', then only letters, digits and "
+                         "-._~!$&'()*+,;=:@%/; no host, query or fragment)")
     return path
 
 

@@ -187,7 +187,7 @@ def _declared_files(cmd_template: list[str], launch: servers.LaunchVars) -> list
 def running(sub: ServerSubmission, launch: servers.LaunchVars, workdir: str | Path, hidden: list[str],
             log_path: str | Path, sandbox: SandboxSettings, cuda: bool = False) -> Iterator[Running]:
     """Launch the submission in its sandbox from ``workdir`` (bound read-only, ``hidden`` paths in it empty),
-    wait until its health path answers through the relay, yield it; always kill the whole sandbox afterwards."""
+    wait until its health path answers through the relay, yield it; always kill the whole sandbox after."""
     inner = launch.model_copy(update={"host": "127.0.0.1", "port": sub.port or INNER_PORT})
     cmd = render(sub, inner, f"{sub.name}/{SPEC_FILE}")
     log_path = Path(log_path)
@@ -197,9 +197,9 @@ def running(sub: ServerSubmission, launch: servers.LaunchVars, workdir: str | Pa
         log.flush()
         try:
             with sandboxed_server(cmd, inner_port=inner.port, host=launch.host,
-                                  read_only=[str(workdir), *_declared_files(sub.command, launch)], hidden=hidden,
-                                  env=sub.env, cwd=str(workdir), cuda=cuda, threads=launch.threads,
-                                  settings=sandbox, log=log) as (base_url, box):
+                                  read_only=[str(workdir), *_declared_files(sub.command, launch)],
+                                  hidden=hidden, env=sub.env, cwd=str(workdir), cuda=cuda,
+                                  threads=launch.threads, settings=sandbox, log=log) as (base_url, box):
                 try:
                     servers._wait_healthy(sub.name, box.proc, servers.url_at(base_url, sub.health_path),
                                           sub.startup_timeout_s, log_path)

@@ -2,10 +2,11 @@
 
 Order: the directory's files (no link out of it, no special file: checked before any is read), spec,
 requirements, launch from the directory (bound read-only into the sandbox, never copied on the host),
-held-out replays at the declared ``c`` (every final seed, the configured window), context probes, EOS probes, held-out answers, server still alive;
-teardown; then the replay checks and fidelity (reference model, after the server is down). Every
-failure (a bad spec, a launch that fails, a port in use, a server that never becomes healthy or dies)
-becomes a failed check naming the cause in the record, never an exception that stops other jobs.
+held-out replays at the declared ``c`` (every final seed, the configured window), context probes, EOS
+probes, held-out answers, server still alive; teardown; then the replay checks and fidelity (reference
+model, after the server is down). Every failure (a link out of the directory, a bad spec, a launch that
+fails, a port in use, a server that never becomes healthy or dies) becomes a failed check naming the
+cause in the record, never an exception that stops other jobs.
 
 Probes, held-out questions and fidelity suspects are drawn with seeds derived from the operator's
 secret (:mod:`infbench.operator_secret`); the record names it (``drawn_with``) and keeps its fingerprint
@@ -36,9 +37,9 @@ from infbench.serving.verify import answers, fidelity, probes, reference, replay
 from infbench.serving.verify.common import CheckResult, VerifySettings
 from infbench.serving.verify.source_text import SourceText, TokenizerUnavailable
 
-CHECK_ORDER = ("submission_files", "submission_spec", "requirements", "launch", "complete_prompts", "exact_output_lengths",
-               "streaming_consistency", "session_progress", "context_probes", "natural_stopping",
-               "held_out_answers", "server_alive", "fidelity")
+CHECK_ORDER = ("submission_files", "submission_spec", "requirements", "launch", "complete_prompts",
+               "exact_output_lengths", "streaming_consistency", "session_progress", "context_probes",
+               "natural_stopping",                "held_out_answers", "server_alive", "fidelity")
 
 
 class SeedReplay(BaseModel):
@@ -91,7 +92,8 @@ def _guard(name: str, fn: Callable[[], CheckResult], phases: dict[str, float] | 
 def in_documented_order(checks: list[CheckResult]) -> list[CheckResult]:
     """The checks in :data:`CHECK_ORDER` (a name outside it last): the record lists them so, and
     ``failing_check`` names the first failure in that order, not in the order the checks ran."""
-    return sorted(checks, key=lambda c: CHECK_ORDER.index(c.name) if c.name in CHECK_ORDER else len(CHECK_ORDER))
+    last = len(CHECK_ORDER)
+    return sorted(checks, key=lambda c: CHECK_ORDER.index(c.name) if c.name in CHECK_ORDER else last)
 
 
 def _unavailable(name: str, cause: str) -> CheckResult:
@@ -133,17 +135,17 @@ def verify(directory: str, serving: dict[str, Any], answer_settings: AnswerSetti
         atomic.write_json(record_path, record.model_dump(mode="json"))
         return record
 
-    try:  # before anything reads a file of the submission: no link out of it, no special file (the package rule)
+    try:  # before any file of the submission is read: no link out of it, no special file (the package rule)
         entries = package_entries(directory)
     except SubmissionError as exc:
         checks.append(CheckResult(name="submission_files", passed=False, summary=str(exc)))
         return finish()
     checks.append(CheckResult(name="submission_files", passed=True,
-                              summary=f"{len(entries)} names, none a link out of the directory or a special file"))
+                              summary=f"{len(entries)} names, none a link out of the directory or special"))
     workdir = str(Path(directory).resolve())
     hidden = submission.hidden_paths(directory)
-    inputs.update(runs.input_hashes(sessions_path, reference_path,
-                                    *(str(e.path) for e in entries if e.link is None and e.inode is not None)))
+    own_files = [str(e.path) for e in entries if e.inode is not None]  # regular files (links not followed)
+    inputs.update(runs.input_hashes(sessions_path, reference_path, *own_files))
     try:
         sub = submission.load(directory)
     except Exception as exc:
