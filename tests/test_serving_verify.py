@@ -9,6 +9,7 @@ which serves the real SmolLM2-135M and its F16 GGUF twin.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import socket
 import time
@@ -225,6 +226,113 @@ def test_bad_submission_gives_a_record_naming_the_cause(tmp_path, spec, check, c
     assert not record.verified and record.failing_check == check and cause in record.cause
     saved = yaml.safe_load((tmp_path / "out" / "bad.json").read_text())
     assert saved["failing_check"] == check
+
+
+def _linking(tmp_path, how: str) -> tuple[Path, str]:
+    """The S0 example with one name that reaches out of it (``how``), and what the record must say of it."""
+    sub = vh.example(tmp_path / "subs", "S0")
+    outside = tmp_path / "results" / "serving"
+    outside.mkdir(parents=True)
+    (outside / "reference.json").write_text('{"eos_probes": ["the expected continuations"]}')
+    (outside / "verification").mkdir()
+    (outside / "verification" / "earlier.json").write_text('{"operator_secret": {"value": "s3cret"}}')
+    name = sub / "data.json"
+    if how == "fifo":
+        os.mkfifo(name)
+        return sub, "data.json: not a regular file, directory or symlink"
+    if how == "hard link":
+        os.link(outside / "reference.json", name)
+        return sub, "data.json: hard link with 2 names, 1 of them in the package"
+    target = {"reference": outside / "reference.json", "record": outside / "verification" / "earlier.json",
+              "environ": "/proc/self/environ", "zero": "/dev/zero", "directory": outside}[how]
+    name.symlink_to(target)
+    return sub, f"data.json: symlink to {target} points outside the package"
+
+
+@pytest.mark.parametrize("how", ["reference", "record", "environ", "zero", "directory", "hard link", "fifo"])
+def test_a_name_reaching_out_of_the_submission_is_refused_before_any_file_is_read(tmp_path, how):
+    """Links to the verification reference, an earlier record, the job's own environment or /dev/zero (which
+    a host-side copy would read forever), a linked directory, a hard link, a FIFO: the record names the file,
+    within seconds, before the spec is read."""
+    sub, cause = _linking(tmp_path, how)
+    t = time.monotonic()
+    record = _run(_fake_env(tmp_path), sub)
+    assert record.failing_check == "submission_files" and cause in record.cause, record.cause
+    assert [c.name for c in record.checks] == ["submission_files"] and time.monotonic() - t < 30
+
+
+def test_a_link_inside_the_submission_is_kept(tmp_path):
+    """A symlink to one of its own files is the submitter's own bytes; its bytecode and git are not inputs."""
+    from infbench.serving.verify import submission
+
+    sub = vh.example(tmp_path / "subs", "S0")
+    (sub / "alias.py").symlink_to("server.py")
+    (sub / "__pycache__").mkdir()
+    (sub / "__pycache__" / "server.cpython-311.pyc").write_bytes(b"crafted")
+    (sub / "stray.pyc").write_bytes(b"crafted")
+    record = _run(_fake_env(tmp_path), sub)
+    assert _checks(record)["submission_files"].passed and record.failing_check != "submission_files"
+    assert submission.files(sub) == [str(sub / "server.py"), str(sub / "submission.yaml")]
+    assert submission.hidden_paths(sub) == [str(sub / "__pycache__"), str(sub / "stray.pyc")]
+
+
+def test_a_health_path_naming_another_host_is_refused(tmp_path):
+    """``@host:port/x`` once turned the health URL into a request to that address (which answered 200, and
+    ``launch`` passed with no server in the sandbox): now the spec is refused and nothing reaches it."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        s.settimeout(0.5)
+        port = s.getsockname()[1]
+        spec = {"command": SLEEPER, "model": "smollm2-135m", "concurrency": 1, "startup_timeout_s": 3,
+                "health_path": f"@127.0.0.1:{port}/x"}
+        record = _run(_fake_env(tmp_path), vh.submission_dir(tmp_path / "subs", "elsewhere", spec))
+        with pytest.raises(TimeoutError):
+            s.accept()
+    assert record.failing_check == "submission_spec" and "field 'health_path'" in record.cause, record.cause
+    assert "is not a plain absolute path" in record.cause
+
+
+SHOW_ENVIRON = """import os, sys
+for pid in sorted(p for p in os.listdir("/proc") if p.isdigit()):
+    print(pid, open(f"/proc/{pid}/environ", "rb").read(), flush=True)
+try:
+    stray = open("stray.pyc", "rb").read()
+except OSError as exc:
+    stray = exc.strerror
+print("bytecode:", os.listdir("__pycache__"), stray, os.path.exists(".git/config"))
+from infbench.serving.instant import main
+main(sys.argv[1:])
+"""
+
+
+def test_no_process_of_a_server_has_the_jobs_environment(tmp_path, monkeypatch):
+    """Every process in the server's sandbox (the relay, the server) holds the allowlisted environment: not the
+    operator's secret the job holds, nor anything else of the job's environment. Its directory is its own,
+    bound as it is, bytecode and git hidden (the server runs its sources)."""
+    from infbench.sandbox.launch import SandboxSettings
+    from infbench.serving import servers
+    from infbench.serving.verify import submission
+
+    monkeypatch.setenv("INFBENCH_OPERATOR_SECRET", "s3cret-of-this-round")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "k3y")
+    spec = {"command": ["{python}", "show_environ.py", "--port", "{port}"], "model": "smollm2-135m",
+            "concurrency": 1}
+    sub = vh.submission_dir(tmp_path / "subs", "environ", spec)
+    (sub / "show_environ.py").write_text(SHOW_ENVIRON)
+    for name in ("__pycache__", ".git"):
+        (sub / name).mkdir()
+    (sub / "__pycache__" / "show_environ.cpython-311.pyc").write_bytes(b"crafted")
+    (sub / "stray.pyc").write_bytes(b"crafted")
+    (sub / ".git" / "config").write_text("[core]\n")
+    log = tmp_path / "server.log"
+    with submission.running(submission.load(sub), servers.LaunchVars(), str(sub), submission.hidden_paths(sub),
+                            log, SandboxSettings.model_validate(SANDBOX)) as server:
+        assert server.sandbox.kind == "bwrap" and str(sub) in server.sandbox.read_only
+    shown = log.read_text()
+    assert "bytecode: [] Permission denied False" in shown
+    assert shown.count("PATH=") >= 2 and "HOME=/tmp" in shown      # the relay's and the server's
+    assert "s3cret-of-this-round" not in shown and "k3y" not in shown and "INFBENCH_OPERATOR_SECRET" not in shown
 
 
 def _processes_with(marker: str) -> list[int]:
