@@ -8,7 +8,8 @@ CLOCK_MONOTONIC, comparable with the client's on one machine) in the first chunk
 ``GET /debug/requests`` lists what it received (prompt, max_tokens, receive time, the client's port).
 ``mode`` makes it misbehave on purpose: ``die`` (exits after ``after`` requests),
 ``hang`` (never answers after ``after`` requests), ``malformed`` (broken SSE),
-``short`` (one token fewer than asked), ``bad_usage`` (usage disagrees with the stream), and what
+``short`` (one token fewer than asked), ``bad_usage`` (usage disagrees with the stream), ``hold``
+(paced by ``seconds_per_token`` but every event sent at the end: a burst after a hold), and what
 the verifier's own limits must bound (:mod:`infbench.serving.sse`): ``endless_line`` (an SSE line that
 never ends, streamed as fast as the client reads), ``trickle`` (the same, a byte every 0.2 s),
 ``oversize`` (one 16 MiB chunk of text), ``endless_tokens`` (token chunks past ``max_tokens``,
@@ -33,7 +34,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-MODES = ("ok", "die", "hang", "malformed", "short", "bad_usage", "endless_line", "trickle", "oversize",
+MODES = ("ok", "die", "hang", "malformed", "short", "bad_usage", "hold", "endless_line", "trickle", "oversize",
          "endless_tokens", "endless_health")
 FLOOD = b"x" * (1 << 16)
 
@@ -93,7 +94,7 @@ def app(mode: str = "ok", seconds_per_token: float = 0.0, after: int = 0, contex
         async def together():  # streaming instantly: every event in one write
             yield "".join([e async for e in events()])
 
-        body = events() if seconds_per_token else together()
+        body = events() if seconds_per_token and mode != "hold" else together()
         return StreamingResponse(body, media_type="text/event-stream")
 
     async def flood(how: str):

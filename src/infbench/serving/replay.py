@@ -20,7 +20,9 @@
 - Arrival rule: a token arrives with a chunk that carries its id (``choices[].token_ids``).
   TTFT = arrival of the first chunk carrying at least one token id - send; TPOT =
   (arrival of the last id-carrying chunk - first) / (n_out - 1) (0 for one output
-  token); n_out = the number of streamed ids, which usage must equal. Text sent
+  token); n_out = the number of streamed ids, which usage must equal. Every id's arrival is kept
+  (``token_arrivals``, seconds after send; the ids of one chunk share their chunk's), for the
+  per-token deadline rule of :mod:`infbench.serving.value`. Text sent
   without ids (whitespace at stream open, say) is never a token: it is counted in
   ``text_chunks_without_ids`` and verification fails it.
 - A server that streams no token ids at all (chat completions, most engines' chat
@@ -116,6 +118,8 @@ class RequestRecord(BaseModel):
     counts_from_token_ids: bool = Field(description="output counted and timed by streamed token ids (false: by "
                                                     "usage and text chunks, unverified)")
     streamed_token_ids: list[int]
+    token_arrivals: list[float] = Field(description="arrival of each streamed token id, seconds after send (the "
+                                                    "ids of one chunk share their chunk's arrival)")
     text: str
     usage_prompt_tokens: int | None
     usage_completion_tokens: int | None
@@ -163,6 +167,7 @@ class _Stream:
         self.text_chunks = 0
         self.text_without_ids = 0
         self.ids: list[int] = []
+        self.arrivals: list[float] = []  # of each id, on the replay's clock
         self.text: list[str] = []
         self.usage: dict[str, Any] | None = None
         self.done = False
@@ -208,6 +213,7 @@ class _Stream:
             text, ids = text or "", ids or []
             if ids:
                 self.ids.extend(int(i) for i in ids)
+                self.arrivals.extend([now] * len(ids))
                 if len(self.ids) > self.max_tokens:
                     raise ValueError(f"more token ids streamed than max_tokens={self.max_tokens}")
                 self.id_chunks += 1
@@ -439,7 +445,8 @@ class Replay:
             context_overflow=overflow, instance_requests=inst.sent_requests, n_chunks=stream.chunks,
             id_chunks=stream.id_chunks, text_chunks_without_ids=stream.text_without_ids,
             counts_from_token_ids=stream.saw_ids,
-            streamed_token_ids=stream.ids, text="".join(stream.text),
+            streamed_token_ids=stream.ids, token_arrivals=[a - send for a in stream.arrivals],
+            text="".join(stream.text),
             usage_prompt_tokens=usage.get("prompt_tokens"), usage_completion_tokens=usage.get("completion_tokens"),
             output_tokens=n_out, ttft=ttft if not error else math.nan, tpot=tpot if not error else math.nan,
             server_ttft=stream.server_ttft,
@@ -477,7 +484,7 @@ RECORD_SCHEMA = pa.schema([
     ("error", pa.string()), ("context_overflow", pa.bool_()),
     ("instance_requests", pa.int64()), ("n_chunks", pa.int64()), ("id_chunks", pa.int64()),
     ("text_chunks_without_ids", pa.int64()), ("counts_from_token_ids", pa.bool_()),
-    ("streamed_token_ids", pa.list_(pa.int64())),
+    ("streamed_token_ids", pa.list_(pa.int64())), ("token_arrivals", pa.list_(pa.float64())),
     ("text", pa.string()), ("usage_prompt_tokens", pa.int64()), ("usage_completion_tokens", pa.int64()),
     ("output_tokens", pa.int64()), ("ttft", pa.float64()), ("tpot", pa.float64()), ("server_ttft", pa.float64()),
     ("server_receive_time", pa.float64()),
