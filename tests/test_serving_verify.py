@@ -377,6 +377,21 @@ def test_server_reading_the_verifiers_files_is_rejected(env, tmp_path):
         Path(record.server_log).read_text()
 
 
+def test_the_failing_check_is_the_first_failure_in_the_documented_order():
+    """Context probes run while the server is up, the replay checks after teardown: a server failing both is
+    named by complete_prompts, which the documented order puts first."""
+    from infbench.serving.verify.common import CheckResult
+    from infbench.serving.verify.verdict import CHECK_ORDER, in_documented_order
+
+    ran = [CheckResult(name=n, passed=n not in ("context_probes", "complete_prompts"), summary=n)
+           for n in ("submission_files", "submission_spec", "requirements", "launch", "context_probes",
+                     "natural_stopping", "held_out_answers", "server_alive", "complete_prompts",
+                     "exact_output_lengths", "streaming_consistency", "session_progress", "fidelity")]
+    ordered = in_documented_order(ran)
+    assert [c.name for c in ordered] == [n for n in CHECK_ORDER if n in {c.name for c in ran}]
+    assert next(c for c in ordered if not c.passed).name == "complete_prompts"
+
+
 def test_examples_are_valid_submissions():
     from infbench.serving.verify import submission
 
