@@ -237,6 +237,10 @@ def _linking(tmp_path, how: str) -> tuple[Path, str]:
     (outside / "verification").mkdir()
     (outside / "verification" / "earlier.json").write_text('{"operator_secret": {"value": "s3cret"}}')
     name = sub / "data.json"
+    if how == "linked directory":  # the submission itself: a link to a directory the submitter does not own
+        (tmp_path / "subs" / "linked").symlink_to(outside)
+        (outside / "submission.yaml").write_text(f"command: [x]\nmodel: smollm2-135m\nconcurrency: 1\n")
+        return tmp_path / "subs" / "linked", f"linked: the directory itself is a symlink to {outside}"
     if how == "fifo":
         os.mkfifo(name)
         return sub, "data.json: not a regular file, directory or symlink"
@@ -249,11 +253,14 @@ def _linking(tmp_path, how: str) -> tuple[Path, str]:
     return sub, f"data.json: symlink to {target} points outside the package"
 
 
-@pytest.mark.parametrize("how", ["reference", "record", "environ", "zero", "directory", "hard link", "fifo"])
+@pytest.mark.parametrize("how", ["reference", "record", "environ", "zero", "directory", "hard link", "fifo",
+                                 "linked directory"])
 def test_a_name_reaching_out_of_the_submission_is_refused_before_any_file_is_read(tmp_path, how):
     """Links to the verification reference, an earlier record, the job's own environment or /dev/zero (which
     a host-side copy would read forever), a linked directory, a hard link, a FIFO: the record names the file,
     within seconds, before the spec is read."""
+    from infbench.serving.verify import verdict  # noqa: F401  (imported before the clock starts)
+
     sub, cause = _linking(tmp_path, how)
     t = time.monotonic()
     record = _run(_fake_env(tmp_path), sub)
