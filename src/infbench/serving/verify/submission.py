@@ -136,9 +136,11 @@ def hidden_paths(directory: str | Path) -> list[str]:
     return sorted(str(d / name) for d, hidden, pyc, _ in _walk(directory) for name in (*hidden, *pyc))
 
 
-def missing_requirements(sub: ServerSubmission, python: str, cwd: str | Path, sandbox: SandboxSettings) -> list[str]:
-    """The modules of ``requires`` that ``python`` cannot import from ``cwd`` (found, not imported). Finding a
-    submodule runs its package's ``__init__``, the submission's own code: so this runs in its sandbox too."""
+def missing_requirements(sub: ServerSubmission, python: str, cwd: str | Path, hidden: list[str],
+                         sandbox: SandboxSettings) -> list[str]:
+    """The modules of ``requires`` that ``python`` cannot import from ``cwd`` (found, not imported; ``hidden``
+    as the server's sandbox hides them). Finding a submodule runs its package's ``__init__``, the
+    submission's own code: so this runs in its sandbox too."""
     if not sub.requires:
         return []
     code = ("import importlib.util, sys\n"
@@ -146,7 +148,7 @@ def missing_requirements(sub: ServerSubmission, python: str, cwd: str | Path, sa
             "    try:\n        ok = importlib.util.find_spec(m) is not None\n"
             "    except (ImportError, ValueError):\n        ok = False\n"
             "    print(m if not ok else '')\n")
-    policy = python_policy(read_only=[str(cwd)], env=base_env(1), cwd=str(cwd))
+    policy = python_policy(read_only=[str(cwd)], hidden=hidden, env=base_env(1), cwd=str(cwd))
     try:
         with Sandboxed(policy, [python, "-c", code, *sub.requires], allow_unsandboxed=sandbox.allow_unsandboxed,
                        network="none", stdout=subprocess.PIPE, stderr=subprocess.PIPE) as box:

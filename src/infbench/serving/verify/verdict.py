@@ -171,7 +171,7 @@ def verify(directory: str, serving: dict[str, Any], answer_settings: AnswerSetti
     except TokenizerUnavailable as exc:
         text, text_cause = None, str(exc)
 
-    missing = submission.missing_requirements(sub, submission.python(), workdir, sandbox)
+    missing = submission.missing_requirements(sub, submission.python(), workdir, hidden, sandbox)
     checks.append(CheckResult(name="requirements", passed=not missing,
                               summary=("all required modules importable" if not missing else
                                        f"not importable: {', '.join(missing)} (field 'requires'; "
