@@ -96,6 +96,24 @@ def test_adversarial_server_rejected_by_its_check(env, mode, failing, passing):
 
 
 @pytest.mark.slow
+def test_a_server_flooding_the_client_fails_session_progress_in_time(env):
+    """After 5 honest requests, replay requests get an SSE line that never ends, a 16 MiB chunk or token chunks
+    past max_tokens forever, in turn: each is a failed request naming why, cut at once (not at the request
+    timeout), and session_progress fails; probes are answered honestly and pass."""
+    import pandas as pd
+
+    record = _run(env, vh.adversary(env["root"] / "subs", "flood", ["--honest-requests", "5"]))
+    checks = _checks(record)
+    assert record.failing_check == "session_progress", record.cause
+    assert checks["context_probes"].passed and checks["natural_stopping"].passed
+    frame = pd.read_parquet(record.replays[0].records)
+    failed = frame[~frame["ok"]]
+    for why in ("ResponseTooLarge: response larger than", "more token ids streamed than max_tokens"):
+        assert failed["error"].str.contains(why, regex=False).sum() >= 2, (why, set(failed["error"]))
+    assert (failed["end_time"] - failed["send_time"]).max() < 5.0 < env["serving"]["replay"]["request_timeout_s"]
+
+
+@pytest.mark.slow
 def test_honest_then_cheap_server_caught_by_suspects_sampled_over_time(env):
     """Honest for its first 300 requests or 20 s, then random tokens: suspects drawn from every part of the
     window (with the secret) score the late ones; the first 256 records alone would have looked honest."""
