@@ -24,6 +24,9 @@ if "serving" in config:
     include: "workflow/rules/serving.smk"
 
 
+include: "workflow/rules/operator.smk"
+
+
 rule all:
     input:
         "results/tables/reference.md",
@@ -34,4 +37,5 @@ rule all:
         expand("results/answers/{source}/reference.json", source=SOURCES),
         serving_targets(),
         "results/tables/runs/status.md",
+        "results/operator/secret.json",
     default_target: True

@@ -22,6 +22,9 @@ as ``--mode`` says:
   fixed seeds, the fixed chat requests), which it answers honestly;
 - ``usage_lies``: generates half of ``max_tokens``, streams their text in one chunk without token ids
   and reports ``max_tokens`` in usage;
+- ``flood``: honest for its first ``--honest-requests`` requests, then answers replay traffic (not what
+  looks like a probe) in turn with an SSE line that never ends, one 16 MiB chunk, and token chunks past
+  ``max_tokens`` forever: what the verifier's own limits must stop;
 - ``ok``: honest.
 
 Run: ``python adversarial_server.py --model DIR --port P --mode M [--context-limit N] [--other-model DIR]``.
@@ -30,7 +33,9 @@ Run: ``python adversarial_server.py --model DIR --port P --mode M [--context-lim
 from __future__ import annotations
 
 import argparse
+import asyncio
 import hashlib
+import itertools
 import json
 import os
 import random
@@ -49,7 +54,8 @@ from infbench.serving.openai_app import CompletionRequest
 from infbench.serving.starter import TransformersEngine
 
 MODES = ("ok", "truncate", "truncate_quiet", "stop_early", "pad", "random", "other", "crash_prefix", "no_eos",
-         "fake_first", "cheap_later", "probe_aware", "usage_lies")
+         "fake_first", "cheap_later", "probe_aware", "usage_lies", "flood")
+FLOODS = ("endless_line", "oversize", "endless_tokens")
 # What the verifier's probes were drawn from before the operator's secret: public seeds and a public list.
 PUBLIC_CHAT_REQUESTS = ("Say hello.", "What is 2+2?", "Reply with one word: yes or no.", "Name a colour.",
                         "Say goodbye.", "What is the capital of France?", "Give me a number.", "Say OK.",
@@ -88,6 +94,20 @@ def build(engine: TransformersEngine, mode: str, other: TransformersEngine | Non
     vocab = engine.model.config.vocab_size
     served = {"requests": 0, "since": None}
     known_context, known_eos = public_probes(engine, engine.context_limit) if mode == "probe_aware" else (set(), [])
+    floods = itertools.cycle(FLOODS)
+
+    async def flood(how: str):
+        def event(text: str, token: int) -> str:
+            return f"data: {json.dumps({'choices': [{'index': 0, 'text': text, 'token_ids': [token]}]})}\n\n"
+
+        if how == "oversize":
+            yield event("x" * (16 << 20), 7)
+            return
+        if how == "endless_line":
+            yield "data: "
+        for i in itertools.count():
+            yield event("", 1000 + i % 1000) if how == "endless_tokens" else "x" * (1 << 16)
+            await asyncio.sleep(0)
 
     def cheap_now() -> bool:
         if served["since"] is None:
@@ -119,6 +139,8 @@ def build(engine: TransformersEngine, mode: str, other: TransformersEngine | Non
             if key in seen:
                 os._exit(3)
             seen.add(key)
+        if mode == "flood" and req.ignore_eos and len(prompt) <= engine.context_limit - 16 and cheap_now():
+            return StreamingResponse(flood(next(floods)), media_type="text/event-stream")
         reported = len(prompt)
         if mode in ("truncate", "truncate_quiet") and len(prompt) > engine.context_limit // 4:
             prompt = prompt[-(engine.context_limit // 4):]

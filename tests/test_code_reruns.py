@@ -19,7 +19,7 @@ from infbench import code_digest
 from infbench.bench import noop_rerun
 
 COPIED = ["Snakefile", "workflow", "config", "envs", "examples", "src"]
-VERIFICATION = {"measure_candidate": 7, "verify": 14, "compression_table": 1}
+VERIFICATION = {"measure_candidate": 7, "verify": 14, "compression_table": 1, "operator_secret": 1}
 RUNS = {"reference_search": 1, "ingest_run": 1, "runs_analysis": 1}
 
 
@@ -92,7 +92,7 @@ def test_editing_an_integrity_check_plans_verification_and_what_follows(up_to_da
 def test_editing_the_replay_client_plans_the_serving_jobs_that_replay(up_to_date):
     planned = _edited(up_to_date, "serving/replay.py", _statement_in("run", "assert settings is not None"))
     assert planned == {"serving_calibrate": 1, "serving_replay": 2, "serving_table": 1, "serving_verify": 2,
-                       "serving_verified_table": 1, "all": 1}
+                       "serving_verified_table": 1, "operator_secret": 1, "all": 1}
 
 
 @pytest.mark.parametrize("module", ["compression/scoring.py", "serving/__init__.py"])
@@ -107,7 +107,7 @@ def test_code_added_to_a_docstring_only_package_init_plans_every_job_importing_t
     serving = {"serving_synthetic": 1, "serving_workload": 1, "serving_coverage": 1, "serving_calibrate": 1,
                "serving_replay": 2, "serving_table": 1, "serving_verification_reference": 1, "serving_verify": 2,
                "serving_verified_table": 1}
-    assert planned == {**serving, "all": 1}
+    assert planned == {**serving, "operator_secret": 1, "all": 1}
 
 
 def test_every_rule_with_a_script_passes_the_code_of_that_script():

@@ -29,7 +29,7 @@ def test_honest_submission_verifies_with_f_equal_one(honest):
     assert {"logits_shape", "causality", "batch_invariance", "determinism", "statefulness",
             "likelihood_above_source", "greedy_matches_argmax"} <= {c.name for c in record.checks}
     assert "in_process_audit" in record.diagnostics and record.sandbox.kind == "bwrap"
-    assert record.secret_label == "public demo" and record.secret_value is None
+    assert record.secret_label == "public demo"
     judged = verdict(record, Task(name="t", source="tiny", limit_gib=1.0))
     assert judged.failed_check is None and judged.score == record.f
     tight = verdict(record, Task(name="t", source="tiny", limit_gib=record.s_pkg_bytes / GIB * 0.9))
@@ -231,4 +231,4 @@ def test_reward_reads_only_the_search_set(tiny_source, smollm2_source, tmp_path)
                                  sandbox=SETTINGS.sandbox.model_dump(), threads=1,
                                  log_path=tmp_path / "reward_log.jsonl")
     assert judged.failure is None and judged.reward == pytest.approx(10.0, abs=1e-3)
-    assert judged.secret_label is None and judged.secret_value is None
+    assert judged.secret_label is None

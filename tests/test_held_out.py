@@ -84,6 +84,17 @@ def test_a_job_refuses_a_secret_other_than_the_planned_one(monkeypatch):
         operator_secret.for_job(settings, planned)
 
 
+def test_the_secret_is_released_to_its_owner_only(tmp_path):
+    """The operator's file, written after the round: the value, which records no longer hold; mode 0600."""
+    secret = _secret("r5")
+    out = tmp_path / "operator" / "secret.json"
+    operator_secret.write_release(secret, ["b.json", "a.json"], out)
+    body = json.loads(out.read_text())
+    assert body == {"kind": "operator", "fingerprint": "fp-r5", "label": "operator secret fp-r5",
+                    "value": "operator-secret-of-round-r5", "records": ["a.json", "b.json"]}
+    assert out.stat().st_mode & 0o777 == 0o600 and not list(out.parent.glob(".*tmp*"))
+
+
 def test_compression_table_names_the_verification_set_and_marks_unsandboxed_rows(tmp_path):
     from infbench.compression.evaluation import EvaluationRecord
     from infbench.sandbox.launch import SandboxRecord
@@ -94,7 +105,7 @@ def test_compression_table_names_the_verification_set_and_marks_unsandboxed_rows
                 "b": SandboxRecord(kind="none", reason="bubblewrap (bwrap) is not installed")}
     for name, label in [("a", DEMO.label), ("b", _secret("r3").label)]:
         record = EvaluationRecord(kind="verification", submission=name, task="t", source="s", limit_gib=0.1,
-                                  failed_check="causality", secret_label=label, secret_value="not shown",
+                                  failed_check="causality", secret_label=label,
                                   sandbox=isolated[name])
         paths.append(tmp_path / f"{name}.json")
         paths[-1].write_text(record.model_dump_json())
@@ -103,7 +114,6 @@ def test_compression_table_names_the_verification_set_and_marks_unsandboxed_rows
                       md_path=str(tmp_path / "t.md"), provenance_path=str(tmp_path / "t.json"), config={})
     md = (tmp_path / "t.md").read_text()
     assert "verification set: public demo" in md and "verification set: operator secret fp-r3" in md
-    assert "not shown" not in md + (tmp_path / "t.csv").read_text()
     assert "failed: causality" in md
     rows = {r.method: r for r in compression.rows_of(compression.read([str(p) for p in paths]))}
     assert (rows["a"].verdict, rows["a"].isolation) == ("failed: causality", "bubblewrap 0.8.0")

@@ -87,3 +87,10 @@ def test_a_run_version_with_a_link_out_is_not_ingested(tmp_path):
     with pytest.raises(RunError, match="weights.bin: symlink"):
         versions.events(tmp_path / "versions")
     assert versions.events(tmp_path / "versions", hashes=False)[0].version == "v1"
+
+
+def test_a_package_that_is_a_link_is_rejected(package, tmp_path):
+    """Its target's files are someone else's (a results directory, say), whatever they hold."""
+    (tmp_path / "linked").symlink_to(package)
+    with pytest.raises(SubmissionError, match="linked: the directory itself is a symlink to"):
+        package_bytes(tmp_path / "linked")

@@ -96,7 +96,12 @@ def test_compression_table(finished):
     assert {"storage_package", "storage_resident", "logits_shape", "causality", "greedy_matches_argmax",
             "batch_invariance", "determinism", "statefulness", "likelihood_above_source", "accuracy_gate"} <= names
     assert gguf["gate_questions"] == 6 and gguf["accuracy_ci95_low"] <= gguf["accuracy"] <= gguf["accuracy_ci95_high"]
-    assert record["secret_label"] == "public demo" and record["secret_value"] == "infbench-public-demo-secret"
+    # the record names the secret; its value is only in the operator's file, written after the round
+    assert record["secret_label"] == "public demo" and "secret_value" not in record
+    assert "infbench-public-demo-secret" not in json.dumps(record)
+    release = workdir / "results/operator/secret.json"
+    assert json.loads(release.read_text())["value"] == "infbench-public-demo-secret"
+    assert oct(release.stat().st_mode & 0o777) == "0o600"
     assert set(table["verification_set"]) == {"public demo"}
     assert "verification set: public demo" in (workdir / "results/tables/compression.md").read_text()
     figure = pd.read_csv(workdir / "results/plots/accuracy_vs_bits.csv")  # its points: one per task x candidate
@@ -115,7 +120,8 @@ def test_new_submission_reruns_only_its_jobs(finished):
     shutil.copytree(workdir / "results/candidates/smollm2-135m/gguf-Q4_0", workdir / "submissions/my-q4")
     try:
         proc = run_snakemake(workdir, "-n", "--configfile", str(config))
-        assert planned_jobs(proc) == {"measure_candidate": 1, "verify": 2, "compression_table": 1, "all": 1}
+        assert planned_jobs(proc) == {"measure_candidate": 1, "verify": 2, "compression_table": 1,
+                                      "operator_secret": 1, "all": 1}
     finally:
         shutil.rmtree(workdir / "submissions")
 
@@ -131,8 +137,8 @@ def test_seed_change_reruns_sampling_and_downstream_only(finished):
     proc = run_snakemake(workdir, "-n", "--configfile", str(_config(workdir, seed=1)))
     assert planned_jobs(proc) == {"sample_continuations": 2, "score_reference": 2, "tables": 1,
                                   "plot_reference": 1, "measure_candidate": 4, "verify": 8,
-                                  "compression_table": 1, "reference_search": 1, "ingest_run": 1,
-                                  "runs_analysis": 1, "all": 1}
+                                  "compression_table": 1, "operator_secret": 1, "reference_search": 1,
+                                  "ingest_run": 1, "runs_analysis": 1, "all": 1}
 
 
 def test_reference_search_is_ingested_verified_and_analysed(finished):

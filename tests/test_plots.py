@@ -168,7 +168,8 @@ def serving_row(system, c, D, G, f, completed, d_ci95=None, g_ci95=None):
     g_low, g_high = g_ci95 or (G, G)
     return ServingRow(deployment="smollm2-135m-cpu", system=system, concurrency=c, seeds="1000", D=D,
                       D_at_c=f"{D} @{c}", d_ci95_low=d_low, d_ci95_high=d_high, G=G, g_ci95_low=g_low,
-                      g_ci95_high=g_high, f=f, p90_ttft_s=1.0, p90_tpot_ms=20.0, completed_timed_requests=completed,
+                      g_ci95_high=g_high, f=f, p90_ttft_s=1.0, p90_tpot_ms=20.0, D_deadline=D, f_deadline=f,
+                      completed_timed_requests=completed,
                       sessions=2, failed=0, counts="token ids")
 
 

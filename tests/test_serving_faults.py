@@ -29,6 +29,11 @@ def _port_closed(base: str) -> bool:
     ("malformed", "JSONDecodeError"),
     ("short", "3 output tokens, 4 prescribed"),
     ("bad_usage", "usage.completion_tokens=5 but 4 token ids streamed"),
+    # the client's own limits: neither its memory nor its time is the server's to take
+    ("endless_line", "ResponseTooLarge: response larger than"),
+    ("trickle", "timed out after"),
+    ("oversize", "ResponseTooLarge: response larger than"),
+    ("endless_tokens", "more token ids streamed than max_tokens=4"),
 ])
 def test_misbehaving_server(tmp_path, mode, error):
     window, timeout = 2.0, 1.5
@@ -69,7 +74,7 @@ def test_spec_placeholders_are_checked():
 def test_sse_events_split_across_reads_and_data_after_done():
     """Events are parsed from whole network reads; an event cut between two reads is joined, and
     anything but blank lines after ``data: [DONE]`` makes the response malformed."""
-    stream = replay._Stream()
+    stream = replay._Stream(max_tokens=2, byte_limit=1 << 16)
     body = b'data: {"choices": [{"text": "a", "token_ids": [7]}]}\n\ndata: {"choices": [{"text": "b", "tok'
     rest = b'en_ids": [8]}]}\n\ndata: [DONE]\n\n'
     stream.receive(body, 1.0)
@@ -82,7 +87,7 @@ def test_sse_events_split_across_reads_and_data_after_done():
 def test_a_token_arrives_with_its_id():
     """TTFT is the first chunk carrying a token id: text sent before it (a fake early first token, whitespace
     at stream open) is counted apart and never times the request; usage must equal the streamed ids."""
-    stream = replay._Stream()
+    stream = replay._Stream(max_tokens=2, byte_limit=1 << 16)
     stream.receive(b'data: {"choices": [{"text": " ", "token_ids": []}]}\n\n', 0.01)
     stream.receive(b'data: {"choices": [{"text": "a", "token_ids": [7]}]}\n\n', 0.8)
     stream.receive(b'data: {"choices": [{"text": "", "token_ids": [8]}]}\n\n', 0.9)
@@ -91,7 +96,7 @@ def test_a_token_arrives_with_its_id():
     assert (stream.first, stream.last) == (0.8, 0.9) and stream.text_without_ids == 1 and stream.id_chunks == 2
     assert replay._check(stream, 3, 2) == (2, "")
 
-    lying = replay._Stream()   # no ids: one text chunk claims 5 tokens; counted by usage, unverified
+    lying = replay._Stream(max_tokens=5, byte_limit=1 << 16)   # no ids: one text chunk claims 5 tokens; counted by usage, unverified
     lying.receive(b'data: {"choices": [{"text": "abcde"}]}\n\n', 0.5)
     lying.receive(b'data: {"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 5}}\n\n'
                   b'data: [DONE]\n\n', 0.5)
@@ -114,3 +119,33 @@ def test_context_overflows_are_marked_and_invalidate_the_run(tmp_path):
                      output_usd_per_mtok=1.0, context_limit=18)
     s = score(frame, dep, 1.5, 0.01, Targets(tau_first_s=10.0, tau_token_s=10.0))
     assert not s.valid and s.D == 0.0 and s.context_overflows == len(over) and "overflowed" in s.invalid_reason
+
+
+@pytest.mark.parametrize("mode, error", [
+    ("endless_line", "ResponseTooLarge: response larger than 69760 bytes"),   # 64 KiB + 16 x 8 + 4 KiB
+    ("trickle", "StreamTimeout: stream still open after 1.5 s"),
+    ("oversize", "ResponseTooLarge"),
+    ("endless_tokens", "ResponseTooLarge"),
+])
+def test_a_probe_stays_within_its_limits(tmp_path, mode, error):
+    """The verifier's probes read a stream as the replay does: bounded in bytes, and in time whatever the
+    server trickles (a read timeout alone would wait forever on a byte every 0.2 s)."""
+    import resource
+
+    from infbench.serving.verify import probes
+
+    with instant_server(tmp_path / "server.log", "--mode", mode) as base:
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        t = time.monotonic()
+        c = probes.complete(base, "instant", list(range(8)), 1, ignore_eos=True, timeout_s=1.5)
+        elapsed = time.monotonic() - t
+    assert not c.ok and error in c.error, c.error
+    assert elapsed < 1.5 + 0.5 and resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 64 << 10  # KiB
+
+
+def test_health_is_its_status_and_never_its_body(tmp_path):
+    """A health endpoint whose 200 response never ends is healthy at once: its body is not read."""
+    t = time.monotonic()
+    with instant_server(tmp_path / "server.log", "--mode", "endless_health"):
+        pass
+    assert time.monotonic() - t < 30

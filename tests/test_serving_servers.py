@@ -1,4 +1,5 @@
-"""The S0 starter server with the real embedded model, launched as a process on loopback."""
+"""The package's engines with the real embedded model: S0 launched as a process on loopback, llama.cpp's
+detokenizer against the source tokenizer."""
 
 import json
 
@@ -39,3 +40,25 @@ def test_s0_streams_greedy_token_ids_with_usage(tmp_path, smollm2_source):
             seq.append(int(model(torch.tensor([seq])).logits[0, -1].argmax()))
     assert ids == seq[len(prompt):]
     assert "Uvicorn running" in (tmp_path / "s0.log").read_text() or (tmp_path / "s0.log").stat().st_size > 0
+
+
+def test_llamacpp_writes_every_token_as_the_source_tokenizer_does(smollm2_source):
+    """Every id of the vocabulary: the llama.cpp server's text is the transformers tokenizer's (special tokens
+    as no text, which the streaming check allows). llama-cpp-python's own detokenize loses the 47 ids whose
+    piece is longer than 32 bytes."""
+    from llama_cpp import Llama
+    from transformers import AutoTokenizer
+
+    from infbench.serving.llamacpp_server import Pieces
+
+    out, record = smollm2_source
+    llm = Llama(model_path=record.origin_gguf, vocab_only=True, verbose=False)
+    tok = AutoTokenizer.from_pretrained(out / "hf")
+    special = {i for i, t in tok.added_tokens_decoder.items() if t.special}
+    pieces = Pieces(llm)
+    assert llm.n_vocab() == len(tok)
+    wrong = [i for i in range(len(tok)) if pieces.decode([i]) != ("" if i in special else tok.decode([i]))]
+    assert not wrong, [(i, pieces.decode([i]), tok.decode([i])) for i in wrong[:5]]
+    long = [i for i in range(len(tok)) if len(pieces.piece(i)) > 32]
+    assert len(long) == 47 and all(llm.detokenize([i]) == b"" for i in long)
+    assert pieces.decode(long[:2]) == tok.decode(long[:2])

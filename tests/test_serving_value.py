@@ -6,16 +6,20 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from infbench.serving.value import Deployment, Targets, request_value, score
+from infbench.serving.value import Deployment, Targets, deadline_mask, qualified_mask, request_value, score
 
 DEP = Deployment(name="d", devices=2, accelerator="gpu", usd_per_device_hour=0.82, input_usd_per_mtok=0.1044,
                  output_usd_per_mtok=0.1855, context_limit=1 << 20)
 
 
 def _frame(rows):
+    """Records; each token arrives on the schedule its TTFT and TPOT say unless ``token_arrivals`` is given."""
     cols = dict(in_window=True, ok=True, ttft=1.0, tpot=0.01, input_tokens=1000, output_tokens=100,
                 context_overflow=False)
-    return pd.DataFrame([cols | r for r in rows])
+    rows = [cols | r for r in rows]
+    for r in rows:
+        r.setdefault("token_arrivals", [r["ttft"] + i * r["tpot"] for i in range(r["output_tokens"])])
+    return pd.DataFrame(rows)
 
 
 def test_value_per_request():
@@ -121,3 +125,61 @@ def test_a_row_under_the_request_minimum_says_so():
     assert counts_note([frame]) == "unverified counts (1 of 3 completed requests without token ids)"
     frame["counts_from_token_ids"] = True
     assert counts_note([frame]) == "token ids"
+
+
+T = Targets(tau_first_s=0.5, tau_token_s=0.05)
+
+
+def test_the_deadline_rule_reads_the_targets_as_a_schedule():
+    """Token i by tau_first + i * tau_token after send; the paper's rule looks at TTFT and mean TPOT only."""
+    on_time = [0.5, 0.549, 0.599, 0.649]
+    frame = _frame([dict(ttft=0.5, tpot=0.05, output_tokens=4, token_arrivals=on_time),
+                    dict(ttft=0.5, tpot=0.05, output_tokens=4, token_arrivals=[0.5, 0.56, 0.6, 0.65]),  # one late
+                    dict(ttft=0.1, tpot=0.1, output_tokens=4, token_arrivals=[0.1, 0.2, 0.3, 0.4]),     # slow, early
+                    dict(ttft=0.1, tpot=0.1, output_tokens=4, token_arrivals=[])])                    # no ids
+    assert deadline_mask(frame, T).tolist() == [True, False, True, False]
+    assert qualified_mask(frame, T).tolist() == [True, True, False, False]
+
+
+def test_holding_tokens_back_never_meets_a_deadline_it_missed():
+    """Delaying any tokens (a late first token, then a burst) can make the paper's rule qualify a request it
+    failed, never the deadline rule: 2,000 random streams, each held back at random."""
+    rng = np.random.default_rng(0)
+    honest, held = [], []
+    for _ in range(2000):
+        n = int(rng.integers(2, 12))
+        a = np.cumsum(rng.exponential(0.06, n)) + rng.uniform(0, 0.4)
+        honest.append(a)
+        held.append(np.maximum(a, a[0] + rng.uniform(0, 0.6)))  # nothing leaves before the hold ends
+    before, after = (_frame([dict(ttft=a[0], tpot=(a[-1] - a[0]) / (len(a) - 1), output_tokens=len(a),
+                                  token_arrivals=a.tolist()) for a in streams]) for streams in (honest, held))
+    gained = {rule: int((mask(after, T) & ~mask(before, T)).sum())
+              for rule, mask in (("paper", qualified_mask), ("deadline", deadline_mask))}
+    assert gained["deadline"] == 0 and gained["paper"] > 100, gained  # paper: 248 of 2,000
+
+
+@pytest.mark.slow
+def test_a_burst_after_a_hold_raises_the_papers_share_not_the_deadline_rules(tmp_path):
+    """Two real servers decoding at 0.1 s per token: one streams each token, one holds them all and sends them
+    together. With targets of 0.5 s and 0.05 s the paper's rule qualifies only the held requests (TPOT 0); the
+    deadline rule qualifies the streamed ones as well, so holding gains nothing under it."""
+    from serving_helpers import instant_server, settings
+
+    from infbench.serving import replay, workload
+    from infbench.serving.traces import weka
+
+    session = weka.session({"id": "h", "block_size": 4, "requests": [
+        {"t": 0, "in": 8, "out": 4, "hash_ids": [0, 1], "think_time": 0},
+        {"t": 1, "in": 12, "out": 4, "hash_ids": [0, 1, 2], "think_time": 0.05}]})
+    scores = {}
+    for mode in ("ok", "hold"):
+        with instant_server(tmp_path / f"{mode}.log", "--mode", mode, "--seconds-per-token", "0.1") as base:
+            recs = replay.run(workload.draw([session], 0), settings(base, window_s=2.0))
+        frame = replay.write_records(recs, str(tmp_path / f"{mode}.parquet"))
+        scores[mode] = score(frame, DEP, 2.0, 0.01, T)
+    ok, hold = scores["ok"], scores["hold"]
+    assert ok.completed > 2 and hold.completed > 2
+    assert ok.p90_tpot_s > 0.09 and hold.p90_tpot_s < 0.01            # the burst: TPOT ~0
+    assert ok.qualified == 0 and hold.qualified == hold.completed       # the paper's rule rewards the hold
+    assert ok.deadline_qualified == ok.completed and hold.deadline_qualified == hold.completed
+    assert ok.f_deadline == pytest.approx(1.0) and hold.f_deadline == pytest.approx(1.0)

@@ -9,6 +9,7 @@ which serves the real SmolLM2-135M and its F16 GGUF twin.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import socket
 import time
@@ -95,6 +96,24 @@ def test_adversarial_server_rejected_by_its_check(env, mode, failing, passing):
 
 
 @pytest.mark.slow
+def test_a_server_flooding_the_client_fails_session_progress_in_time(env):
+    """After 5 honest requests, replay requests get an SSE line that never ends, a 16 MiB chunk or token chunks
+    past max_tokens forever, in turn: each is a failed request naming why, cut at once (not at the request
+    timeout), and session_progress fails; probes are answered honestly and pass."""
+    import pandas as pd
+
+    record = _run(env, vh.adversary(env["root"] / "subs", "flood", ["--honest-requests", "5"]))
+    checks = _checks(record)
+    assert record.failing_check == "session_progress", record.cause
+    assert checks["context_probes"].passed and checks["natural_stopping"].passed
+    frame = pd.read_parquet(record.replays[0].records)
+    failed = frame[~frame["ok"]]
+    for why in ("ResponseTooLarge: response larger than", "more token ids streamed than max_tokens"):
+        assert failed["error"].str.contains(why, regex=False).sum() >= 2, (why, set(failed["error"]))
+    assert (failed["end_time"] - failed["send_time"]).max() < 5.0 < env["serving"]["replay"]["request_timeout_s"]
+
+
+@pytest.mark.slow
 def test_honest_then_cheap_server_caught_by_suspects_sampled_over_time(env):
     """Honest for its first 300 requests or 20 s, then random tokens: suspects drawn from every part of the
     window (with the secret) score the late ones; the first 256 records alone would have looked honest."""
@@ -147,13 +166,15 @@ def test_s0_on_a_tiny_model_passes_every_check(env):
     record = _run(env, vh.example(env["root"] / "subs", "S0", startup_timeout_s=120))
     assert record.verified, [(c.name, c.summary) for c in record.checks if not c.passed]
     names = [c.name for c in record.checks]
-    assert names == ["submission_spec", "requirements", "launch", "complete_prompts", "exact_output_lengths",
+    assert names == ["submission_files", "submission_spec", "requirements", "launch", "complete_prompts",
+                     "exact_output_lengths",
                      "streaming_consistency", "session_progress", "context_probes", "natural_stopping",
                      "held_out_answers", "server_alive", "fidelity"]
     assert _checks(record)["session_progress"].evidence["completed"] > 0
     assert record.replays[0].score.completed > 0 and record.provenance.params["submission"] == "S0"
-    # the secret travels as a fingerprint; its value is in the record, written once the server is gone
-    assert record.drawn_with == "public demo" and record.operator_secret["value"] == vh.secret().value
+    # the secret travels as a fingerprint, in the record too: its value is the operator's, after the round
+    assert record.drawn_with == "public demo" and record.operator_secret == vh.secret().public()
+    assert vh.secret().value not in (env["root"] / "out" / "S0.json").read_text()
     assert record.provenance.params["operator_secret"] == vh.secret().public()
 
 
@@ -225,6 +246,123 @@ def test_bad_submission_gives_a_record_naming_the_cause(tmp_path, spec, check, c
     assert saved["failing_check"] == check
 
 
+def _linking(tmp_path, how: str) -> tuple[Path, str]:
+    """The S0 example with one name that reaches out of it (``how``), and what the record must say of it."""
+    sub = vh.example(tmp_path / "subs", "S0")
+    outside = tmp_path / "results" / "serving"
+    outside.mkdir(parents=True)
+    (outside / "reference.json").write_text('{"eos_probes": ["the expected continuations"]}')
+    (outside / "verification").mkdir()
+    (outside / "verification" / "earlier.json").write_text('{"operator_secret": {"value": "s3cret"}}')
+    name = sub / "data.json"
+    if how == "linked directory":  # the submission itself: a link to a directory the submitter does not own
+        (tmp_path / "subs" / "linked").symlink_to(outside)
+        (outside / "submission.yaml").write_text(f"command: [x]\nmodel: smollm2-135m\nconcurrency: 1\n")
+        return tmp_path / "subs" / "linked", f"linked: the directory itself is a symlink to {outside}"
+    if how == "fifo":
+        os.mkfifo(name)
+        return sub, "data.json: not a regular file, directory or symlink"
+    if how == "hard link":
+        os.link(outside / "reference.json", name)
+        return sub, "data.json: hard link with 2 names, 1 of them in the package"
+    target = {"reference": outside / "reference.json", "record": outside / "verification" / "earlier.json",
+              "environ": "/proc/self/environ", "zero": "/dev/zero", "directory": outside}[how]
+    name.symlink_to(target)
+    return sub, f"data.json: symlink to {target} points outside the package"
+
+
+@pytest.mark.parametrize("how", ["reference", "record", "environ", "zero", "directory", "hard link", "fifo",
+                                 "linked directory"])
+def test_a_name_reaching_out_of_the_submission_is_refused_before_any_file_is_read(tmp_path, how):
+    """Links to the verification reference, an earlier record, the job's own environment or /dev/zero (which
+    a host-side copy would read forever), a linked directory, a hard link, a FIFO: the record names the file,
+    within seconds, before the spec is read."""
+    from infbench.serving.verify import verdict  # noqa: F401  (imported before the clock starts)
+
+    sub, cause = _linking(tmp_path, how)
+    t = time.monotonic()
+    record = _run(_fake_env(tmp_path), sub)
+    assert record.failing_check == "submission_files" and cause in record.cause, record.cause
+    assert [c.name for c in record.checks] == ["submission_files"] and time.monotonic() - t < 30
+
+
+def test_a_link_inside_the_submission_is_kept(tmp_path):
+    """A symlink to one of its own files is the submitter's own bytes; its bytecode and git are not inputs."""
+    from infbench.serving.verify import submission
+
+    sub = vh.example(tmp_path / "subs", "S0")
+    (sub / "alias.py").symlink_to("server.py")
+    (sub / "__pycache__").mkdir()
+    (sub / "__pycache__" / "server.cpython-311.pyc").write_bytes(b"crafted")
+    (sub / "stray.pyc").write_bytes(b"crafted")
+    record = _run(_fake_env(tmp_path), sub)
+    assert _checks(record)["submission_files"].passed and record.failing_check != "submission_files"
+    assert submission.files(sub) == [str(sub / "server.py"), str(sub / "submission.yaml")]
+    with submission.workspace(sub) as copy:  # what the server runs from: links as links, no bytecode
+        assert sorted(p.name for p in copy.iterdir()) == ["alias.py", "server.py", "submission.yaml"]
+        assert (copy / "alias.py").is_symlink() and (copy / "alias.py").read_text() == (sub / "server.py").read_text()
+
+
+def test_a_health_path_naming_another_host_is_refused(tmp_path):
+    """``@host:port/x`` once turned the health URL into a request to that address (which answered 200, and
+    ``launch`` passed with no server in the sandbox): now the spec is refused and nothing reaches it."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        s.settimeout(0.5)
+        port = s.getsockname()[1]
+        spec = {"command": SLEEPER, "model": "smollm2-135m", "concurrency": 1, "startup_timeout_s": 3,
+                "health_path": f"@127.0.0.1:{port}/x"}
+        record = _run(_fake_env(tmp_path), vh.submission_dir(tmp_path / "subs", "elsewhere", spec))
+        with pytest.raises(TimeoutError):
+            s.accept()
+    assert record.failing_check == "submission_spec" and "field 'health_path'" in record.cause, record.cause
+    assert "is not a plain absolute path" in record.cause
+
+
+SHOW_ENVIRON = """import os, sys
+for pid in sorted(p for p in os.listdir("/proc") if p.isdigit()):
+    print(pid, open(f"/proc/{pid}/environ", "rb").read(), flush=True)
+try:
+    stray = open("stray.pyc", "rb").read()
+except OSError as exc:
+    stray = exc.strerror
+print("bytecode:", os.path.exists("__pycache__"), stray, os.path.exists(".git/config"), os.getcwd())
+from infbench.serving.instant import main
+main(sys.argv[1:])
+"""
+
+
+def test_no_process_of_a_server_has_the_jobs_environment(tmp_path, monkeypatch):
+    """Every process in the server's sandbox (the relay, the server) holds the allowlisted environment: not the
+    operator's secret the job holds, nor anything else of the job's environment. It runs from a fresh copy
+    of its directory at /submission, bytecode and git left out (the server runs its sources)."""
+    from infbench.sandbox.launch import SandboxSettings
+    from infbench.serving import servers
+    from infbench.serving.verify import submission
+
+    monkeypatch.setenv("INFBENCH_OPERATOR_SECRET", "s3cret-of-this-round")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "k3y")
+    spec = {"command": ["{python}", "show_environ.py", "--port", "{port}"], "model": "smollm2-135m",
+            "concurrency": 1}
+    sub = vh.submission_dir(tmp_path / "subs", "environ", spec)
+    (sub / "show_environ.py").write_text(SHOW_ENVIRON)
+    for name in ("__pycache__", ".git"):
+        (sub / name).mkdir()
+    (sub / "__pycache__" / "show_environ.cpython-311.pyc").write_bytes(b"crafted")
+    (sub / "stray.pyc").write_bytes(b"crafted")
+    (sub / ".git" / "config").write_text("[core]\n")
+    log = tmp_path / "server.log"
+    with submission.workspace(sub) as copy, submission.running(
+            submission.load(sub), servers.LaunchVars(), str(copy), log,
+            SandboxSettings.model_validate(SANDBOX)) as server:
+        assert server.sandbox.kind == "bwrap" and server.sandbox.mounts["/submission"] == str(copy)
+    shown = log.read_text()
+    assert "bytecode: False No such file or directory False /submission" in shown
+    assert shown.count("PATH=") >= 2 and "HOME=/tmp" in shown      # the relay's and the server's
+    assert "s3cret-of-this-round" not in shown and "k3y" not in shown and "INFBENCH_OPERATOR_SECRET" not in shown
+
+
 def _processes_with(marker: str) -> list[int]:
     found = []
     for entry in Path("/proc").iterdir():
@@ -265,6 +403,21 @@ def test_server_reading_the_verifiers_files_is_rejected(env, tmp_path):
     assert record.failing_check == "launch" and "before it was healthy" in record.cause, record.cause
     assert f"FileNotFoundError: [Errno 2] No such file or directory: '{env['ref']}'" in \
         Path(record.server_log).read_text()
+
+
+def test_the_failing_check_is_the_first_failure_in_the_documented_order():
+    """Context probes run while the server is up, the replay checks after teardown: a server failing both is
+    named by complete_prompts, which the documented order puts first."""
+    from infbench.serving.verify.common import CheckResult
+    from infbench.serving.verify.verdict import CHECK_ORDER, in_documented_order
+
+    ran = [CheckResult(name=n, passed=n not in ("context_probes", "complete_prompts"), summary=n)
+           for n in ("submission_files", "submission_spec", "requirements", "launch", "context_probes",
+                     "natural_stopping", "held_out_answers", "server_alive", "complete_prompts",
+                     "exact_output_lengths", "streaming_consistency", "session_progress", "fidelity")]
+    ordered = in_documented_order(ran)
+    assert [c.name for c in ordered] == [n for n in CHECK_ORDER if n in {c.name for c in ran}]
+    assert next(c for c in ordered if not c.passed).name == "complete_prompts"
 
 
 def test_examples_are_valid_submissions():

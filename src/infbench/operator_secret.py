@@ -15,22 +15,27 @@ Where the secret comes from (config ``operator_secret``), first found wins:
    every record and table then says ``verification set: public demo``.
    ``operator_secret.require: true`` refuses to run without a real one.
 
-Only a fingerprint (which reveals nothing) travels in rule parameters, so a
-changed secret reruns what depends on it. The secret itself is written into
-final verification records *afterwards*, so the operator can reproduce a result;
-rotate it for each evaluation round.
+Only a fingerprint (which reveals nothing) travels in rule parameters and
+records, so a changed secret reruns what depends on it. The secret itself is
+written only into the operator's file ``results/operator/secret.json`` (owner
+read-only), by rule ``operator_secret`` once every final verification record of
+the round exists (both tracks), so the operator can reproduce a result; no job
+that a submission runs in, or that reads records, sees it. Rotate it for each
+evaluation round.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import json
 import os
 from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from infbench import atomic
 from infbench.errors import ConfigError
 
 DEMO_SECRET = "infbench-public-demo-secret"
@@ -106,3 +111,12 @@ def for_job(settings: SecretSettings | dict, planned_fingerprint: str | None) ->
         raise ConfigError("operator_secret", f"the secret changed since the workflow was planned (fingerprint "
                                              f"{secret.fingerprint}, planned {planned_fingerprint}); run it again")
     return secret
+
+
+def write_release(secret: OperatorSecret, records: list[str], path: str | os.PathLike) -> None:
+    """The operator's copy of the secret (kind, fingerprint, value) and the final verification records drawn
+    with it, readable by its owner only (mode 0600), written atomically after the round's last record."""
+    body = {**secret.public(), "label": secret.label, "value": secret.value, "records": sorted(records)}
+    with atomic.atomic_path(path) as tmp:
+        os.chmod(tmp, 0o600)
+        tmp.write_text(json.dumps(body, indent=2, sort_keys=True) + "\n")

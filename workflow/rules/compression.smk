@@ -173,13 +173,17 @@ rule verify:
         "../scripts/verify.py"
 
 
+# Every final verification record: one per task and candidate.
+COMPRESSION_RECORDS = [
+    f"results/compression/verification/{name}/{candidate}.json"
+    for name, task in TASKS.items()
+    for candidate in candidates(task.source)
+]
+
+
 rule compression_table:
     input:
-        records=[
-            f"results/compression/verification/{name}/{candidate}.json"
-            for name, task in TASKS.items()
-            for candidate in candidates(task.source)
-        ],
+        records=COMPRESSION_RECORDS,
         sources=expand("results/sources/{source}/source.json", source=SOURCES),
     params:
         code=code("compression_table"),

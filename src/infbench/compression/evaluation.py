@@ -114,7 +114,6 @@ class EvaluationRecord(BaseModel):
     phase_s: dict[str, float] = {}
     finished_at: datetime | None = None  # UTC; set by the search-time reward (run records order calls by it)
     secret_label: str | None = None  # verification: the operator secret its set and probes were drawn from
-    secret_value: str | None = None  # the secret itself, in the final (per-task) verification record only
     provenance: Provenance | None = None
 
 

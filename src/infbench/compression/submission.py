@@ -92,9 +92,13 @@ def package_entries(package: str | Path) -> list[PackageEntry]:
 
     A symlink is followed only to check where it points: one that leaves the
     package is rejected, as is a hard link whose inode also has a name outside
-    the package (``st_nlink`` above the names found inside) and any special file
-    (FIFO, socket, device), each with a :class:`SubmissionError` naming the file.
+    the package (``st_nlink`` above the names found inside), any special file
+    (FIFO, socket, device) and a package directory that is itself a symlink
+    (its target's files are not the submitter's), each with a
+    :class:`SubmissionError` naming the file.
     """
+    if os.path.islink(package):
+        raise _reject(Path(package), f"the directory itself is a symlink to {os.readlink(package)}")
     root = Path(package).resolve()
     entries, names_inside, links = [], {}, {}
     for dirpath, dirnames, filenames in os.walk(root, followlinks=False):

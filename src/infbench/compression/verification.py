@@ -3,10 +3,11 @@
 ``measure_for_pipeline``: one measurement per (source, candidate) on the
 verification set, with the operator secret placing the integrity probes;
 ``verdict_for_pipeline``: the task's storage limit applied (cheap, per task x
-candidate), the record then carrying the secret itself so the operator can
-reproduce it; ``reward``: the search-time evaluator that ``infbench reward``
-runs on the search set only (nothing of the verification set, the answers
-reference or the secret is read) and appends to a JSONL log.
+candidate); the record names the secret by its label only (its value is written
+for the operator once the round is over, :func:`infbench.operator_secret.write_release`);
+``reward``: the search-time evaluator that ``infbench reward`` runs on the search
+set only (nothing of the verification set, the answers reference or the secret is
+read) and appends to a JSONL log.
 """
 
 from __future__ import annotations
@@ -42,12 +43,11 @@ def measure_for_pipeline(package: str, source: str, *, source_checkpoint: str, s
 
 
 def verdict_for_pipeline(measured_json: str, task: dict, out: str, secret: OperatorSecret) -> EvaluationRecord:
-    """The final verification record: the verdict, and the secret the measurement was drawn from."""
+    """The final verification record: the verdict, for a measurement drawn from ``secret``."""
     measured = EvaluationRecord.model_validate_json(Path(measured_json).read_text())
     if measured.secret_label != secret.label:
         raise ValueError(f"{measured_json} was measured with {measured.secret_label}, not {secret.label}")
     record = verdict(measured, Task.model_validate(task))
-    record.secret_value = secret.value
     atomic.write_json(out, record.model_dump(mode="json"))
     return record
 

@@ -8,7 +8,12 @@ CLOCK_MONOTONIC, comparable with the client's on one machine) in the first chunk
 ``GET /debug/requests`` lists what it received (prompt, max_tokens, receive time, the client's port).
 ``mode`` makes it misbehave on purpose: ``die`` (exits after ``after`` requests),
 ``hang`` (never answers after ``after`` requests), ``malformed`` (broken SSE),
-``short`` (one token fewer than asked), ``bad_usage`` (usage disagrees with the stream).
+``short`` (one token fewer than asked), ``bad_usage`` (usage disagrees with the stream), ``hold``
+(paced by ``seconds_per_token`` but every event sent at the end: a burst after a hold), and what
+the verifier's own limits must bound (:mod:`infbench.serving.sse`): ``endless_line`` (an SSE line that
+never ends, streamed as fast as the client reads), ``trickle`` (the same, a byte every 0.2 s),
+``oversize`` (one 16 MiB chunk of text), ``endless_tokens`` (token chunks past ``max_tokens``,
+forever), ``endless_health`` (``GET /health`` answers 200 with a body that never ends).
 ``context_limit`` refuses (HTTP 400, as vLLM words it) a prompt plus ``max_tokens`` longer than it.
 
 Run: ``python -m infbench.serving.instant --port P [--mode M] [--seconds-per-token S]``.
@@ -18,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import os
 import time
@@ -28,7 +34,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-MODES = ("ok", "die", "hang", "malformed", "short", "bad_usage")
+MODES = ("ok", "die", "hang", "malformed", "short", "bad_usage", "hold", "endless_line", "trickle", "oversize",
+         "endless_tokens", "endless_health")
+FLOOD = b"x" * (1 << 16)
 
 
 def app(mode: str = "ok", seconds_per_token: float = 0.0, after: int = 0, context_limit: int = 0) -> Starlette:
@@ -61,6 +69,8 @@ def app(mode: str = "ok", seconds_per_token: float = 0.0, after: int = 0, contex
             os._exit(1)
         if mode == "hang" and late:
             await asyncio.sleep(3600)
+        if mode in ("endless_line", "trickle", "oversize", "endless_tokens") and late:
+            return StreamingResponse(flood(mode), media_type="text/event-stream")
 
         async def events():
             n_send = n - 1 if mode == "short" and late else n
@@ -84,10 +94,26 @@ def app(mode: str = "ok", seconds_per_token: float = 0.0, after: int = 0, contex
         async def together():  # streaming instantly: every event in one write
             yield "".join([e async for e in events()])
 
-        body = events() if seconds_per_token else together()
+        body = events() if seconds_per_token and mode != "hold" else together()
         return StreamingResponse(body, media_type="text/event-stream")
 
+    async def flood(how: str):
+        if how == "oversize":
+            huge = {"choices": [{"index": 0, "text": "x" * (16 << 20), "token_ids": [7]}]}
+            yield f"data: {json.dumps(huge)}\n\n"
+            return
+        if how != "endless_tokens":
+            yield b"data: "
+        for i in itertools.count():
+            if how == "endless_tokens":
+                yield f"data: {json.dumps({'choices': [choice(i, False)]})}\n\n"
+            else:
+                yield FLOOD[:1] if how == "trickle" else FLOOD
+            await asyncio.sleep(0.2 if how == "trickle" else 0)
+
     async def health(request: Request) -> Response:
+        if mode == "endless_health":
+            return StreamingResponse(flood("endless_line"))
         return JSONResponse({"ok": True})
 
     async def debug(request: Request) -> Response:

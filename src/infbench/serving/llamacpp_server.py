@@ -5,7 +5,8 @@ prompts and has no ``ignore_eos`` and no streamed usage, so it cannot replay
 token-id prompts with exact output lengths. This server runs the same engine
 (``llama_cpp.Llama``: llama.cpp's CPU kernels, its KV cache reused for the
 longest common prefix with the previous request) one request at a time, through
-:mod:`infbench.serving.openai_app`.
+:mod:`infbench.serving.openai_app`. Token text comes from :class:`Pieces` (each token's whole piece),
+not from ``Llama.detokenize``, which copies at most 32 bytes of a piece.
 
 Run: ``python -m infbench.serving.llamacpp_server --model F.gguf --port P [--threads N] [--n-ctx N]``.
 """
@@ -14,11 +15,40 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import ctypes
 from concurrent.futures import ThreadPoolExecutor
 
 import uvicorn
 
 from infbench.serving.openai_app import CompletionRequest, app
+
+
+class Pieces:
+    """The bytes of each token as llama.cpp writes them (``llama_token_to_piece``, special tokens as no text),
+    read with a buffer as large as the piece: llama-cpp-python's ``detokenize`` passes a 32-byte buffer and
+    keeps nothing of a longer piece (47 SmolLM2 ids, runs of spaces, dashes or ``#``, came out empty)."""
+
+    def __init__(self, llm):
+        import llama_cpp
+
+        self._to_piece = llama_cpp.llama_token_to_piece
+        self._vocab = llama_cpp.llama_model_get_vocab(llm.model)
+        self._cache: dict[int, bytes] = {}
+
+    def piece(self, token: int) -> bytes:
+        if token not in self._cache:
+            size = 64
+            while True:
+                buf = ctypes.create_string_buffer(size)
+                n = self._to_piece(self._vocab, token, buf, size, 0, False)
+                if n >= 0:
+                    break
+                size = -n  # too small: llama.cpp returns minus the piece's length
+            self._cache[token] = buf.raw[:n]
+        return self._cache[token]
+
+    def decode(self, ids: list[int]) -> str:
+        return b"".join(map(self.piece, ids)).decode(errors="replace")
 
 
 class LlamaCppEngine:
@@ -30,6 +60,7 @@ class LlamaCppEngine:
         self.name = name
         self.context_limit = n_ctx
         self.eos = self.llm.token_eos()
+        self.pieces = Pieces(self.llm)
         self.lock = asyncio.Lock()
         # One thread runs every engine call, so a request cancelled mid-step never overlaps the next one.
         self.pool = ThreadPoolExecutor(max_workers=1)
@@ -38,7 +69,7 @@ class LlamaCppEngine:
         return self.llm.tokenize(text.encode(), add_bos=False, special=True)
 
     def decode(self, ids: list[int]) -> str:
-        return self.llm.detokenize(ids).decode(errors="replace")
+        return self.pieces.decode(ids)
 
     async def generate(self, prompt: list[int], req: CompletionRequest):
         if req.seed is not None:

@@ -20,7 +20,9 @@
 - Arrival rule: a token arrives with a chunk that carries its id (``choices[].token_ids``).
   TTFT = arrival of the first chunk carrying at least one token id - send; TPOT =
   (arrival of the last id-carrying chunk - first) / (n_out - 1) (0 for one output
-  token); n_out = the number of streamed ids, which usage must equal. Text sent
+  token); n_out = the number of streamed ids, which usage must equal. Every id's arrival is kept
+  (``token_arrivals``, seconds after send; the ids of one chunk share their chunk's), for the
+  per-token deadline rule of :mod:`infbench.serving.value`. Text sent
   without ids (whitespace at stream open, say) is never a token: it is counted in
   ``text_chunks_without_ids`` and verification fails it.
 - A server that streams no token ids at all (chat completions, most engines' chat
@@ -59,6 +61,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from infbench import atomic
 from infbench.serving.endpoints import API, Completions, endpoint
+from infbench.serving.sse import BoundedLines, response_limit
 from infbench.serving.trace import Session, TraceRequest
 from infbench.serving.workload import FROM_BEGINNING, LaneStart, PromptBuilder, lane_start, start_fraction
 
@@ -115,6 +118,8 @@ class RequestRecord(BaseModel):
     counts_from_token_ids: bool = Field(description="output counted and timed by streamed token ids (false: by "
                                                     "usage and text chunks, unverified)")
     streamed_token_ids: list[int]
+    token_arrivals: list[float] = Field(description="arrival of each streamed token id, seconds after send (the "
+                                                    "ids of one chunk share their chunk's arrival)")
     text: str
     usage_prompt_tokens: int | None
     usage_completion_tokens: int | None
@@ -145,10 +150,14 @@ class _Event:
 
 
 class _Stream:
-    """What one streamed response carried."""
+    """What one streamed response carried; a body beyond :func:`~infbench.serving.sse.response_limit` or more
+    ids than ``max_tokens`` stop it with an error (the verifier's memory and time stay bounded)."""
 
-    def __init__(self, piece: Callable[[dict[str, Any]], tuple[str, list[int] | None]] = Completions().piece):
+    def __init__(self, max_tokens: int, byte_limit: int,
+                 piece: Callable[[dict[str, Any]], tuple[str, list[int] | None]] = Completions().piece):
         self.piece = piece  # (text, token ids) of one streamed choice, as the endpoint lays it out
+        self.max_tokens = max_tokens
+        self.lines = BoundedLines(byte_limit)
         self.first_id: float = math.nan  # arrival of the first / last chunk carrying a token id
         self.last_id: float = math.nan
         self.first_text: float = math.nan  # the same for chunks with text (timing of a stream without ids)
@@ -158,20 +167,22 @@ class _Stream:
         self.text_chunks = 0
         self.text_without_ids = 0
         self.ids: list[int] = []
+        self.arrivals: list[float] = []  # of each id, on the replay's clock
         self.text: list[str] = []
         self.usage: dict[str, Any] | None = None
         self.done = False
         self.server_ttft: float | None = None
         self.server_receive: float | None = None
-        self.pending = b""  # the unfinished last line of the reads so far
 
     def receive(self, data: bytes, now: float) -> None:
         """One network read, split into lines here rather than a readline per line (a third of the
         client's CPU); every event of a read arrived at the same moment and is stamped once."""
-        lines = (self.pending + data).split(b"\n")
-        self.pending = lines.pop()
-        for line in lines:
+        for line in self.lines.feed(data):
             self.line(line, now)
+
+    def end(self, now: float) -> None:
+        """The body ended: its last line may lack a newline."""
+        self.line(self.lines.rest(), now)
 
     def line(self, raw: bytes, now: float) -> None:
         """One SSE line: ``data: <json>`` or ``data: [DONE]``; blank lines and comments are skipped."""
@@ -202,6 +213,9 @@ class _Stream:
             text, ids = text or "", ids or []
             if ids:
                 self.ids.extend(int(i) for i in ids)
+                self.arrivals.extend([now] * len(ids))
+                if len(self.ids) > self.max_tokens:
+                    raise ValueError(f"more token ids streamed than max_tokens={self.max_tokens}")
                 self.id_chunks += 1
                 if math.isnan(self.first_id):
                     self.first_id = now
@@ -394,7 +408,7 @@ class Replay:
         body = {"model": self.s.model, **self.api.prompt_fields(prompt), "max_tokens": r.output_tokens,
                 "stream": True, "ignore_eos": True, "stream_options": {"include_usage": True}, "temperature": self.s.temperature,
                 **self.s.request_fields}
-        stream = _Stream(self.api.piece)
+        stream = _Stream(r.output_tokens, response_limit(len(prompt), r.output_tokens), self.api.piece)
         error = ""
         overflow = False
         send = self.now()
@@ -402,14 +416,14 @@ class Replay:
             async with asyncio.timeout(self.s.request_timeout_s):
                 async with self.http.post(self.url, data=orjson.dumps(body), headers=JSON_BODY) as resp:
                     if resp.status != 200:
-                        detail = (await resp.read())[:300].decode(errors="replace")
+                        detail = (await resp.content.read(300)).decode(errors="replace")
                         overflow = bool(CONTEXT_OVERFLOW.search(detail))
                         raise ValueError(f"HTTP {resp.status}: {detail}")
                     # Read to the end of the body even after [DONE]: a response left unread closes
                     # its keep-alive connection, and every request would pay a new TCP handshake.
                     async for data in resp.content.iter_any():
                         stream.receive(data, self.now())
-                    stream.line(stream.pending, self.now())
+                    stream.end(self.now())
         except TimeoutError:
             error = f"timed out after {self.s.request_timeout_s} s"
         except asyncio.CancelledError:
@@ -431,7 +445,8 @@ class Replay:
             context_overflow=overflow, instance_requests=inst.sent_requests, n_chunks=stream.chunks,
             id_chunks=stream.id_chunks, text_chunks_without_ids=stream.text_without_ids,
             counts_from_token_ids=stream.saw_ids,
-            streamed_token_ids=stream.ids, text="".join(stream.text),
+            streamed_token_ids=stream.ids, token_arrivals=[a - send for a in stream.arrivals],
+            text="".join(stream.text),
             usage_prompt_tokens=usage.get("prompt_tokens"), usage_completion_tokens=usage.get("completion_tokens"),
             output_tokens=n_out, ttft=ttft if not error else math.nan, tpot=tpot if not error else math.nan,
             server_ttft=stream.server_ttft,
@@ -469,7 +484,7 @@ RECORD_SCHEMA = pa.schema([
     ("error", pa.string()), ("context_overflow", pa.bool_()),
     ("instance_requests", pa.int64()), ("n_chunks", pa.int64()), ("id_chunks", pa.int64()),
     ("text_chunks_without_ids", pa.int64()), ("counts_from_token_ids", pa.bool_()),
-    ("streamed_token_ids", pa.list_(pa.int64())),
+    ("streamed_token_ids", pa.list_(pa.int64())), ("token_arrivals", pa.list_(pa.float64())),
     ("text", pa.string()), ("usage_prompt_tokens", pa.int64()), ("usage_completion_tokens", pa.int64()),
     ("output_tokens", pa.int64()), ("ttft", pa.float64()), ("tpot", pa.float64()), ("server_ttft", pa.float64()),
     ("server_receive_time", pa.float64()),

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -18,18 +19,39 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import httpx
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from infbench.errors import ConfigError, InfbenchError
+
+
+# An absolute URL path of RFC 3986 path characters: no scheme, no authority ("//host", "@host"), no query,
+# no fragment, no backslash or whitespace. It is joined to the server's base URL as its path, so the health
+# check can only reach the server it is meant for.
+_PLAIN_PATH = re.compile(r"/(?!/)[A-Za-z0-9._~!$&'()*+,;=:@%/-]*")
+
+
+def _plain_path(path: str) -> str:
+    if not _PLAIN_PATH.fullmatch(path):
+        raise ValueError(f"{path!r} is not a plain absolute path (one '/', then only letters, digits and "
+                         "-._~!$&'()*+,;=:@%/; no host, query or fragment)")
+    return path
+
+
+HealthPath = Annotated[str, AfterValidator(_plain_path)]
+
+
+def url_at(base_url: str, path: str) -> str:
+    """``base_url`` with its path set to ``path`` (a :data:`HealthPath`): same scheme, host and port."""
+    return str(httpx.URL(base_url).copy_with(path=path))
 
 
 class ServerSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     command: list[str] = Field(min_length=1)
-    health_path: str = "/health"
+    health_path: HealthPath = "/health"
     startup_timeout_s: float = Field(default=600, gt=0)
     request_fields: dict[str, Any] = Field(default_factory=dict)
     env: dict[str, str] = Field(default_factory=dict)
@@ -110,7 +132,7 @@ def launched(name: str, spec: ServerSpec, launch: LaunchVars, log_path: str | Pa
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 env={**os.environ, **spec.env}, start_new_session=True)
         try:
-            _wait_healthy(name, proc, base + spec.health_path, spec.startup_timeout_s, log_path)
+            _wait_healthy(name, proc, url_at(base, spec.health_path), spec.startup_timeout_s, log_path)
             yield base
         finally:
             stop(proc)
@@ -123,8 +145,10 @@ def _wait_healthy(name: str, proc: subprocess.Popen, url: str, timeout_s: float,
             raise ServerFailed(f"server {name} exited with {proc.returncode} before it was healthy; "
                                f"log {log_path}:\n{_tail(log_path)}")
         with contextlib.suppress(httpx.HTTPError):
-            if httpx.get(url, timeout=2.0).status_code == 200:
-                return
+            # the status is all that counts: the body is never read (an endless one cannot stall this)
+            with httpx.stream("GET", url, timeout=2.0, trust_env=False) as resp:
+                if resp.status_code == 200:
+                    return
         time.sleep(0.25)
     raise ServerFailed(f"server {name} not healthy at {url} after {timeout_s} s; log {log_path}:\n"
                        f"{_tail(log_path)}")

@@ -20,7 +20,7 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
 
 from infbench.seeding import derive_seed
-from infbench.serving.value import Deployment, Score, Targets, completed_mask, request_value
+from infbench.serving.value import Deployment, Score, Targets, completed_mask, qualified_mask, request_value
 
 
 class UncertaintySettings(BaseModel):
@@ -45,8 +45,7 @@ def session_values(frame: pd.DataFrame, dep: Deployment, targets: Targets | None
     win = frame[frame["in_window"]]
     done = frame[completed_mask(frame)]
     v = request_value(done["input_tokens"].to_numpy(float), done["output_tokens"].to_numpy(float), dep)
-    q = np.zeros(len(done), dtype=bool) if targets is None else (
-        (done["ttft"] <= targets.tau_first_s) & (done["tpot"] <= targets.tau_token_s)).to_numpy()
+    q = np.zeros(len(done), dtype=bool) if targets is None else qualified_mask(done, targets)
     per = pd.DataFrame({"instance": done["instance"].to_numpy(), "gross": v, "qualified": v * q})
     sums = per.groupby("instance")[["gross", "qualified"]].sum()
     return sums.reindex(sorted(set(win["instance"])), fill_value=0.0)

@@ -3,8 +3,16 @@
 ``v_i = (p_in * x_i + p_out * y_i) / 1e6`` with client-measured input and output
 token counts. Only *completed* requests count: sent inside the window,
 well-formed (see :mod:`infbench.serving.replay`) with finite TTFT and TPOT.
-``q_i = 1`` iff TTFT <= tau_first and TPOT <= tau_token.
+``q_i = 1`` iff TTFT <= tau_first and TPOT <= tau_token (the paper's rule: D uses it).
 ``D = sum q_i v_i / (d r W / 3600)``, ``G = sum v_i / (d r W / 3600)``, ``f = D / G``.
+
+Reported beside D, never ranking: the **per-token deadline rule**. A request meets it iff every
+streamed token i (from 0) arrived by ``send + tau_first + i * tau_token``; ``D_deadline`` and
+``f_deadline`` are D and f with it in place of ``q_i``. Unlike the paper's rule it is monotone:
+delivering any token later can never make a request qualify, so holding tokens back to shrink TPOT
+(a late first token, then a burst) gains nothing under it. A request without streamed token ids
+(counted by usage) has no arrivals to check and does not meet it. Why D keeps the paper's rule:
+``docs/protocol.md`` (B2).
 
 A run is *invalid* (as AgentX marks it) when more than ``max_overflow_share`` of
 the requests sent in the window were refused for not fitting the server's
@@ -49,6 +57,9 @@ class Score(BaseModel):
     requests_in_window: int
     completed: int
     qualified: int | None
+    D_deadline: float | None
+    f_deadline: float | None
+    deadline_qualified: int | None
     failed: int
     p90_ttft_s: float | None
     p90_tpot_s: float | None
@@ -68,6 +79,20 @@ def completed_mask(frame: pd.DataFrame) -> pd.Series:
     return (frame["in_window"] & frame["ok"] & np.isfinite(frame["ttft"]) & np.isfinite(frame["tpot"]))
 
 
+def qualified_mask(done: pd.DataFrame, targets: Targets) -> np.ndarray:
+    """The paper's ``q_i`` of completed requests: TTFT <= tau_first and TPOT <= tau_token."""
+    return ((done["ttft"] <= targets.tau_first_s) & (done["tpot"] <= targets.tau_token_s)).to_numpy()
+
+
+def deadline_mask(done: pd.DataFrame, targets: Targets) -> np.ndarray:
+    """Completed requests whose every token i arrived by ``tau_first + i * tau_token`` after send."""
+    def met(arrivals) -> bool:
+        a = np.asarray(arrivals, dtype=float)
+        return len(a) > 0 and bool((a <= targets.tau_first_s + targets.tau_token_s * np.arange(len(a))).all())
+
+    return np.fromiter((met(a) for a in done["token_arrivals"]), dtype=bool, count=len(done))
+
+
 def _p90(values: pd.Series) -> float | None:
     return float(np.percentile(values, 90)) if len(values) else None
 
@@ -85,16 +110,21 @@ def score(frame: pd.DataFrame, dep: Deployment, window_s: float, max_overflow_sh
     invalid_reason = (f"{overflows} of {len(win)} requests in the window ({100 * share:.1f}%) overflowed the "
                       f"server's context (at most {100 * max_overflow_share:g}% allowed)"
                       if share > max_overflow_share else "")
-    qualified_usd = n_q = D = f = None
+    qualified_usd = n_q = D = f = D_deadline = f_deadline = n_deadline = None
     if targets is not None:
-        q = ((done["ttft"] <= targets.tau_first_s) & (done["tpot"] <= targets.tau_token_s)).to_numpy()
+        q = qualified_mask(done, targets)
         qualified_usd = float(values[q].sum())
         n_q = int(q.sum())
         D = 0.0 if invalid_reason else qualified_usd / cost
         f = qualified_usd / gross if gross > 0 else None
+        met = deadline_mask(done, targets)
+        n_deadline = int(met.sum())
+        D_deadline = 0.0 if invalid_reason else float(values[met].sum()) / cost
+        f_deadline = float(values[met].sum()) / gross if gross > 0 else None
     return Score(
         D=D, G=gross / cost, f=f, window_s=window_s, cost_usd=cost, gross_usd=gross, qualified_usd=qualified_usd,
-        requests_in_window=len(win), completed=len(done), qualified=n_q, failed=int((~win["ok"]).sum()),
+        requests_in_window=len(win), completed=len(done), qualified=n_q, D_deadline=D_deadline,
+        f_deadline=f_deadline, deadline_qualified=n_deadline, failed=int((~win["ok"]).sum()),
         p90_ttft_s=_p90(done["ttft"]), p90_tpot_s=_p90(done["tpot"]),
         output_tokens=int(done["output_tokens"].sum()), input_tokens=int(done["input_tokens"].sum()),
         context_overflows=overflows, overflow_share=share, valid=not invalid_reason, invalid_reason=invalid_reason,

@@ -3,8 +3,9 @@
 The configured ``serving.systems`` replayed on the *development* seeds (the final seeds are held out
 for verification, ``results/tables/serving_verified.*``). Per system: ``D @ c`` (mean over the seeds,
 scored with the frozen latency targets) with its bootstrap 95% interval over sessions
-(:mod:`infbench.serving.uncertainty`), G with its interval, f, p90 TTFT and TPOT, and the completed
-timed requests. A row with fewer completed timed requests than
+(:mod:`infbench.serving.uncertainty`), G with its interval, f, p90 TTFT and TPOT, the per-token deadline
+rule's D and qualified share (``D_deadline``, ``f_deadline``: reported, never ranking;
+:mod:`infbench.serving.value`), and the completed timed requests. A row with fewer completed timed requests than
 ``serving.uncertainty.min_completed_requests`` shows no D, and says so; a system whose stream carried
 no token ids (counted by usage) is marked "unverified counts". The first row is the calibration baseline.
 """
@@ -36,6 +37,8 @@ class Measured(BaseModel):
     f: float | None
     p90_ttft_s: float | None
     p90_tpot_ms: float | None
+    D_deadline: float | None
+    f_deadline: float | None
     completed_timed_requests: int
     sessions: int
     failed: int
@@ -96,6 +99,8 @@ def measured(serving: dict[str, Any], settings: UncertaintySettings, record_path
         d_ci95_low=s.d_ci95_low, d_ci95_high=s.d_ci95_high, G=statistics.fmean(x.G for x in scores),
         g_ci95_low=s.g_ci95_low, g_ci95_high=s.g_ci95_high, f=mean_present(x.f for x in scores),
         p90_ttft_s=mean_present(x.p90_ttft_s for x in scores), p90_tpot_ms=None if tpot is None else 1e3 * tpot,
+        D_deadline=mean_present(x.D_deadline for x in scores) if enough else None,
+        f_deadline=mean_present(x.f_deadline for x in scores),
         completed_timed_requests=s.completed_timed_requests, sessions=s.sessions,
         failed=sum(x.failed for x in scores), counts=counts)
 

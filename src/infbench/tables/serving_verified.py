@@ -1,8 +1,9 @@
 """``results/tables/serving_verified.{csv,md}``: Table 1 over server submissions, verified ones scored.
 
 One row per submission: its verdict; ``D @ c`` (mean over the held-out final seeds, scored with the
-frozen latency targets) with its bootstrap 95% interval, G (and interval), f, p90 TTFT and TPOT and
-the completed timed requests only when every check passed (and a D only with enough requests, as in
+frozen latency targets) with its bootstrap 95% interval, G (and interval), f, p90 TTFT and TPOT, the
+per-token deadline rule's ``D_deadline`` and ``f_deadline`` (reported, never ranking) and the completed
+timed requests only when every check passed (and a D only with enough requests, as in
 the development table); otherwise the failing check and its cause. ``probes`` says what the probes,
 held-out questions and fidelity suspects were drawn with ("public demo" without an operator secret).
 The reference engine's calibration baseline is the first row.
@@ -39,6 +40,8 @@ class VerifiedRow(BaseModel):
     f: float | None
     p90_ttft_s: float | None
     p90_tpot_ms: float | None
+    D_deadline: float | None
+    f_deadline: float | None
     completed_timed_requests: int | None
     sessions: int | None
     failed: int | None

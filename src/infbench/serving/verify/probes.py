@@ -21,6 +21,7 @@ import numpy as np
 from pydantic import BaseModel
 
 from infbench.operator_secret import OperatorSecret
+from infbench.serving import sse
 from infbench.serving.verify.common import CheckResult
 
 
@@ -48,9 +49,13 @@ def complete(base_url: str, model: str, prompt: list[int], max_tokens: int, *, i
     try:
         with httpx.stream("POST", base_url + "/v1/completions", json=body, timeout=timeout_s) as resp:
             if resp.status_code != 200:
-                c.error = f"HTTP {resp.status_code}: {resp.read()[:300].decode(errors='replace')}"
+                detail = next(resp.iter_bytes(300), b"")  # the start of the body only
+                c.error = f"HTTP {resp.status_code}: {detail.decode(errors='replace')}"
                 return c
-            for line in resp.iter_lines():
+            # bounded: a line never ended or a body beyond the size of max_tokens fails, as does a stream
+            # still open after timeout_s (checked at every read)
+            limit = sse.response_limit(len(prompt), max_tokens)
+            for line in sse.text_lines(resp.iter_bytes(), limit, timeout_s):
                 if not line or line.startswith(":"):
                     continue
                 if not line.startswith("data:"):

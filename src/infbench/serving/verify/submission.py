@@ -15,9 +15,16 @@
     env: {}                       # extra environment variables of the server process
 
 ``command`` placeholders: {python} {host} {port} {model_dir} {gguf} {model_name} {threads}
-{context_limit} {devices}. The verifier copies the directory into a fresh temporary working copy
-and launches the command there (cwd = the copy), so a submission's own files are found by
-relative path; it never talks to a process the submitter started.
+{context_limit} {devices}. ``health_path`` is a plain absolute path (no host, query or fragment),
+set as the path of the server's URL.
+
+The pipeline never reads through a submission's links: before its spec is read, every name in the
+directory must be a regular file, a directory or a symlink that stays inside it, with no hard link
+to a file outside (:func:`infbench.compression.submission.package_entries`, the rule CompressionBench
+applies to packages). The directory is then copied, links kept as links (they stay inside it) and its
+``__pycache__``, ``*.pyc`` and ``.git`` left out (the server runs its sources), into a fresh working copy,
+and the command runs there (cwd = the copy), so a submission's own files are found by relative path; the
+verifier never talks to a process the submitter started.
 
 The command runs in the sandbox (:mod:`infbench.sandbox.server`): it sees the runtime of its ``requires``
 (an allowlist), its copy at /submission (its working directory) and the model files it names at /model
@@ -29,6 +36,8 @@ loopback ({port} is the port it listens on inside).
 from __future__ import annotations
 
 import contextlib
+import os
+import stat
 import shutil
 import subprocess
 import sys
@@ -44,7 +53,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from infbench.errors import ConfigError, InfbenchError, InputFileError
 from infbench.sandbox.launch import Sandboxed, SandboxRecord, SandboxSettings, SandboxUnavailable
 from infbench.sandbox.policy import base_env, python_policy
-from infbench.sandbox.server import GGUF, MODEL, WORK, SERVER_IMPORTS, server_policy
+from infbench.sandbox.server import GGUF, MODEL, SERVER_IMPORTS, WORK, server_policy
 from infbench.sandbox.server import sandboxed as sandboxed_server
 from infbench.serving import servers
 
@@ -57,7 +66,7 @@ class ServerSubmission(BaseModel):
     description: str = ""
     command: list[str] = Field(min_length=1)
     port: int | None = Field(default=None, ge=1, le=65535)
-    health_path: str = "/health"
+    health_path: servers.HealthPath = "/health"
     concurrency: int = Field(ge=1)
     model: str
     requires: list[str] = Field(default_factory=list)
@@ -112,11 +121,34 @@ def render(sub: ServerSubmission, launch: servers.LaunchVars, path: str | Path) 
                                    f"(known: {', '.join(sorted(values))})") from None
 
 
+# What the working copy of a submission's directory leaves out, and what is no input of its job: compiled
+# bytecode (the server runs its sources) and git.
+HIDDEN_DIRS = ("__pycache__", ".git")
+
+
+def _walk(directory: str | Path) -> Iterator[tuple[Path, list[str], list[str], list[str]]]:
+    """(directory, its :data:`HIDDEN_DIRS`, its ``*.pyc`` files, all its file names) of every directory under
+    ``directory`` but the hidden ones, links never followed."""
+    for dirpath, dirnames, filenames in os.walk(directory, followlinks=False):
+        hidden = [d for d in dirnames if d in HIDDEN_DIRS]
+        dirnames[:] = [d for d in dirnames if d not in HIDDEN_DIRS]
+        yield Path(dirpath), hidden, [f for f in filenames if f.endswith(".pyc")], filenames
+
+
 def fresh_copy(directory: str | Path, parent: str | Path) -> Path:
-    """A fresh working copy of the submission directory under ``parent``."""
+    """A fresh working copy of the submission directory under ``parent``: links copied as links (checked to
+    stay inside it first, :func:`infbench.compression.submission.package_entries`), never followed, and
+    :data:`HIDDEN_DIRS` and ``*.pyc`` left out."""
     dest = Path(parent) / Path(directory).name
-    shutil.copytree(directory, dest, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", ".git"))
+    shutil.copytree(directory, dest, symlinks=True, ignore=shutil.ignore_patterns(*HIDDEN_DIRS, "*.pyc"))
     return dest
+
+
+@contextlib.contextmanager
+def workspace(directory: str | Path) -> Iterator[Path]:
+    """A temporary directory holding the fresh copy; removed afterwards."""
+    with tempfile.TemporaryDirectory(prefix=f"infbench-verify-{Path(directory).name}-") as tmp:
+        yield fresh_copy(directory, tmp)
 
 
 def missing_requirements(sub: ServerSubmission, python: str, cwd: str | Path, sandbox: SandboxSettings) -> list[str]:
@@ -192,20 +224,13 @@ def running(sub: ServerSubmission, launch: servers.LaunchVars, workdir: str | Pa
             with sandboxed_server(cmd, policy=policy, inner_port=inner.port, host=launch.host, settings=sandbox,
                                   log=log) as (base_url, box):
                 try:
-                    servers._wait_healthy(sub.name, box.proc, base_url + sub.health_path, sub.startup_timeout_s,
-                                          log_path)
+                    servers._wait_healthy(sub.name, box.proc, servers.url_at(base_url, sub.health_path),
+                                          sub.startup_timeout_s, log_path)
                 except servers.ServerFailed as exc:
                     raise LaunchError(str(exc), box.record) from None
                 yield Running(base_url, box.proc, log_path, cmd, box.record)
         except (SandboxUnavailable, OSError) as exc:
             raise LaunchError(f"launch failed: {exc}") from None
-
-
-@contextlib.contextmanager
-def workspace(directory: str | Path) -> Iterator[Path]:
-    """A temporary directory holding the fresh copy; removed afterwards."""
-    with tempfile.TemporaryDirectory(prefix=f"infbench-verify-{Path(directory).name}-") as tmp:
-        yield fresh_copy(directory, tmp)
 
 
 def python() -> str:
@@ -226,5 +251,7 @@ def discover(roots: list[str]) -> dict[str, str]:
 
 
 def files(directory: str | Path) -> list[str]:
-    """Every file of a submission (its job's inputs: editing one reruns the job)."""
-    return sorted(str(p) for p in Path(directory).rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+    """Every regular file of a submission but those the sandbox hides, links never followed (its job's inputs:
+    editing one reruns the job; planning reads no file a link points at)."""
+    return sorted(str(d / f) for d, _, pyc, names in _walk(directory) for f in names
+                  if f not in pyc and stat.S_ISREG(os.lstat(d / f).st_mode))

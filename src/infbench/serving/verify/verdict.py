@@ -1,14 +1,17 @@
 """One submission verified end to end; the verification record.
 
-Order: spec, requirements, fresh copy + launch, held-out replays at the declared ``c`` (every final
-seed, the configured window), context probes, EOS probes, held-out answers, server still alive;
-teardown; then the replay checks and fidelity (reference model, after the server is down). Every
-failure (a bad spec, a launch that fails, a port in use, a server that never becomes healthy or dies)
-becomes a failed check naming the cause in the record, never an exception that stops other jobs.
+Order: the directory's files (no link out of it, no special file: checked before any is read), spec,
+requirements, launch from the directory (bound read-only into the sandbox, never copied on the host),
+held-out replays at the declared ``c`` (every final seed, the configured window), context probes, EOS
+probes, held-out answers, server still alive; teardown; then the replay checks and fidelity (reference
+model, after the server is down). Every failure (a link out of the directory, a bad spec, a launch that
+fails, a port in use, a server that never becomes healthy or dies) becomes a failed check naming the
+cause in the record, never an exception that stops other jobs.
 
 Probes, held-out questions and fidelity suspects are drawn with seeds derived from the operator's
-secret (:mod:`infbench.operator_secret`); the record names it (``drawn_with``) and, written after the
-server is gone, holds its value so the operator can reproduce the draw.
+secret (:mod:`infbench.operator_secret`); the record names it (``drawn_with``) and keeps its fingerprint
+only: its value goes to the operator's file written once the whole round is over
+(:func:`infbench.operator_secret.write_release`).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from pydantic import BaseModel
 
 from infbench import atomic, provenance
 from infbench.compression.answers.settings import AnswerSettings
+from infbench.compression.submission import SubmissionError, package_entries
 from infbench.operator_secret import OperatorSecret
 from infbench.sandbox.launch import SandboxRecord, SandboxSettings
 from infbench.serving import replay, runs, workload
@@ -33,9 +37,9 @@ from infbench.serving.verify import answers, fidelity, probes, reference, replay
 from infbench.serving.verify.common import CheckResult, VerifySettings
 from infbench.serving.verify.source_text import SourceText, TokenizerUnavailable
 
-CHECK_ORDER = ("submission_spec", "requirements", "launch", "complete_prompts", "exact_output_lengths",
-               "streaming_consistency", "session_progress", "context_probes", "natural_stopping",
-               "held_out_answers", "server_alive", "fidelity")
+CHECK_ORDER = ("submission_files", "submission_spec", "requirements", "launch", "complete_prompts",
+               "exact_output_lengths", "streaming_consistency", "session_progress", "context_probes",
+               "natural_stopping",                "held_out_answers", "server_alive", "fidelity")
 
 
 class SeedReplay(BaseModel):
@@ -85,9 +89,11 @@ def _guard(name: str, fn: Callable[[], CheckResult], phases: dict[str, float] | 
                                evidence={"traceback": traceback.format_exc()[-3000:]})
 
 
-def _secret_record(secret: OperatorSecret) -> dict[str, str]:
-    """What the record keeps of the secret once the server is gone: enough to reproduce every draw."""
-    return {**secret.public(), "value": secret.value}
+def in_documented_order(checks: list[CheckResult]) -> list[CheckResult]:
+    """The checks in :data:`CHECK_ORDER` (a name outside it last): the record lists them so, and
+    ``failing_check`` names the first failure in that order, not in the order the checks ran."""
+    last = len(CHECK_ORDER)
+    return sorted(checks, key=lambda c: CHECK_ORDER.index(c.name) if c.name in CHECK_ORDER else last)
 
 
 def _unavailable(name: str, cause: str) -> CheckResult:
@@ -112,24 +118,32 @@ def verify(directory: str, serving: dict[str, Any], answer_settings: AnswerSetti
     isolation: list[SandboxRecord] = []
     phases: dict[str, float] = {}
     sub = None
-    inputs = runs.input_hashes(sessions_path, reference_path,
-                               *(str(p) for p in sorted(Path(directory).rglob("*")) if p.is_file()))
+    inputs: dict[str, str] = {}
 
     def finish() -> VerificationRecord:
-        failed = [c for c in checks if not c.passed]
+        ordered = in_documented_order(checks)
+        failed = next((c for c in ordered if not c.passed), None)
         record = VerificationRecord(
             submission=name, directory=str(directory), spec=sub.model_dump(mode="json") if sub else None,
-            concurrency=sub.concurrency if sub else None, verified=not failed and bool(checks),
-            failing_check=failed[0].name if failed else None, cause=failed[0].summary if failed else None,
-            checks=sorted(checks, key=lambda c: CHECK_ORDER.index(c.name) if c.name in CHECK_ORDER else 99),
+            concurrency=sub.concurrency if sub else None, verified=failed is None and bool(checks),
+            failing_check=failed and failed.name, cause=failed and failed.summary, checks=ordered,
             replays=replays, server_log=str(server_log), command=command,
             sandbox=isolation[0] if isolation else None, wall_s=time.perf_counter() - t0,
-            phase_s=phases, drawn_with=secret.label, operator_secret=_secret_record(secret),
+            phase_s=phases, drawn_with=secret.label, operator_secret=secret.public(),
             provenance=provenance.collect({"submission": name, "serving": serving,
                                            "operator_secret": secret.public()}, inputs))
         atomic.write_json(record_path, record.model_dump(mode="json"))
         return record
 
+    try:  # before any file of the submission is read: no link out of it, no special file (the package rule)
+        entries = package_entries(directory)
+    except SubmissionError as exc:
+        checks.append(CheckResult(name="submission_files", passed=False, summary=str(exc)))
+        return finish()
+    checks.append(CheckResult(name="submission_files", passed=True,
+                              summary=f"{len(entries)} names, none a link out of the directory or special"))
+    own_files = [str(e.path) for e in entries if e.inode is not None]  # regular files (links not followed)
+    inputs.update(runs.input_hashes(sessions_path, reference_path, *own_files))
     try:
         sub = submission.load(directory)
     except Exception as exc:
@@ -155,8 +169,9 @@ def verify(directory: str, serving: dict[str, Any], answer_settings: AnswerSetti
     except TokenizerUnavailable as exc:
         text, text_cause = None, str(exc)
 
-    with submission.workspace(directory) as copy:
-        missing = submission.missing_requirements(sub, submission.python(), copy, sandbox)
+    with submission.workspace(directory) as copy:  # the server runs in a fresh copy, from /submission
+        workdir = str(copy)
+        missing = submission.missing_requirements(sub, submission.python(), workdir, sandbox)
         checks.append(CheckResult(name="requirements", passed=not missing,
                                   summary=("all required modules importable" if not missing else
                                            f"not importable: {', '.join(missing)} (field 'requires'; "
@@ -164,17 +179,17 @@ def verify(directory: str, serving: dict[str, Any], answer_settings: AnswerSetti
                                   evidence={"requires": sub.requires, "missing": missing}))
         if missing:
             return finish()
-        # absolute: the server runs in the fresh copy, not where the pipeline runs
+        # absolute: the server runs in its own directory, not where the pipeline runs
         launch = runs.launch_vars(serving, str(Path(model_dir).resolve()), str(Path(gguf).resolve()) if gguf else "")
         try:
             started = time.perf_counter()
-            with submission.running(sub, launch, copy, server_log, sandbox,
+            with submission.running(sub, launch, workdir, server_log, sandbox,
                                     cuda=dep["accelerator"] == "gpu") as server:
                 phases["launch"] = time.perf_counter() - started
                 command = server.command
                 isolation.append(server.sandbox)
                 checks.append(CheckResult(name="launch", passed=True, summary=f"healthy at {server.base_url}",
-                                          evidence={"workdir": str(copy), "command": command}))
+                                          evidence={"workdir": workdir, "command": command}))
                 ref = reference.read(reference_path)
                 if ref.drawn_with.get("fingerprint") != secret.fingerprint:
                     raise ValueError(f"{reference_path} was drawn with operator secret {ref.drawn_with}, this job "
@@ -272,7 +287,7 @@ def run_job(directory: str, serving: dict[str, Any], answer_settings: AnswerSett
         record = VerificationRecord(
             submission=Path(directory).name, directory=str(directory), spec=None, concurrency=None, verified=False,
             failing_check="verifier", cause=check.summary, checks=[check], replays=[], server_log=str(server_log),
-            command=[], wall_s=0.0, phase_s={}, drawn_with=secret.label, operator_secret=_secret_record(secret),
+            command=[], wall_s=0.0, phase_s={}, drawn_with=secret.label, operator_secret=secret.public(),
             provenance=provenance.collect({"submission": Path(directory).name, "serving": serving,
                                            "operator_secret": secret.public()}))
         atomic.write_json(record_path, record.model_dump(mode="json"))

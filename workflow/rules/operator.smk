@@ -1,0 +1,38 @@
+# The operator's copy of the secret (src/infbench/operator_secret.py): written once every final
+# verification record of the round exists, both tracks'. The records themselves, and every job that
+# reads them, keep its fingerprint only.
+
+
+def round_records(wildcards):
+    """Every final verification record of the round: CompressionBench's and ServerBench's."""
+    serving = (
+        expand(
+            "results/serving/verification/{submission}.json",
+            submission=SERVING_SUBMISSIONS,
+        )
+        if SERVING is not None
+        else []
+    )
+    return COMPRESSION_RECORDS + serving
+
+
+rule operator_secret:
+    input:
+        records=round_records,
+    output:
+        "results/operator/secret.json",
+    params:
+        code=code("operator_secret"),
+        secret=OPERATOR_SECRET.fingerprint,
+    log:
+        "logs/operator_secret.log",
+    benchmark:
+        "benchmarks/operator_secret.tsv"
+    threads: 1
+    resources:
+        mem_mb=500,
+        runtime=5,
+    conda:
+        "../../envs/pipeline.yaml"
+    script:
+        "../scripts/operator_secret.py"
