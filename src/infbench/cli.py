@@ -78,12 +78,19 @@ def _replay_settings(args, model: str):
         window_s=args.window, request_timeout_s=args.request_timeout, idle_cap_s=args.idle_cap,
         token_low=args.token_range[0], token_high=args.token_range[1], marker_tokens=args.marker_tokens,
         temperature=args.temperature, start_ratio=tuple(args.start_ratio), request_fields=dict(args.request_field),
-        api=args.api, tokenizer=args.tokenizer)
+        api=args.api, tokenizer=args.tokenizer, far_context=_far_context(args.far_context_share))
     deployment = Deployment(name=model, devices=args.devices, accelerator=args.accelerator,
                             usd_per_device_hour=args.usd_per_device_hour, input_usd_per_mtok=args.input_usd_per_mtok,
                             output_usd_per_mtok=args.output_usd_per_mtok,
                             context_limit=args.context_limit or sys.maxsize)
     return settings, deployment
+
+
+def _far_context(share: float) -> dict[str, float]:
+    from infbench.config_io import schema_default
+
+    return {"share": share, **{k: schema_default(f"serving.workload.far_context.{k}")
+                               for k in ("span_tokens", "min_distance")}}
 
 
 def _idle_cap(value: str) -> float | None:
@@ -146,6 +153,9 @@ def _add_replay(sub) -> None:
                    help="prompt filler token ids, [LOW, HIGH), no special tokens (default %(default)s)")
     g.add_argument("--marker-tokens", type=int, default=d("workload.marker_tokens"),
                    help="per-session-instance cache-bust marker at the start of each prompt (default %(default)s)")
+    g.add_argument("--far-context-share", type=float, default=d("workload.far_context.share"),
+                   help="share of long-enough requests ending with a repeat of earlier ids that the model "
+                        "copies (serving.workload.far_context; 0: none; default %(default)s)")
     g.add_argument("--request-field", type=_json_field, action="append", default=[], metavar="KEY=JSON",
                    help="an extra JSON field of every request (repeatable)")
     g.add_argument("--no-progress", action="store_true", help="no progress bar")

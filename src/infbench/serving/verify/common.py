@@ -33,6 +33,8 @@ class VerifySettings(BaseModel):
     fidelity_regret_tolerance: float = Field(gt=0)
     fidelity_repeat_run: int = Field(ge=2)
     fidelity_proxy_context: int = Field(ge=1)
+    far_context_checks: int = Field(ge=0)
+    far_context_margin: float = Field(gt=0)
     answers_n: int = Field(ge=0)
     answers_slack: float = Field(ge=0, le=1)
     answers_benchmarks: tuple[Literal["gsm8k", "triviaqa"], ...] = Field(min_length=1)
