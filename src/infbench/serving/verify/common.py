@@ -35,6 +35,7 @@ class VerifySettings(BaseModel):
     fidelity_proxy_context: int = Field(ge=1)
     far_context_checks: int = Field(ge=0)
     far_context_margin: float = Field(gt=0)
+    far_context_max_miss_share: float = Field(ge=0, le=1)
     answers_n: int = Field(ge=0)
     answers_slack: float = Field(ge=0, le=1)
     answers_benchmarks: tuple[Literal["gsm8k", "triviaqa"], ...] = Field(min_length=1)

@@ -1,7 +1,7 @@
 """Fidelity (PROTOCOL B5): suspicious continuations scored by the reference model under teacher forcing.
 
 Candidates are the continuations the submission streamed in the held-out replays after warmup (every
-final seed; prompts rebuilt from the seeded workload), the EOS probes and the context probes.
+final seed; prompts rebuilt from each replay's content seed), the EOS probes and the context probes.
 Suspects:
 
 - the context probes' continuations, always;
