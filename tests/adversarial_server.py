@@ -195,8 +195,8 @@ def build(engine: TransformersEngine, mode: str, other: TransformersEngine | Non
 
 
 class KeepLast:
-    """An engine that prefills replay prompts (EOS ignored, short of the context limit) from their last ``keep``
-    ids; the OpenAI layer still reports the prompt's full length."""
+    """An engine that prefills replay prompts (EOS ignored, short of the context limit) from their last
+    ``keep`` ids; the OpenAI layer still reports the prompt's full length."""
 
     def __init__(self, engine, keep: int):
         self.engine, self.keep = engine, keep

@@ -25,14 +25,16 @@ def _sessions(root: Path, system_tokens: int, context_limit: int) -> Path:
     from infbench.serving import synthetic, workload
 
     p = synthetic.SyntheticParams(
-        sessions=12, block_size=16, system_tokens=system_tokens, first_user_tokens={"median": 48, "sigma": 0.3},
-        main_turns_mean=1, max_main_turns=1, tool_result_tokens={"median": 16, "sigma": 0.1},
-        output_tokens={"median": 4, "sigma": 0.0}, max_output_tokens=4, think_time_s={"median": 0.05, "sigma": 0.1},
+        sessions=12, block_size=16, system_tokens=system_tokens,
+        first_user_tokens={"median": 48, "sigma": 0.3}, main_turns_mean=1, max_main_turns=1,
+        tool_result_tokens={"median": 16, "sigma": 0.1}, output_tokens={"median": 4, "sigma": 0.0},
+        max_output_tokens=4, think_time_s={"median": 0.05, "sigma": 0.1},
         subagent_prob=0.0, max_fanout=1, subagent_turns_mean=1, background_prob=0.0, nominal_decode_tps=50)
     root.mkdir(parents=True, exist_ok=True)
     synthetic.generate(p, 0, root / "trace.jsonl")
     workload.prepare(str(root / "trace.jsonl"), "weka", length_scale=1.0, context_limit=context_limit,
-                     block_size=16, out_sessions=str(root / "sessions.jsonl"), out_summary=str(root / "workload.json"))
+                     block_size=16, out_sessions=str(root / "sessions.jsonl"),
+                     out_summary=str(root / "workload.json"))
     return root / "sessions.jsonl"
 
 
@@ -61,19 +63,22 @@ def real(tmp_path_factory, smollm2_source):
     serving = _serving(1024, 64, 10.0)
     ref = root / "reference.json"
     reference.compute("smollm2-135m", str(hf), vh.answer_settings(),
-                      VerifySettings.model_validate(serving["verification"]), (1000, 30000), str(ref), vh.secret())
+                      VerifySettings.model_validate(serving["verification"]), (1000, 30000), str(ref),
+                      vh.secret())
     return {"root": root, "hf": hf, "gguf": gguf, "ref": ref}
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("keep, context_limit, system_tokens, window_s", CASES, ids=[f"last{c[0]}" for c in CASES])
-def test_a_server_keeping_only_the_end_of_each_prompt_fails_far_context(real, keep, context_limit, system_tokens,
-                                                                         window_s):
+@pytest.mark.parametrize("keep, context_limit, system_tokens, window_s", CASES,
+                         ids=[f"last{c[0]}" for c in CASES])
+def test_a_server_keeping_only_the_end_of_each_prompt_fails_far_context(real, keep, context_limit,
+                                                                         system_tokens, window_s):
     from infbench.serving.verify import verdict
 
     root = real["root"] / f"last{keep}"
     sessions = _sessions(root, system_tokens, context_limit)
-    directory = vh.adversary(root / "subs", "keep_last", ["--keep", str(keep), "--engine", "llamacpp"], "{gguf}")
+    directory = vh.adversary(root / "subs", "keep_last", ["--keep", str(keep), "--engine", "llamacpp"],
+                             "{gguf}")
     out = root / "out"
     record = verdict.run_job(str(directory), _serving(context_limit, keep, window_s), vh.answer_settings(),
                              str(real["hf"]), str(real["gguf"]), str(real["ref"]), str(sessions), str(out),
@@ -88,9 +93,9 @@ def test_a_server_keeping_only_the_end_of_each_prompt_fails_far_context(real, ke
 
 
 def test_held_out_prompts_come_from_the_secret_and_keep_the_prefix_structure(tmp_path):
-    """A final replay's every id follows the operator's secret (the same secret gives the same prompts, another
-    secret others); equal hash ids still give equal blocks within a session instance; carriers repeat their
-    source, and where they lie follows the secret too. Development prompts do not depend on the secret."""
+    """A final replay's every id follows the operator's secret (the same secret gives the same prompts,
+    another secret others); equal hash ids still give equal blocks within a session instance; carriers repeat
+    their source, and where they lie follows the secret too. Development prompts do not depend on it."""
     import itertools
 
     from infbench.serving import runs, workload
@@ -103,7 +108,8 @@ def test_held_out_prompts_come_from_the_secret_and_keep_the_prefix_structure(tmp
         held_out = None if secret is None else workload.held_out_prompt_seed(secret, seed)
         builder = runs.settings(serving, "http://unused", 1, seed, {}, prompt_seed=held_out).prompt_builder()
         drawn = list(itertools.islice(workload.draw(sessions, seed), 6))
-        return builder, {(i, r.id): builder.build(s, i, r) for i, s in enumerate(drawn) for r in s.requests}, drawn
+        built = {(i, r.id): builder.build(s, i, r) for i, s in enumerate(drawn) for r in s.requests}
+        return builder, built, drawn
 
     a, b = vh.secret("operator round 1", tmp_path), vh.secret("operator round 2", tmp_path)
     (ba, pa, drawn), (_, pa2, _), (bb, pb, _) = prompts(a), prompts(a), prompts(b)
@@ -133,9 +139,24 @@ def _sessions_grown(root: Path) -> Path:
     p = synthetic.SyntheticParams(
         sessions=6, block_size=16, system_tokens=128, first_user_tokens={"median": 48, "sigma": 0.3},
         main_turns_mean=4, max_main_turns=6, tool_result_tokens={"median": 48, "sigma": 0.3},
-        output_tokens={"median": 8, "sigma": 0.3}, max_output_tokens=16, think_time_s={"median": 0.1, "sigma": 0.1},
+        output_tokens={"median": 8, "sigma": 0.3}, max_output_tokens=16,
+        think_time_s={"median": 0.1, "sigma": 0.1},
         subagent_prob=0.3, max_fanout=2, subagent_turns_mean=2, background_prob=0.0, nominal_decode_tps=50)
     synthetic.generate(p, 0, root / "trace.jsonl")
     workload.prepare(str(root / "trace.jsonl"), "weka", length_scale=1.0, context_limit=1024, block_size=16,
                      out_sessions=str(root / "sessions.jsonl"), out_summary=str(root / "workload.json"))
     return root / "sessions.jsonl"
+
+
+def test_bench_far_context_scores_each_server_as_the_check_does(tmp_path, smollm2_source):
+    """``infbench bench-far-context`` on a tiny model: the reference's own greedy path never misses its top-1;
+    the table has a row per distance band and a column per server."""
+    from infbench.bench import far_context as bench
+
+    tiny = vh.tiny_model(tmp_path / "tiny", smollm2_source[0] / "hf", seed=0)
+    serving = vh.serving_config(1024)
+    rows = bench.measure(serving, str(_sessions_grown(tmp_path)), str(tiny), None, carriers=4, keeps=(64,))
+    assert len(rows) == 4 and (rows["full_missed"] == 0).all() and (rows["full_clear"] > 0).all()
+    assert (rows["distance"] >= 64).all() and "last64_missed" in rows
+    md = bench.table(rows).to_markdown(index=False)
+    assert "full: missed / clear" in md and "last64: missed / clear" in md

@@ -92,8 +92,9 @@ def test_hand_trace_replay(tmp_path):
     assert block(p["main.s0/0"], 1) != block(p["main.s1/0"], 1)                         # hash 2 vs 4
     assert block(p["main/1"], 2) == block(p["main/2"], 2)                               # hash 5
     assert all(len(p[r.id]) == r.input_tokens for r in session.requests)
-    # one marker per session instance: shared inside it, different from the next instance, whose blocks are drawn
-    # anew (a second instance of a session shares its structure, not its ids: nothing to answer from a memo)
+    # one marker per session instance: shared inside it, different from the next instance, whose blocks are
+    # drawn anew (a second instance of a session shares its structure, not its ids: nothing to answer from
+    # a memo)
     assert len({tuple(x[:2]) for x in p.values()}) == 1
     other = built[(1, "main/0")]
     assert other[:2] != p["main/0"][:2] and block(other, 1) != block(p["main/0"], 1)

@@ -121,7 +121,8 @@ def test_a_table_precomputed_from_the_public_workload_fails_under_a_real_secret(
     from infbench.serving.verify.common import VerifySettings
 
     directory = vh.adversary(env["root"] / "subs", "table", ["--table", "table.json"])
-    (directory / "table.json").write_text(json.dumps(vh.public_table(env["tiny"], env["sessions"], env["serving"])))
+    table = vh.public_table(env["tiny"], env["sessions"], env["serving"])
+    (directory / "table.json").write_text(json.dumps(table))
     public = _run(env, directory)
     served = Path(public.server_log).read_text()
     assert public.verified, [(c.name, c.summary) for c in public.checks if not c.passed]
@@ -130,7 +131,8 @@ def test_a_table_precomputed_from_the_public_workload_fails_under_a_real_secret(
     operator = vh.secret("operator round 9", tmp_path)
     ref = tmp_path / "reference.json"
     reference.compute("smollm2-135m", str(env["tiny"]), env["answers"],
-                      VerifySettings.model_validate(env["serving"]["verification"]), (1000, 30000), str(ref), operator)
+                      VerifySettings.model_validate(env["serving"]["verification"]), (1000, 30000), str(ref),
+                      operator)
     held_out = _run(env, shutil.copytree(directory, directory.with_name("adv_table_held_out")), ref=ref,
                     secret=operator)
     served = Path(held_out.server_log).read_text()

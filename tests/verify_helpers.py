@@ -121,17 +121,6 @@ def example(root: Path, name: str, **changes) -> Path:
     return d
 
 
-@torch.inference_mode()
-def greedy(model, prompt: list[int], n: int) -> list[int]:
-    """``n`` greedy ids after ``prompt``, EOS not special (a replay ignores it)."""
-    out = model(input_ids=torch.tensor([prompt]), use_cache=True)
-    ids: list[int] = []
-    for _ in range(n):
-        ids.append(int(out.logits[0, -1].argmax()))
-        out = model(input_ids=torch.tensor([ids[-1:]]), past_key_values=out.past_key_values, use_cache=True)
-    return ids
-
-
 def public_table(model_dir: Path, sessions_path: Path, serving: dict, concurrency: int = 1,
                  instances: int = 40) -> dict:
     """What a submitter can precompute offline: the greedy continuation of every prompt of the first
@@ -142,6 +131,7 @@ def public_table(model_dir: Path, sessions_path: Path, serving: dict, concurrenc
     from transformers import AutoModelForCausalLM
 
     from adversarial_server import prompt_key
+    from infbench.bench.far_context import greedy
     from infbench.serving import runs, workload
 
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()

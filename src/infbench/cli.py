@@ -26,6 +26,14 @@ def _bench_replay(args) -> None:
                     output_tokens=args.output_tokens, think_time_s=args.think_time, out_md=args.out))
 
 
+def _bench_far_context(args) -> None:
+    from infbench.bench import far_context as bench
+    from infbench.config_io import load_config
+
+    serving = load_config(args.config)["serving"]
+    print(bench.run(serving, args.sessions, args.model, args.gguf, args.carriers, tuple(args.keep), args.out))
+
+
 def _bench_stages(args) -> None:
     from infbench.bench import compression_stages as bench
 
@@ -285,6 +293,18 @@ def main(argv: list[str] | None = None) -> int:
                    help="mean seconds between a session's requests (0 saturates the client: queueing, not overhead)")
     p.add_argument("--out", default=None, help="also write the table (Markdown) here")
     p.set_defaults(func=_bench_replay)
+    p = sub.add_parser("bench-far-context",
+                       help="how the reference, servers that keep only a prompt's end and llama.cpp continue "
+                            "the far-context carriers of the replays")
+    p.add_argument("--config", default="config/config.yaml", help="the pipeline's YAML (its serving section)")
+    p.add_argument("--sessions", default="results/serving/workload/sessions.jsonl")
+    p.add_argument("--model", default="results/sources/smollm2-135m/hf", help="the reference checkpoint")
+    p.add_argument("--gguf", default=None, help="its GGUF twin, to score llama.cpp too")
+    p.add_argument("--carriers", type=int, default=24, help="carriers of a development draw measured")
+    p.add_argument("--keep", type=int, nargs="*", default=[64, 256],
+                   help="prompt ends kept by the truncating servers")
+    p.add_argument("--out", default=None, help="also write the table (Markdown) here")
+    p.set_defaults(func=_bench_far_context)
     p = sub.add_parser("bench-stages", help="CompressionBench's stages run directly on one device, timed, and "
                                            "compared with another run of them")
     p.add_argument("--config", default="config/config.yaml",

@@ -33,8 +33,8 @@ def deployment(serving: dict[str, Any]) -> Deployment:
 
 def settings(serving: dict[str, Any], base_url: str, concurrency: int, seed: int,
              request_fields: dict[str, Any], prompt_seed: int | None = None) -> replay.ReplaySettings:
-    """A replay of ``seed`` as configured; ``prompt_seed`` None: its prompts' public content seed (development,
-    calibration), else the held-out one verification draws from the operator's secret."""
+    """A replay of ``seed`` as configured; ``prompt_seed`` None: its prompts' public content seed
+    (development, calibration), else the held-out one verification draws from the operator's secret."""
     r, w = serving["replay"], serving["workload"]
     low, high = w["token_id_range"]
     return replay.ReplaySettings(

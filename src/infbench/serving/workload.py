@@ -206,7 +206,8 @@ class PromptBuilder(BaseModel):
     def build(self, session: Session, instance: int, request: TraceRequest) -> list[int]:
         out = self._instance(session, instance)[0].prompt(request)
         n = min(self.marker_tokens, len(out))
-        out[:n] = _draw(self.token_low, self.token_high, n, self.content_seed, "marker", self.concurrency, instance)
+        out[:n] = _draw(self.token_low, self.token_high, n, self.content_seed, "marker", self.concurrency,
+                        instance)
         return out.tolist()
 
     def carrier(self, session: Session, instance: int, request_id: str) -> Carrier | None:
@@ -230,7 +231,8 @@ class PromptBuilder(BaseModel):
                 return np.stack([_global_block(low, high, bs, seed, h) for h in hash_ids])
 
         def tail(r: TraceRequest) -> np.ndarray:
-            return _draw(low, high, r.input_tokens - len(r.hash_ids) * bs, seed, "tail", session.id, instance, r.id)
+            n = r.input_tokens - len(r.hash_ids) * bs
+            return _draw(low, high, n, seed, "tail", session.id, instance, r.id)
 
         store = Store(session, blocks, tail)
         carriers = {}

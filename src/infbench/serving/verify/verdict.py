@@ -31,7 +31,8 @@ from infbench.operator_secret import OperatorSecret
 from infbench.sandbox.launch import SandboxRecord, SandboxSettings
 from infbench.serving import replay, runs, workload
 from infbench.serving.value import Score
-from infbench.serving.verify import answers, far_context, fidelity, probes, reference, replay_checks, submission
+from infbench.serving.verify import (answers, far_context, fidelity, probes, reference, replay_checks,
+                                     submission)
 from infbench.serving.verify.common import CheckResult, VerifySettings
 from infbench.serving.verify.source_text import SourceText, TokenizerUnavailable
 
@@ -113,7 +114,7 @@ def verify(directory: str, serving: dict[str, Any], answer_settings: AnswerSetti
     command: list[str] = []
     isolation: list[SandboxRecord] = []
     phases: dict[str, float] = {}
-    prompts: dict[int, workload.PromptBuilder] = {}  # each final seed's held-out prompts, as its replay sent them
+    prompts: dict[int, workload.PromptBuilder] = {}  # each final seed's held-out prompts, as sent
     sub = None
     inputs = runs.input_hashes(sessions_path, reference_path,
                                *(str(p) for p in sorted(Path(directory).rglob("*")) if p.is_file()))
@@ -245,7 +246,8 @@ def verify(directory: str, serving: dict[str, Any], answer_settings: AnswerSetti
 
     @functools.cache
     def model():  # the reference, loaded once for fidelity and far_context
-        return (load_reference_model or (lambda: reference.load_model(model_dir, settings.reference_dtype)))()[0]
+        load = load_reference_model or (lambda: reference.load_model(model_dir, settings.reference_dtype))
+        return load()[0]
 
     @functools.cache
     def replayed() -> list[fidelity.Candidate]:  # shared, so a continuation both checks score is scored once
@@ -258,7 +260,8 @@ def verify(directory: str, serving: dict[str, Any], answer_settings: AnswerSetti
         probed += [fidelity.fixed(f"context probe {i}", prompt, c.ids, kind="long prompt (context probe)")
                    for i, (prompt, c) in enumerate(context_completions) if c.ids]
         rng = np.random.default_rng(secret.seed("serving.fidelity", name))
-        return fidelity.fidelity(model(), probed, replayed(), set(ref.eos_token_ids), settings, rng, secret.label)
+        return fidelity.fidelity(model(), probed, replayed(), set(ref.eos_token_ids), settings, rng,
+                                 secret.label)
 
     checks.append(_guard("fidelity", fidelity_check, phases))
     checks.append(_guard("far_context", lambda: far_context.far_context(
