@@ -25,9 +25,18 @@ as ``--mode`` says:
 - ``flood``: honest for its first ``--honest-requests`` requests, then answers replay traffic (not what
   looks like a probe) in turn with an SSE line that never ends, one 16 MiB chunk, and token chunks past
   ``max_tokens`` forever: what the verifier's own limits must stop;
+- ``keep_last``: prefills replay prompts (EOS ignored, short of the context limit) from their last
+  ``--keep`` ids only and reports their full length; honest on what looks like a probe. With
+  ``--engine llamacpp`` (``--model`` a GGUF file) it is llama.cpp behind the package's OpenAI layer;
+- ``table``: answers from a table of greedy continuations precomputed offline for the prompts the public
+  code and config determine (``--table``, JSON ``{"exact": {sha256 of the prompt: ids}, "by_length":
+  {"<prompt tokens>/<max_tokens>": ids}}``) without a model call: a prompt in the table gets its
+  continuation, another one the continuation of a precomputed prompt of the same lengths; only what
+  looks like a probe reaches the model. It logs ``table exact|by_length|model`` per request;
 - ``ok``: honest.
 
-Run: ``python adversarial_server.py --model DIR --port P --mode M [--context-limit N] [--other-model DIR]``.
+Run: ``python adversarial_server.py --model DIR --port P --mode M [--context-limit N] [--other-model DIR]
+[--keep N] [--table FILE] [--engine transformers|llamacpp]``.
 """
 
 from __future__ import annotations
@@ -39,7 +48,9 @@ import itertools
 import json
 import os
 import random
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -54,7 +65,7 @@ from infbench.serving.openai_app import CompletionRequest
 from infbench.serving.starter import TransformersEngine
 
 MODES = ("ok", "truncate", "truncate_quiet", "stop_early", "pad", "random", "other", "crash_prefix", "no_eos",
-         "fake_first", "cheap_later", "probe_aware", "usage_lies", "flood")
+         "fake_first", "cheap_later", "probe_aware", "usage_lies", "flood", "keep_last", "table")
 FLOODS = ("endless_line", "oversize", "endless_tokens")
 # What the verifier's probes were drawn from before the operator's secret: public seeds and a public list.
 PUBLIC_CHAT_REQUESTS = ("Say hello.", "What is 2+2?", "Reply with one word: yes or no.", "Name a colour.",
@@ -87,8 +98,12 @@ def public_probes(engine: TransformersEngine, context_limit: int, out_tokens: in
     return context, eos
 
 
+def prompt_key(prompt: list[int]) -> str:
+    return hashlib.sha256(json.dumps(prompt).encode()).hexdigest()
+
+
 def build(engine: TransformersEngine, mode: str, other: TransformersEngine | None, honest_requests: int = 300,
-          honest_s: float = 20.0) -> Starlette:
+          honest_s: float = 20.0, keep: int | None = None, table: dict | None = None) -> Starlette:
     seen: set[tuple[int, ...]] = set()
     rng = random.Random(0)
     vocab = engine.model.config.vocab_size
@@ -115,9 +130,25 @@ def build(engine: TransformersEngine, mode: str, other: TransformersEngine | Non
         served["requests"] += 1
         return served["requests"] > honest_requests or time.monotonic() - served["since"] > honest_s
 
+    def probe_like(prompt: list[int], req: CompletionRequest) -> bool:
+        return not req.ignore_eos or len(prompt) > engine.context_limit - 16
+
+    def from_table(prompt: list[int], req: CompletionRequest) -> list[int] | None:
+        if probe_like(prompt, req):
+            return None
+        exact = table["exact"].get(prompt_key(prompt))
+        near = table["by_length"].get(f"{len(prompt)}/{req.max_tokens}")
+        print(f"table {'exact' if exact else 'by_length' if near else 'model'}", file=sys.stderr, flush=True)
+        return exact or near
+
     async def tokens(prompt: list[int], req: CompletionRequest):
-        probe_like = not req.ignore_eos or len(prompt) > engine.context_limit - 16
-        if mode == "random" or (mode == "cheap_later" and cheap_now() and not probe_like):
+        if mode == "table" and (memo := from_table(prompt, req)) is not None:
+            for t in memo[:req.max_tokens]:
+                yield t
+            return
+        if mode == "keep_last" and not probe_like(prompt, req):
+            prompt = prompt[-keep:]
+        if mode == "random" or (mode == "cheap_later" and cheap_now() and not probe_like(prompt, req)):
             for _ in range(req.max_tokens):
                 yield rng.randrange(vocab)
             return
@@ -185,6 +216,20 @@ def build(engine: TransformersEngine, mode: str, other: TransformersEngine | Non
     return Starlette(routes=[Route("/v1/completions", completions, methods=["POST"]), Route("/health", health)])
 
 
+class KeepLast:
+    """An engine that prefills replay prompts (EOS ignored, short of the context limit) from their last
+    ``keep`` ids; the OpenAI layer still reports the prompt's full length."""
+
+    def __init__(self, engine, keep: int):
+        self.engine, self.keep = engine, keep
+        self.name, self.context_limit, self.lock = engine.name, engine.context_limit, engine.lock
+        self.tokenize, self.decode = engine.tokenize, engine.decode
+
+    def generate(self, prompt: list[int], req: CompletionRequest):
+        replay_like = req.ignore_eos and len(prompt) <= self.context_limit - 16
+        return self.engine.generate(prompt[-self.keep:] if replay_like else prompt, req)
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--model", required=True)
@@ -194,12 +239,25 @@ def main() -> None:
     p.add_argument("--context-limit", type=int, default=None)
     p.add_argument("--honest-requests", type=int, default=300)
     p.add_argument("--honest-s", type=float, default=20.0)
+    p.add_argument("--keep", type=int, default=64)
+    p.add_argument("--table", default=None)
+    p.add_argument("--engine", choices=["transformers", "llamacpp"], default="transformers")
     a = p.parse_args()
     torch.set_num_threads(1)
+    if a.engine == "llamacpp":  # keep_last only: the package's llama.cpp engine and OpenAI layer
+        from infbench.serving.llamacpp_server import LlamaCppEngine
+        from infbench.serving.openai_app import app
+
+        if a.mode != "keep_last":
+            raise SystemExit("--engine llamacpp serves --mode keep_last only")
+        engine = KeepLast(LlamaCppEngine(a.model, "model", a.context_limit, 1, 512), a.keep)
+        uvicorn.run(app(engine), host="127.0.0.1", port=a.port, log_level="warning")
+        return
     engine = TransformersEngine(a.model, "float32", "model", a.context_limit)
     other = TransformersEngine(a.other_model, "float32", "model", a.context_limit) if a.other_model else None
-    uvicorn.run(build(engine, a.mode, other, a.honest_requests, a.honest_s), host="127.0.0.1", port=a.port,
-                log_level="warning")
+    table = json.loads(Path(a.table).read_text()) if a.table else None
+    uvicorn.run(build(engine, a.mode, other, a.honest_requests, a.honest_s, a.keep, table), host="127.0.0.1",
+                port=a.port, log_level="warning")
 
 
 if __name__ == "__main__":

@@ -42,7 +42,8 @@ def test_hand_trace_replay(tmp_path):
     session = weka.session(HAND)
     with instant_server(tmp_path / "server.log", "--seconds-per-token", str(SPT)) as base:
         t = time.monotonic()
-        recs = replay.run(workload.draw([session], 0), settings(base, window_s=13.5, request_timeout_s=5.0))
+        st = settings(base, window_s=13.5, request_timeout_s=5.0)
+        recs = replay.run(workload.draw([session], 0), st)
         elapsed = time.monotonic() - t
         received = httpx.get(base + "/debug/requests").json()
     assert elapsed < 13.5 + 5.0 + 2.0
@@ -80,7 +81,7 @@ def test_hand_trace_replay(tmp_path):
     assert 0 < m1.ttft < 0.1 and abs(m1.tpot - SPT) < 0.03
 
     # prompts: what the server received is what the builder makes; equal hash ids give equal blocks
-    builder = workload.PromptBuilder(token_low=1000, token_high=30000, marker_tokens=2, run_key=recs[0].run_id)
+    builder = st.prompt_builder()
     built = {(r.instance, r.request_id): builder.build(session, r.instance, req)
              for r in recs for req in session.requests if req.id == r.request_id}
     assert sorted(map(json.dumps, built.values())) == sorted(json.dumps(x["prompt"]) for x in received)
@@ -91,10 +92,15 @@ def test_hand_trace_replay(tmp_path):
     assert block(p["main.s0/0"], 1) != block(p["main.s1/0"], 1)                         # hash 2 vs 4
     assert block(p["main/1"], 2) == block(p["main/2"], 2)                               # hash 5
     assert all(len(p[r.id]) == r.input_tokens for r in session.requests)
-    # one marker per session instance: shared inside it, different from the next instance
+    # one marker per session instance: shared inside it, different from the next instance, whose blocks are
+    # drawn anew (a second instance of a session shares its structure, not its ids: nothing to answer from
+    # a memo)
     assert len({tuple(x[:2]) for x in p.values()}) == 1
     other = built[(1, "main/0")]
-    assert other[:2] != p["main/0"][:2] and block(other, 1) == block(p["main/0"], 1)
+    assert other[:2] != p["main/0"][:2] and block(other, 1) != block(p["main/0"], 1)
+    # the same content seed gives the same prompts; another seed other ids
+    assert st.prompt_builder().build(session, 0, session.requests[0]) == p["main/0"]
+    assert settings(base, seed=1).prompt_builder().build(session, 0, session.requests[0]) != p["main/0"]
 
 
 @pytest.mark.slow

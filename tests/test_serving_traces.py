@@ -30,7 +30,8 @@ def _req(t, n_in, out, ids, think=0.0):
 
 
 def _builder():
-    return workload.PromptBuilder(token_low=10, token_high=100, marker_tokens=1, run_key="r")
+    return workload.PromptBuilder(token_low=10, token_high=100, marker_tokens=1, content_seed=0,
+                                  concurrency=1)
 
 
 # --- Weka ------------------------------------------------------------------------------------------

@@ -131,6 +131,37 @@ def test_honest_then_cheap_server_caught_by_suspects_sampled_over_time(env):
 
 
 @pytest.mark.slow
+def test_a_table_precomputed_from_the_public_workload_fails_under_a_real_secret(env, tmp_path):
+    """Greedy continuations computed offline for every prompt the public code and config determine (the final
+    seed's prompts under the public demo secret), served without a model call: verified while the held-out
+    prompts are those public ones; once they are drawn from an operator's secret not one prompt is in the
+    table, and answering by length alone is rejected by fidelity."""
+    from infbench.serving.verify import reference
+    from infbench.serving.verify.common import VerifySettings
+
+    directory = vh.adversary(env["root"] / "subs", "table", ["--table", "table.json"])
+    table = vh.public_table(env["tiny"], env["sessions"], env["serving"])
+    (directory / "table.json").write_text(json.dumps(table))
+    public = _run(env, directory)
+    served = Path(public.server_log).read_text()
+    assert public.verified, [(c.name, c.summary) for c in public.checks if not c.passed]
+    assert served.count("table exact") >= 10 and "table by_length" not in served
+
+    operator = vh.secret("operator round 9", tmp_path)
+    ref = tmp_path / "reference.json"
+    reference.compute("smollm2-135m", str(env["tiny"]), env["answers"],
+                      VerifySettings.model_validate(env["serving"]["verification"]), (1000, 30000), str(ref),
+                      operator)
+    held_out = _run(env, shutil.copytree(directory, directory.with_name("adv_table_held_out")), ref=ref,
+                    secret=operator)
+    served = Path(held_out.server_log).read_text()
+    checks = _checks(held_out)
+    assert "table exact" not in served and served.count("table by_length") >= 10
+    assert not held_out.verified and not checks["fidelity"].passed, checks["fidelity"].summary
+    assert checks["complete_prompts"].passed and checks["streaming_consistency"].passed
+
+
+@pytest.mark.slow
 def test_no_check_passes_by_default(env, tmp_path):
     """Without the source tokenizer the text cannot be compared, and without EOS probes natural stopping cannot
     be tested: those checks fail naming why (the model-free instant server, a model directory without a
@@ -169,7 +200,8 @@ def test_s0_on_a_tiny_model_passes_every_check(env):
     assert names == ["submission_files", "submission_spec", "requirements", "launch", "complete_prompts",
                      "exact_output_lengths",
                      "streaming_consistency", "session_progress", "context_probes", "natural_stopping",
-                     "held_out_answers", "server_alive", "fidelity"]
+                     "held_out_answers", "server_alive", "fidelity", "far_context"]
+    assert _checks(record)["far_context"].evidence["with_clear_positions"] > 0
     assert _checks(record)["session_progress"].evidence["completed"] > 0
     assert record.replays[0].score.completed > 0 and record.provenance.params["submission"] == "S0"
     # the secret travels as a fingerprint, in the record too: its value is the operator's, after the round
@@ -198,6 +230,8 @@ def test_s0_and_llamacpp_pass_on_the_real_model(env, tmp_path):
         record = _run(env, vh.example(tmp_path / "subs", name, startup_timeout_s=300), serving=serving,
                       model_dir=env["hf"], gguf=str(gguf), ref=ref)
         assert record.verified, (name, [(c.name, c.summary) for c in record.checks if not c.passed])
+        far = _checks(record)["far_context"].evidence   # the real model's clear top-1s streamed
+        assert far["clear_positions"] > 0, far
 
 
 @pytest.mark.slow

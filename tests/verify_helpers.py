@@ -63,8 +63,10 @@ def small_sessions(out_dir: Path, context_limit: int) -> Path:
 
 
 def serving_config(context_limit: int, **verification) -> dict:
+    """The embedded serving section at test size: every long-enough replay request a far-context carrier."""
     serving = embedded_config()["serving"]
     serving["deployment"]["context_limit"] = context_limit
+    serving["workload"]["far_context"]["share"] = 1.0
     serving["replay"].update({"warmup_s": 0.5, "window_s": 4.0, "request_timeout_s": 20.0, "threads": 1})
     serving["seeds"]["final"] = [1000]
     serving["verification"] = {**serving["verification"], "context_probes": 1, "eos_probes": 2,
@@ -102,8 +104,8 @@ def submission_dir(root: Path, name: str, spec: dict, code: dict[str, str] | Non
     return d
 
 
-def adversary(root: Path, mode: str, extra: list[str] | None = None) -> Path:
-    spec = {"command": ["{python}", "adversary.py", "--model", "{model_dir}", "--port", "{port}", "--mode", mode,
+def adversary(root: Path, mode: str, extra: list[str] | None = None, model: str = "{model_dir}") -> Path:
+    spec = {"command": ["{python}", "adversary.py", "--model", model, "--port", "{port}", "--mode", mode,
                         "--context-limit", "{context_limit}", *(extra or [])],
             "concurrency": 1, "model": "smollm2-135m", "requires": ["torch", "transformers"],
             "startup_timeout_s": 120}
@@ -117,3 +119,31 @@ def example(root: Path, name: str, **changes) -> Path:
     spec.update(changes)
     (d / "submission.yaml").write_text(yaml.safe_dump(spec))
     return d
+
+
+def public_table(model_dir: Path, sessions_path: Path, serving: dict, concurrency: int = 1,
+                 instances: int = 40) -> dict:
+    """What a submitter can precompute offline: the greedy continuation of every prompt of the first
+    ``instances`` session instances of each final seed's draw, as the public code and config determine them
+    (the public demo secret), keyed as ``adversarial_server`` looks them up."""
+    import itertools
+
+    from transformers import AutoModelForCausalLM
+
+    from adversarial_server import prompt_key
+    from infbench.bench.far_context import greedy
+    from infbench.serving import runs, workload
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    sessions = workload.load(sessions_path)
+    table: dict = {"exact": {}, "by_length": {}}
+    for seed in serving["seeds"]["final"]:
+        prompts = runs.settings(serving, "http://unused", concurrency, seed, {},
+                                prompt_seed=workload.held_out_prompt_seed(secret(), seed)).prompt_builder()
+        for instance, session in enumerate(itertools.islice(workload.draw(sessions, seed), instances)):
+            for r in session.requests:
+                prompt = prompts.build(session, instance, r)
+                out = greedy(model, prompt, r.output_tokens)
+                table["exact"][prompt_key(prompt)] = out
+                table["by_length"].setdefault(f"{len(prompt)}/{r.output_tokens}", out)
+    return table

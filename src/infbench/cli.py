@@ -26,6 +26,14 @@ def _bench_replay(args) -> None:
                     output_tokens=args.output_tokens, think_time_s=args.think_time, out_md=args.out))
 
 
+def _bench_far_context(args) -> None:
+    from infbench.bench import far_context as bench
+    from infbench.config_io import load_config
+
+    serving = load_config(args.config)["serving"]
+    print(bench.run(serving, args.sessions, args.model, args.gguf, args.carriers, tuple(args.keep), args.out))
+
+
 def _bench_stages(args) -> None:
     from infbench.bench import compression_stages as bench
 
@@ -78,12 +86,19 @@ def _replay_settings(args, model: str):
         window_s=args.window, request_timeout_s=args.request_timeout, idle_cap_s=args.idle_cap,
         token_low=args.token_range[0], token_high=args.token_range[1], marker_tokens=args.marker_tokens,
         temperature=args.temperature, start_ratio=tuple(args.start_ratio), request_fields=dict(args.request_field),
-        api=args.api, tokenizer=args.tokenizer)
+        api=args.api, tokenizer=args.tokenizer, far_context=_far_context(args.far_context_share))
     deployment = Deployment(name=model, devices=args.devices, accelerator=args.accelerator,
                             usd_per_device_hour=args.usd_per_device_hour, input_usd_per_mtok=args.input_usd_per_mtok,
                             output_usd_per_mtok=args.output_usd_per_mtok,
                             context_limit=args.context_limit or sys.maxsize)
     return settings, deployment
+
+
+def _far_context(share: float) -> dict[str, float]:
+    from infbench.config_io import schema_default
+
+    return {"share": share, **{k: schema_default(f"serving.workload.far_context.{k}")
+                               for k in ("span_tokens", "min_distance")}}
 
 
 def _idle_cap(value: str) -> float | None:
@@ -146,6 +161,9 @@ def _add_replay(sub) -> None:
                    help="prompt filler token ids, [LOW, HIGH), no special tokens (default %(default)s)")
     g.add_argument("--marker-tokens", type=int, default=d("workload.marker_tokens"),
                    help="per-session-instance cache-bust marker at the start of each prompt (default %(default)s)")
+    g.add_argument("--far-context-share", type=float, default=d("workload.far_context.share"),
+                   help="share of long-enough requests ending with a repeat of earlier ids that the model "
+                        "copies (serving.workload.far_context; 0: none; default %(default)s)")
     g.add_argument("--request-field", type=_json_field, action="append", default=[], metavar="KEY=JSON",
                    help="an extra JSON field of every request (repeatable)")
     g.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -280,6 +298,18 @@ def main(argv: list[str] | None = None) -> int:
                    help="mean seconds between a session's requests (0 saturates the client: queueing, not overhead)")
     p.add_argument("--out", default=None, help="also write the table (Markdown) here")
     p.set_defaults(func=_bench_replay)
+    p = sub.add_parser("bench-far-context",
+                       help="how the reference, servers that keep only a prompt's end and llama.cpp continue "
+                            "the far-context carriers of the replays")
+    p.add_argument("--config", default="config/config.yaml", help="the pipeline's YAML (its serving section)")
+    p.add_argument("--sessions", default="results/serving/workload/sessions.jsonl")
+    p.add_argument("--model", default="results/sources/smollm2-135m/hf", help="the reference checkpoint")
+    p.add_argument("--gguf", default=None, help="its GGUF twin, to score llama.cpp too")
+    p.add_argument("--carriers", type=int, default=24, help="carriers of a development draw measured")
+    p.add_argument("--keep", type=int, nargs="*", default=[64, 256],
+                   help="prompt ends kept by the truncating servers")
+    p.add_argument("--out", default=None, help="also write the table (Markdown) here")
+    p.set_defaults(func=_bench_far_context)
     p = sub.add_parser("bench-stages", help="CompressionBench's stages run directly on one device, timed, and "
                                            "compared with another run of them")
     p.add_argument("--config", default="config/config.yaml",

@@ -50,8 +50,10 @@ class TargetsRecord(BaseModel):
 
 
 def key(serving: dict[str, Any], workload_sha: str) -> str:
-    """What the targets depend on: deployment, workload, reference spec, replay and calibration settings."""
+    """What the targets depend on: deployment, workload and its prompts' settings, reference spec, replay and
+    calibration settings."""
     parts = {k: serving[k] for k in ("deployment", "replay", "calibration")}
+    parts["prompts"] = {k: serving["workload"][k] for k in ("token_id_range", "marker_tokens", "far_context")}
     parts["reference_spec"] = serving["servers"][serving["calibration"]["reference"]]
     parts["calibration_seeds"] = serving["seeds"]["calibration"]
     parts["workload_sha256"] = workload_sha

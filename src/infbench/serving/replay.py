@@ -63,7 +63,9 @@ from infbench import atomic
 from infbench.serving.endpoints import API, Completions, endpoint
 from infbench.serving.sse import BoundedLines, response_limit
 from infbench.serving.trace import Session, TraceRequest
-from infbench.serving.workload import FROM_BEGINNING, LaneStart, PromptBuilder, lane_start, start_fraction
+from infbench.serving.carriers import CarrierSettings
+from infbench.serving.workload import (FROM_BEGINNING, LaneStart, PromptBuilder, lane_start,
+                                      public_prompt_seed, start_fraction)
 
 JSON_BODY = {"Content-Type": "application/json"}
 # How OpenAI-compatible servers word a prompt that does not fit (vLLM, SGLang, llama.cpp, S0, OpenAI).
@@ -91,6 +93,19 @@ class ReplaySettings(BaseModel):
                                            description="extra JSON fields a server needs, e.g. logit_bias")
     api: API = "completions"
     tokenizer: str | None = Field(default=None, description="chat: the tokenizer.json that turns prompts to text")
+    far_context: CarrierSettings | None = Field(
+        default=None, description="far-context carriers placed in the prompts (None: none)")
+    prompt_seed: int | None = Field(default=None, exclude=True, repr=False,
+                                    description="the prompts' content seed; None: the public one of `seed`. "
+                                                "Verification passes one drawn from the operator's secret, "
+                                                "which is never written out with the settings")
+
+    def prompt_builder(self) -> PromptBuilder:
+        """The prompts this replay sends (the same for the same content seed and concurrency)."""
+        seed = public_prompt_seed(self.seed) if self.prompt_seed is None else self.prompt_seed
+        return PromptBuilder(token_low=self.token_low, token_high=self.token_high,
+                             marker_tokens=self.marker_tokens, content_seed=seed,
+                             concurrency=self.concurrency, carriers=self.far_context)
 
 
 class RequestRecord(BaseModel):
@@ -276,8 +291,7 @@ class Replay:
         self.api = endpoint(settings.api, settings.tokenizer)
         self.url = settings.base_url.rstrip("/") + self.api.path
         self.run_id = uuid.uuid4().hex[:12]
-        self.prompts = PromptBuilder(token_low=settings.token_low, token_high=settings.token_high,
-                                     marker_tokens=settings.marker_tokens, run_key=self.run_id)
+        self.prompts = settings.prompt_builder()
         self.heap: list[_Event] = []
         self.seq = itertools.count()
         self.numbers = itertools.count()

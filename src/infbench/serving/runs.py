@@ -32,14 +32,17 @@ def deployment(serving: dict[str, Any]) -> Deployment:
 
 
 def settings(serving: dict[str, Any], base_url: str, concurrency: int, seed: int,
-             request_fields: dict[str, Any]) -> replay.ReplaySettings:
+             request_fields: dict[str, Any], prompt_seed: int | None = None) -> replay.ReplaySettings:
+    """A replay of ``seed`` as configured; ``prompt_seed`` None: its prompts' public content seed
+    (development, calibration), else the held-out one verification draws from the operator's secret."""
     r, w = serving["replay"], serving["workload"]
     low, high = w["token_id_range"]
     return replay.ReplaySettings(
         base_url=base_url, model=serving["deployment"]["name"], concurrency=concurrency, seed=seed,
         warmup_s=r["warmup_s"], window_s=r["window_s"], request_timeout_s=r["request_timeout_s"],
         idle_cap_s=r["idle_cap_s"], token_low=low, token_high=high, marker_tokens=w["marker_tokens"],
-        temperature=r["temperature"], start_ratio=tuple(r["start_ratio"]), request_fields=request_fields)
+        temperature=r["temperature"], start_ratio=tuple(r["start_ratio"]), request_fields=request_fields,
+        far_context=w["far_context"], prompt_seed=prompt_seed)
 
 
 def launch_vars(serving: dict[str, Any], model_dir: str, gguf: str) -> servers.LaunchVars:

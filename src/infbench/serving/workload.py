@@ -11,26 +11,31 @@
   and lane from ``start_ratio`` picks main-chain request ``floor(u * n_main)``;
   every request recorded before it counts as already done and is not sent, so
   the replay starts with grown contexts rather than every lane at turn one.
-- Prompts are token ids: block ``h`` of a prefix scope is a fixed seeded token
-  block (equal hash ids give identical blocks); the first ``marker_tokens`` of
-  every prompt are a marker unique to the replayed session instance, so two
-  instances never share a cached prefix by accident.
+- Prompts are token ids (:class:`PromptBuilder`), every id drawn from a replay's
+  content seed: only the prefix structure (which requests share which blocks) is
+  public. A final (held-out) replay's content seed comes from the operator's
+  secret, per seed (:func:`held_out_prompt_seed`), so nothing about its prompts
+  can be computed before the round; development, calibration and coverage
+  replays use a public one (:func:`public_prompt_seed`), as their draws do.
 """
 
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 from collections.abc import Iterator
 from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from infbench import atomic, provenance
 from infbench.errors import ConfigError, InputFileError
 from infbench.hashing import file_hashes, sha256_file
+from infbench.operator_secret import OperatorSecret
 from infbench.seeding import derive_seed
+from infbench.serving.carriers import Carrier, CarrierSettings, Store, place
 from infbench.serving.trace import Session, TraceRequest
 from infbench.serving.traces import read_trace
 
@@ -169,36 +174,86 @@ def initial_streams(session: Session, start: LaneStart) -> int:
     return len({r.chain for r in session.requests if start.ready(r)})
 
 
+def public_prompt_seed(seed: int) -> int:
+    """The content seed of a development, calibration or coverage replay: public, as its draw seed is."""
+    return derive_seed(seed, "replay-prompts")
+
+
+def held_out_prompt_seed(secret: OperatorSecret, seed: int) -> int:
+    """The content seed of a final (held-out) replay: drawn from the operator's secret, per seed."""
+    return secret.seed("serving.replay_prompts", seed)
+
+
 class PromptBuilder(BaseModel):
-    """Deterministic token-id prompts for one replay run."""
+    """Token-id prompts of one replay, every id drawn from ``content_seed``.
+
+    Block ``h`` of a session instance is a block of ids drawn for (session, instance, h), so equal hash ids
+    give identical blocks within the instance (a globally scoped trace: within the replay); ids beyond the
+    hashed blocks are drawn per request; the first ``marker_tokens`` are the instance's marker (drawn for the
+    concurrency and instance, so two instances, or two replays of a seed at different ``c`` on one server,
+    never share a cached prefix); ``carriers`` places far-context carriers (:mod:`.carriers`). The same
+    content seed and concurrency give the same prompts.
+    """
     model_config = ConfigDict(extra="forbid", frozen=True)
     token_low: int = Field(ge=0)
     token_high: int
     marker_tokens: int = Field(ge=1)
-    run_key: str
+    content_seed: int
+    concurrency: int = Field(ge=1)
+    carriers: CarrierSettings | None = None
+    _instances: OrderedDict = PrivateAttr(default_factory=OrderedDict)
 
     def build(self, session: Session, instance: int, request: TraceRequest) -> list[int]:
-        bs = session.block_size
-        scope = session.id if session.prefix_scope == "session" else "global"
-        out: list[int] = []
-        for h in request.hash_ids:
-            out.extend(_block(self.token_low, self.token_high, scope, h, bs))
-        del out[request.input_tokens:]
-        if len(out) < request.input_tokens:  # tokens beyond the hashed blocks: unique to this request
-            out.extend(_tail(self.token_low, self.token_high, f"{scope}/{request.id}",
-                             request.input_tokens - len(out)))
+        out = self._instance(session, instance)[0].prompt(request)
         n = min(self.marker_tokens, len(out))
-        out[:n] = _tail(self.token_low, self.token_high, f"marker/{self.run_key}/{instance}", n)
-        return out
+        out[:n] = _draw(self.token_low, self.token_high, n, self.content_seed, "marker", self.concurrency,
+                        instance)
+        return out.tolist()
+
+    def carrier(self, session: Session, instance: int, request_id: str) -> Carrier | None:
+        """The far-context carrier placed in that request, if any."""
+        return self._instance(session, instance)[1].get(request_id)
+
+    def _instance(self, session: Session, instance: int) -> tuple[Store, dict[str, Carrier]]:
+        key = (session.id, instance)
+        if key in self._instances:
+            self._instances.move_to_end(key)
+            return self._instances[key]
+        low, high, bs, seed = self.token_low, self.token_high, session.block_size, self.content_seed
+        if session.prefix_scope == "session":
+            rows = {h: i for i, h in enumerate(sorted({h for r in session.requests for h in r.hash_ids}))}
+            table = _draw(low, high, (len(rows), bs), seed, "blocks", session.id, instance)
+
+            def blocks(hash_ids: list) -> np.ndarray:
+                return table[[rows[h] for h in hash_ids]]
+        else:
+            def blocks(hash_ids: list) -> np.ndarray:
+                return np.stack([_global_block(low, high, bs, seed, h) for h in hash_ids])
+
+        def tail(r: TraceRequest) -> np.ndarray:
+            n = r.input_tokens - len(r.hash_ids) * bs
+            return _draw(low, high, n, seed, "tail", session.id, instance, r.id)
+
+        store = Store(session, blocks, tail)
+        carriers = {}
+        if self.carriers and self.carriers.share > 0 and session.prefix_scope == "session":
+            rng = np.random.default_rng(derive_seed(seed, "carriers", session.id, instance))
+            carriers = place(store, self.carriers, self.marker_tokens, rng)
+        self._instances[key] = (store, carriers)
+        if len(self._instances) > INSTANCE_CACHE:
+            self._instances.popitem(last=False)
+        return store, carriers
+
+
+INSTANCE_CACHE = 256  # session instances whose content a builder keeps (each is rebuilt the same if evicted)
+
+
+def _draw(low: int, high: int, shape, seed: int, *names: object) -> np.ndarray:
+    return np.random.default_rng(derive_seed(seed, *names)).integers(low, high, shape)
 
 
 @lru_cache(maxsize=65536)
-def _block(low: int, high: int, scope: str, hash_id: int, size: int) -> tuple[int, ...]:
-    rng = np.random.default_rng(derive_seed(0, "block", scope, hash_id))
-    return tuple(rng.integers(low, high, size).tolist())
-
-
-def _tail(low: int, high: int, key: str, n: int) -> list[int]:
-    rng = np.random.default_rng(derive_seed(0, "tail", key))
-    return rng.integers(low, high, n).tolist()
-
+def _global_block(low: int, high: int, size: int, seed: int, hash_id: int) -> np.ndarray:
+    block = _draw(low, high, size, seed, "global-block", hash_id)
+    block.flags.writeable = False
+    return block

@@ -1,7 +1,7 @@
 """Fidelity (PROTOCOL B5): suspicious continuations scored by the reference model under teacher forcing.
 
 Candidates are the continuations the submission streamed in the held-out replays after warmup (every
-final seed; prompts rebuilt from the seeded workload), the EOS probes and the context probes.
+final seed; prompts rebuilt from each replay's content seed), the EOS probes and the context probes.
 Suspects:
 
 - the context probes' continuations, always;
@@ -33,6 +33,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from infbench.serving.carriers import Carrier
 from infbench.serving.trace import Session
 from infbench.serving.verify.common import CheckResult, VerifySettings
 from infbench.serving.workload import PromptBuilder
@@ -47,13 +48,40 @@ class Candidate:
     kind: str = ""
     rank: float = 0.0
     position: float | None = None  # where in the replay window it was sent (0 = start, 1 = end)
+    carrier: Carrier | None = None  # a replay request's far-context carrier, if its prompt has one
     _prompt: list[int] | None = field(default=None, repr=False)
+    _scores: Scores | None = field(default=None, repr=False)
 
     @property
     def prompt(self) -> list[int]:
         if self._prompt is None:
             self._prompt = self.build()
         return self._prompt
+
+    def scored(self, model) -> Scores:
+        """The reference's scores of the output under teacher forcing with the full prompt (computed once)."""
+        if self._scores is None:
+            self._scores = Scores.of(teacher_forced_logits(model, self.prompt, self.output), self.output)
+        return self._scores
+
+
+@dataclass(frozen=True)
+class Scores:
+    """Per output position: the reference's two best log-probabilities and ids, and the output id's."""
+    top: torch.Tensor       # [n, 2] log-probabilities, best first
+    top_ids: torch.Tensor   # [n, 2]
+    chosen: torch.Tensor    # [n]
+
+    @classmethod
+    def of(cls, logits: torch.Tensor, output: list[int]) -> Scores:
+        lp = torch.log_softmax(logits, -1)
+        top = lp.topk(2, -1)
+        return cls(top.values, top.indices, lp.gather(-1, torch.tensor(output)[:, None]).squeeze(-1))
+
+    @property
+    def regrets(self) -> torch.Tensor:
+        """The reference's best log-probability minus the output id's."""
+        return self.top[:, 0] - self.chosen
 
 
 def fixed(origin: str, prompt: list[int], output: list[int], kind: str = "") -> Candidate:
@@ -71,11 +99,11 @@ def longest_run(ids: list[int]) -> int:
     return best
 
 
-def replay_candidates(frames: list[tuple[int, pd.DataFrame]], sessions: list[Session], token_range: tuple[int, int],
-                      marker_tokens: int, warmup_s: float, window_s: float) -> list[Candidate]:
-    """Every completed post-warmup request of every seed's replay, in seed and send order."""
+def replay_candidates(frames: list[tuple[int, pd.DataFrame]], sessions: list[Session],
+                      prompts: dict[int, PromptBuilder], warmup_s: float, window_s: float) -> list[Candidate]:
+    """Every completed post-warmup request of every seed's replay, in seed and send order; ``prompts``: each
+    seed's prompt builder (the one its replay sent)."""
     by_id = {s.id: s for s in sessions}
-    builders: dict[str, PromptBuilder] = {}
     out = []
     for seed, frame in frames:
         if frame.empty:
@@ -86,12 +114,11 @@ def replay_candidates(frames: list[tuple[int, pd.DataFrame]], sessions: list[Ses
             req = next((q for q in session.requests if q.id == r.request_id), None) if session else None
             if not ids or req is None:
                 continue
-            b = builders.setdefault(r.run_id, PromptBuilder(token_low=token_range[0], token_high=token_range[1],
-                                                            marker_tokens=marker_tokens, run_key=r.run_id))
             out.append(Candidate(f"replay seed {seed} {r.session_id}#{r.instance}/{r.request_id}",
                                  int(r.input_tokens), ids,
-                                 lambda b=b, s=session, i=r.instance, q=req: b.build(s, i, q),
-                                 position=min(max((r.send_time - warmup_s) / window_s, 0.0), 1.0)))
+                                 lambda b=prompts[seed], s=session, i=r.instance, q=req: b.build(s, i, q),
+                                 position=min(max((r.send_time - warmup_s) / window_s, 0.0), 1.0),
+                                 carrier=prompts[seed].carrier(session, int(r.instance), req.id)))
     return out
 
 
@@ -112,13 +139,14 @@ def stratified(cands: list[Candidate], k: int, rng: np.random.Generator) -> list
 
 
 @torch.inference_mode()
-def _logits(model, prompt: list[int], output: list[int]) -> torch.Tensor:
+def teacher_forced_logits(model, prompt: list[int], output: list[int]) -> torch.Tensor:
+    """The reference's logits at each output position, teacher-forced (the head runs on those rows only)."""
     ids = torch.tensor([prompt + output[:-1]])
-    return model(input_ids=ids).logits[0, -len(output):].float()
+    return model(input_ids=ids, logits_to_keep=len(output)).logits[0].float()
 
 
 def _proxy_rank(model, c: Candidate, context: int) -> float:
-    logits = _logits(model, c.prompt[-context:], c.output)
+    logits = teacher_forced_logits(model, c.prompt[-context:], c.output)
     lp = torch.log_softmax(logits, -1).gather(-1, torch.tensor(c.output)[:, None]).squeeze(-1)
     return float(lp.mean())
 
@@ -169,17 +197,12 @@ def select_suspects(model, probes: list[Candidate], replays: list[Candidate], eo
     return chosen
 
 
-def regrets(model, c: Candidate) -> torch.Tensor:
-    logits = _logits(model, c.prompt, c.output)
-    return logits.max(-1).values - logits.gather(-1, torch.tensor(c.output)[:, None]).squeeze(-1)
-
-
 def fidelity(model, probes: list[Candidate], replays: list[Candidate], eos: set[int], settings: VerifySettings,
              rng: np.random.Generator, drawn_with: str) -> CheckResult:
     suspects = select_suspects(model, probes, replays, eos, settings, rng)
     scored, worst = [], None
     for c in suspects:
-        r = regrets(model, c)
+        r = c.scored(model).regrets
         i = int(r.argmax())
         row = {"origin": c.origin, "why": c.kind, "prompt_tokens": c.prompt_tokens, "output_tokens": len(c.output),
                "max_regret": float(r[i]), "at": i, "token": c.output[i],

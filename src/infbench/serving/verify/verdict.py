@@ -1,14 +1,15 @@
 """One submission verified end to end; the verification record.
 
 Order: the directory's files (no link out of it, no special file: checked before any is read), spec,
-requirements, launch from the directory (bound read-only into the sandbox, never copied on the host),
-held-out replays at the declared ``c`` (every final seed, the configured window), context probes, EOS
-probes, held-out answers, server still alive; teardown; then the replay checks and fidelity (reference
-model, after the server is down). Every failure (a link out of the directory, a bad spec, a launch that
-fails, a port in use, a server that never becomes healthy or dies) becomes a failed check naming the
-cause in the record, never an exception that stops other jobs.
+requirements, launch from a fresh copy of the directory (made only after that check; mounted read-only at
+/submission), held-out replays at the declared ``c`` (every final seed, the configured window), context
+probes, EOS probes, held-out answers, server still alive; teardown; then the replay checks, fidelity and
+far_context (reference model, after the server is down). Every failure (a link out of the directory, a bad
+spec, a launch that fails, a port in use, a server that never becomes healthy or dies) becomes a failed
+check naming the cause in the record, never an exception that stops other jobs.
 
-Probes, held-out questions and fidelity suspects are drawn with seeds derived from the operator's
+The held-out replays' prompts (every id, and where the far-context carriers lie), probes, held-out
+questions, fidelity suspects and the carriers checked are drawn with seeds derived from the operator's
 secret (:mod:`infbench.operator_secret`); the record names it (``drawn_with``) and keeps its fingerprint
 only: its value goes to the operator's file written once the whole round is over
 (:func:`infbench.operator_secret.write_release`).
@@ -17,6 +18,7 @@ only: its value goes to the operator's file written once the whole round is over
 from __future__ import annotations
 
 import contextlib
+import functools
 import time
 import traceback
 from pathlib import Path
@@ -33,13 +35,14 @@ from infbench.operator_secret import OperatorSecret
 from infbench.sandbox.launch import SandboxRecord, SandboxSettings
 from infbench.serving import replay, runs, workload
 from infbench.serving.value import Score
-from infbench.serving.verify import answers, fidelity, probes, reference, replay_checks, submission
+from infbench.serving.verify import (answers, far_context, fidelity, probes, reference, replay_checks,
+                                     submission)
 from infbench.serving.verify.common import CheckResult, VerifySettings
 from infbench.serving.verify.source_text import SourceText, TokenizerUnavailable
 
 CHECK_ORDER = ("submission_files", "submission_spec", "requirements", "launch", "complete_prompts",
                "exact_output_lengths", "streaming_consistency", "session_progress", "context_probes",
-               "natural_stopping",                "held_out_answers", "server_alive", "fidelity")
+               "natural_stopping", "held_out_answers", "server_alive", "fidelity", "far_context")
 
 
 class SeedReplay(BaseModel):
@@ -117,6 +120,7 @@ def verify(directory: str, serving: dict[str, Any], answer_settings: AnswerSetti
     command: list[str] = []
     isolation: list[SandboxRecord] = []
     phases: dict[str, float] = {}
+    prompts: dict[int, workload.PromptBuilder] = {}  # each final seed's held-out prompts, as sent
     sub = None
     inputs: dict[str, str] = {}
 
@@ -196,7 +200,9 @@ def verify(directory: str, serving: dict[str, Any], answer_settings: AnswerSetti
                                      f"holds {secret.public()}: rerun rule serving_verification_reference")
                 sessions = workload.load(sessions_path)
                 for seed in serving["seeds"]["final"]:
-                    st = runs.settings(serving, server.base_url, sub.concurrency, seed, sub.request_fields)
+                    st = runs.settings(serving, server.base_url, sub.concurrency, seed, sub.request_fields,
+                                       prompt_seed=workload.held_out_prompt_seed(secret, seed))
+                    prompts[seed] = st.prompt_builder()
                     with _phase(phases, "replays"):
                         recs = replay.run(workload.draw(sessions, seed), st)
                     path = str(out / f"seed{seed}.parquet")
@@ -253,19 +259,29 @@ def verify(directory: str, serving: dict[str, Any], answer_settings: AnswerSetti
     checks.append(_guard("session_progress", lambda: replay_checks.session_progress(
         records, serving["replay"]["warmup_s"] + serving["replay"]["window_s"]), phases))
 
+    @functools.cache
+    def model():  # the reference, loaded once for fidelity and far_context
+        load = load_reference_model or (lambda: reference.load_model(model_dir, settings.reference_dtype))
+        return load()[0]
+
+    @functools.cache
+    def replayed() -> list[fidelity.Candidate]:  # shared, so a continuation both checks score is scored once
+        return fidelity.replay_candidates(frames, sessions, prompts, serving["replay"]["warmup_s"],
+                                          serving["replay"]["window_s"])
+
     def fidelity_check():
-        model, _ = (load_reference_model or (lambda: reference.load_model(model_dir, settings.reference_dtype)))()
-        r = serving["replay"]
-        replayed = fidelity.replay_candidates(frames, sessions, token_range, serving["workload"]["marker_tokens"],
-                                              r["warmup_s"], r["window_s"])
         probed = [fidelity.fixed(f"EOS probe {i}", prompt, c.ids) for i, (prompt, c) in enumerate(eos_completions)
                   if c.ids]
         probed += [fidelity.fixed(f"context probe {i}", prompt, c.ids, kind="long prompt (context probe)")
                    for i, (prompt, c) in enumerate(context_completions) if c.ids]
         rng = np.random.default_rng(secret.seed("serving.fidelity", name))
-        return fidelity.fidelity(model, probed, replayed, set(ref.eos_token_ids), settings, rng, secret.label)
+        return fidelity.fidelity(model(), probed, replayed(), set(ref.eos_token_ids), settings, rng,
+                                 secret.label)
 
     checks.append(_guard("fidelity", fidelity_check, phases))
+    checks.append(_guard("far_context", lambda: far_context.far_context(
+        model(), replayed(), settings, np.random.default_rng(secret.seed("serving.far_context", name)),
+        secret.label), phases))
     return finish()
 
 

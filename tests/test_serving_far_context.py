@@ -1,0 +1,162 @@
+"""far_context (PROTOCOL B5): a server that prefills only the end of each replay prompt fails.
+
+The real SmolLM2-135M (not a model rescaled to depend on its context): on the replays' far-context carriers
+its confident next ids copy from far back in the prompt, which a server that kept only the last W ids cannot
+know. The adversary, llama.cpp on the F16 twin (transformers prefills 1,024 ids too slowly on 2 busy cores for
+enough carriers to be answered), keeps the last 64, 256 or 1,024 ids of every replay prompt, reports the full
+length and is honest on anything that looks like a probe; every carrier's source lies beyond W (sessions of
+one request, each long enough). Real servers on loopback, in the sandbox.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import verify_helpers as vh
+
+SANDBOX = {"allow_unsandboxed": False, "tmp_mb": 512}
+# (ids the server keeps, context limit, shared prompt tokens of every request, replay window in seconds)
+CASES = [(64, 1024, 400, 12.0), (256, 1024, 400, 12.0), (1024, 2048, 1200, 40.0)]
+
+
+def _sessions(root: Path, system_tokens: int, context_limit: int) -> Path:
+    from infbench.serving import synthetic, workload
+
+    p = synthetic.SyntheticParams(
+        sessions=12, block_size=16, system_tokens=system_tokens,
+        first_user_tokens={"median": 48, "sigma": 0.3}, main_turns_mean=1, max_main_turns=1,
+        tool_result_tokens={"median": 16, "sigma": 0.1}, output_tokens={"median": 4, "sigma": 0.0},
+        max_output_tokens=4, think_time_s={"median": 0.05, "sigma": 0.1},
+        subagent_prob=0.0, max_fanout=1, subagent_turns_mean=1, background_prob=0.0, nominal_decode_tps=50)
+    root.mkdir(parents=True, exist_ok=True)
+    synthetic.generate(p, 0, root / "trace.jsonl")
+    workload.prepare(str(root / "trace.jsonl"), "weka", length_scale=1.0, context_limit=context_limit,
+                     block_size=16, out_sessions=str(root / "sessions.jsonl"),
+                     out_summary=str(root / "workload.json"))
+    return root / "sessions.jsonl"
+
+
+def _serving(context_limit: int, keep: int, window_s: float) -> dict:
+    """Only what the check needs: no context or EOS probes, no questions, one fidelity suspect."""
+    serving = vh.serving_config(context_limit, context_probes=0, eos_probes=0, eos_candidates=1, answers_n=0,
+                                fidelity_max_suspects=0, fidelity_sampled_suspects=1, fidelity_proxy_pool=0,
+                                far_context_checks=10)
+    serving["workload"]["far_context"]["min_distance"] = keep + 64
+    serving["replay"].update({"warmup_s": 0.0, "window_s": window_s, "request_timeout_s": 60.0})
+    return serving
+
+
+@pytest.fixture(scope="module")
+def real(tmp_path_factory, smollm2_source):
+    from infbench.serving.verify import reference
+    from infbench.serving.verify.common import VerifySettings
+
+    from infbench import gguf_twin, sources
+
+    root = tmp_path_factory.mktemp("far_context")
+    hf = smollm2_source[0] / "hf"
+    gguf = root / "f16.gguf"
+    gguf_twin.twin_from_gguf(sources.SourceRecord.model_validate_json(
+        (smollm2_source[0] / "source.json").read_text()).origin_gguf, gguf)
+    serving = _serving(1024, 64, 10.0)
+    ref = root / "reference.json"
+    reference.compute("smollm2-135m", str(hf), vh.answer_settings(),
+                      VerifySettings.model_validate(serving["verification"]), (1000, 30000), str(ref),
+                      vh.secret())
+    return {"root": root, "hf": hf, "gguf": gguf, "ref": ref}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("keep, context_limit, system_tokens, window_s", CASES,
+                         ids=[f"last{c[0]}" for c in CASES])
+def test_a_server_keeping_only_the_end_of_each_prompt_fails_far_context(real, keep, context_limit,
+                                                                         system_tokens, window_s):
+    from infbench.serving.verify import verdict
+
+    root = real["root"] / f"last{keep}"
+    sessions = _sessions(root, system_tokens, context_limit)
+    directory = vh.adversary(root / "subs", "keep_last", ["--keep", str(keep), "--engine", "llamacpp"],
+                             "{gguf}")
+    out = root / "out"
+    record = verdict.run_job(str(directory), _serving(context_limit, keep, window_s), vh.answer_settings(),
+                             str(real["hf"]), str(real["gguf"]), str(real["ref"]), str(sessions), str(out),
+                             str(out) + ".json", str(out) + ".server.log", SANDBOX, vh.secret())
+    checks = {c.name: c for c in record.checks}
+    for name in ("complete_prompts", "exact_output_lengths", "session_progress"):
+        assert checks[name].passed, (name, checks[name].summary)  # the accounting is all honest
+    far = checks["far_context"]
+    assert not far.passed and not record.verified, far.summary
+    rows = far.evidence["carriers"]
+    assert all(r["distance"] > keep for r in rows) and any(r["misses"] for r in rows), rows
+
+
+def test_held_out_prompts_come_from_the_secret_and_keep_the_prefix_structure(tmp_path):
+    """A final replay's every id follows the operator's secret (the same secret gives the same prompts,
+    another secret others); equal hash ids still give equal blocks within a session instance; carriers repeat
+    their source, and where they lie follows the secret too. Development prompts do not depend on it."""
+    import itertools
+
+    from infbench.serving import runs, workload
+
+    sessions = workload.load(_sessions_grown(tmp_path))
+    serving = vh.serving_config(1024)
+    serving["workload"]["far_context"]["share"] = 0.5
+
+    def prompts(secret, seed=1000):
+        held_out = None if secret is None else workload.held_out_prompt_seed(secret, seed)
+        builder = runs.settings(serving, "http://unused", 1, seed, {}, prompt_seed=held_out).prompt_builder()
+        drawn = list(itertools.islice(workload.draw(sessions, seed), 6))
+        built = {(i, r.id): builder.build(s, i, r) for i, s in enumerate(drawn) for r in s.requests}
+        return builder, built, drawn
+
+    a, b = vh.secret("operator round 1", tmp_path), vh.secret("operator round 2", tmp_path)
+    (ba, pa, drawn), (_, pa2, _), (bb, pb, _) = prompts(a), prompts(a), prompts(b)
+    assert pa == pa2 and pa.keys() == pb.keys()
+    assert all(pa[k][16:48] != pb[k][16:48] for k in pa)          # no id in common beyond chance
+    assert prompts(None)[1] == prompts(None)[1] != pa               # development: public, not the secret's
+    carriers_a, carriers_b = set(), set()
+    for i, session in enumerate(drawn):
+        blocks: dict[int, list[int]] = {}
+        for r in session.requests:
+            p = pa[(i, r.id)]
+            assert len(p) == r.input_tokens
+            for j, h in enumerate(r.hash_ids[1:-1], start=1):        # full blocks after the marker's
+                assert blocks.setdefault(h, p[j * 16:(j + 1) * 16]) == p[j * 16:(j + 1) * 16]
+            for builder, found in ((ba, carriers_a), (bb, carriers_b)):
+                c = builder.carrier(session, i, r.id)
+                if c:
+                    q = p if builder is ba else pb[(i, r.id)]
+                    assert q[c.cue:] == q[c.source:c.source + c.span] and c.distance >= 64
+                    found.add((i, r.id, c.source))
+    assert len(carriers_a) >= 5 and carriers_a != carriers_b
+
+
+def _sessions_grown(root: Path) -> Path:
+    from infbench.serving import synthetic, workload
+
+    p = synthetic.SyntheticParams(
+        sessions=6, block_size=16, system_tokens=128, first_user_tokens={"median": 48, "sigma": 0.3},
+        main_turns_mean=4, max_main_turns=6, tool_result_tokens={"median": 48, "sigma": 0.3},
+        output_tokens={"median": 8, "sigma": 0.3}, max_output_tokens=16,
+        think_time_s={"median": 0.1, "sigma": 0.1},
+        subagent_prob=0.3, max_fanout=2, subagent_turns_mean=2, background_prob=0.0, nominal_decode_tps=50)
+    synthetic.generate(p, 0, root / "trace.jsonl")
+    workload.prepare(str(root / "trace.jsonl"), "weka", length_scale=1.0, context_limit=1024, block_size=16,
+                     out_sessions=str(root / "sessions.jsonl"), out_summary=str(root / "workload.json"))
+    return root / "sessions.jsonl"
+
+
+def test_bench_far_context_scores_each_server_as_the_check_does(tmp_path, smollm2_source):
+    """``infbench bench-far-context`` on a tiny model: the reference's own greedy path never misses its top-1;
+    the table has a row per distance band and a column per server."""
+    from infbench.bench import far_context as bench
+
+    tiny = vh.tiny_model(tmp_path / "tiny", smollm2_source[0] / "hf", seed=0)
+    serving = vh.serving_config(1024)
+    rows = bench.measure(serving, str(_sessions_grown(tmp_path)), str(tiny), None, carriers=4, keeps=(64,))
+    assert len(rows) == 4 and (rows["full_missed"] == 0).all() and (rows["full_clear"] > 0).all()
+    assert (rows["distance"] >= 64).all() and "last64_missed" in rows
+    md = bench.table(rows).to_markdown(index=False)
+    assert "full: missed / clear" in md and "last64: missed / clear" in md
