@@ -78,7 +78,7 @@ def test_a_server_keeping_only_the_end_of_each_prompt_fails_far_context(real, ke
     root = real["root"] / f"last{keep}"
     sessions = _sessions(root, system_tokens, context_limit)
     directory = vh.adversary(root / "subs", "keep_last", ["--keep", str(keep), "--engine", "llamacpp"],
-                             "{gguf}")
+                             "{gguf}", requires=("torch", "transformers", "llama_cpp"))
     out = root / "out"
     record = verdict.run_job(str(directory), _serving(context_limit, keep, window_s), vh.answer_settings(),
                              str(real["hf"]), str(real["gguf"]), str(real["ref"]), str(sessions), str(out),

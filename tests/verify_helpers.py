@@ -104,10 +104,13 @@ def submission_dir(root: Path, name: str, spec: dict, code: dict[str, str] | Non
     return d
 
 
-def adversary(root: Path, mode: str, extra: list[str] | None = None, model: str = "{model_dir}") -> Path:
+def adversary(root: Path, mode: str, extra: list[str] | None = None, model: str = "{model_dir}",
+              requires: tuple[str, ...] = ("torch", "transformers")) -> Path:
+    """An adversarial server (tests/adversarial_server.py) as a submission; ``requires`` are the modules its
+    sandbox binds (a llama.cpp engine needs ``llama_cpp``)."""
     spec = {"command": ["{python}", "adversary.py", "--model", model, "--port", "{port}", "--mode", mode,
                         "--context-limit", "{context_limit}", *(extra or [])],
-            "concurrency": 1, "model": "smollm2-135m", "requires": ["torch", "transformers"],
+            "concurrency": 1, "model": "smollm2-135m", "requires": list(requires),
             "startup_timeout_s": 120}
     return submission_dir(root, f"adv_{mode}", spec, {"adversary.py": HERE / "adversarial_server.py"})
 
