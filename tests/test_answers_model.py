@@ -71,10 +71,10 @@ def test_reference_rule_is_planned_for_each_source(workdir):
 
 
 @pytest.mark.parametrize("old,new,expected", [
-    ("gsm8k: {n_questions: 10}", "gsm8k: {n_questions: 40}",
+    ("gsm8k: {n_questions: 26}", "gsm8k: {n_questions: 40}",
      "config key 'answers.gsm8k.n_questions': 40 questions asked, the question pool has only 26"),
-    ("triviaqa: {n_questions: 10}", "triviaqa: {n_questions: 10, shots: 6}", "config key 'answers.triviaqa.shots'"),
-    ("humaneval: {n_questions: 10}", "humaneval: {n_questions: 10, shots: 3}", "0 was expected"),
+    ("triviaqa: {n_questions: 26}", "triviaqa: {n_questions: 26, shots: 6}", "config key 'answers.triviaqa.shots'"),
+    ("humaneval: {n_questions: 26}", "humaneval: {n_questions: 26, shots: 3}", "0 was expected"),
 ])
 def test_bad_answers_config_fails_before_any_job(tmp_path, old, new, expected):
     text = (REPO / "config/config.yaml").read_text()

@@ -196,3 +196,28 @@ def test_coverage_counts_the_streams_ready_at_the_lanes_start_points():
     # starting at main/1 (t* = 4): both branches' second requests are still to come and ready, main/1 waits for them
     start = workload.lane_start(fanout, 0.5)
     assert start.t_star == 4 and workload.initial_streams(fanout, start) == 2
+
+
+def test_a_window_ending_while_the_loop_computes_its_wait_ends_the_replay():
+    """The loop tests the clock, then computes how long to wait; on a loaded machine the window can end in
+    between, with nothing due and one request in flight. That ends the replay (it once popped the empty
+    event heap: IndexError, a crashed verification of an honest server)."""
+    import asyncio
+
+    session = weka.session({"id": "one", "block_size": BS, "requests": [
+        {"t": 0, "in": 8, "out": 2, "hash_ids": [0, 1], "think_time": 0}]})
+    st = settings("http://127.0.0.1:9", window_s=5.0, request_timeout_s=1.0)
+
+    class LateClock(replay.Replay):
+        """Time stands still until a request is in flight; then the loop's test reads just before the
+        window's end and every later reading just after it, so the wait comes out negative."""
+
+        readings = [4.999]
+
+        def now(self) -> float:
+            if self.in_flight == 0 and not self.records:
+                return 0.0
+            return self.readings.pop() if self.readings else 5.001
+
+    recs = asyncio.run(LateClock(workload.draw([session], 0), st).run())
+    assert len(recs) == 1 and not recs[0].ok

@@ -205,3 +205,16 @@ def serving_trace():
     if trace["format"] == "synthetic":
         return "results/serving/trace/synthetic.jsonl"
     return trace["path"]
+
+
+def round_records(wildcards):
+    """Every final verification record of the round: CompressionBench's and ServerBench's."""
+    serving = (
+        expand(
+            "results/serving/verification/{submission}.json",
+            submission=SERVING_SUBMISSIONS,
+        )
+        if SERVING is not None
+        else []
+    )
+    return COMPRESSION_RECORDS + serving

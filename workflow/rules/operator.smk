@@ -3,19 +3,6 @@
 # reads them, keep its fingerprint only.
 
 
-def round_records(wildcards):
-    """Every final verification record of the round: CompressionBench's and ServerBench's."""
-    serving = (
-        expand(
-            "results/serving/verification/{submission}.json",
-            submission=SERVING_SUBMISSIONS,
-        )
-        if SERVING is not None
-        else []
-    )
-    return COMPRESSION_RECORDS + serving
-
-
 rule operator_secret:
     input:
         records=round_records,

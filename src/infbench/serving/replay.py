@@ -402,6 +402,8 @@ class Replay:
                 except TimeoutError:
                     pass
                 continue
+            if not self.heap:  # the window ended between the loop's test and now: nothing is due
+                continue
             ev = heapq.heappop(self.heap)
             ready = ev.vtime - self.shift
             self.in_flight += 1
