@@ -32,7 +32,9 @@ def twin_from_gguf(src: str | Path, out: str | Path) -> None:
     import gguf
     import numpy as np
 
-    reader = gguf.GGUFReader(src)
+    from infbench import gguf_reading
+
+    reader = gguf_reading.Reader(src)
     arch = reader.fields["general.architecture"].contents()
     with atomic.atomic_path(out) as tmp:
         writer = gguf.GGUFWriter(tmp, arch)

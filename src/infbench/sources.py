@@ -80,10 +80,10 @@ def resolve_gguf(name: str, origin: SourceOrigin) -> Path | None:
 
 
 def check_gguf_readable(path: Path) -> None:
-    import gguf
+    from infbench import gguf_reading
 
     try:
-        gguf.GGUFReader(path)
+        gguf_reading.Reader(path)
     except Exception as exc:  # the reader raises ValueError, struct errors, OSError...
         raise InputFileError(path, f"not a readable GGUF file ({type(exc).__name__}: {exc})") from exc
 
@@ -92,6 +92,8 @@ def load_source(name: str, origin: SourceOrigin, dtype: str = "bfloat16"):
     """Load model and tokenizer from the origin, weights cast to ``dtype``."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from infbench import gguf_reading
 
     torch_dtype = getattr(torch, dtype)
     gguf_path = resolve_gguf(name, origin)
@@ -103,10 +105,11 @@ def load_source(name: str, origin: SourceOrigin, dtype: str = "bfloat16"):
     else:
         where, kwargs = origin.repo_id, {"revision": origin.revision}
     try:
-        tokenizer = AutoTokenizer.from_pretrained(where, **kwargs)
-        # GGUF weights are dequantized in float32 and then cast once to dtype.
-        model = AutoModelForCausalLM.from_pretrained(
-            where, dtype=torch.float32 if gguf_path else torch_dtype, **kwargs)
+        with gguf_reading.for_transformers():
+            tokenizer = AutoTokenizer.from_pretrained(where, **kwargs)
+            # GGUF weights are dequantized in float32 and then cast once to dtype.
+            model = AutoModelForCausalLM.from_pretrained(
+                where, dtype=torch.float32 if gguf_path else torch_dtype, **kwargs)
     except OSError as exc:
         raise ConfigError(f"sources.{name}.origin", f"cannot load checkpoint from {where}: {exc}") from exc
     model = model.to(torch_dtype)

@@ -203,15 +203,19 @@ def measure(kind: str, package: str | Path, source: str, *, source_checkpoint: s
         log = stack.enter_context(open(log_path, "ab")) if isinstance(log_path, (str, Path)) else log_path
         process = dict(sandbox=settings.sandbox, preload=preload, device=settings.device, threads=settings.threads,
                        timeout_s=settings.timeout_s, log_path=log, vocab_size=vocab_size)
-        with step("baseline"):
-            with SubmissionProcess(None, baseline=True, **process) as empty:
-                baseline, device_baseline = empty.memory(), empty.device_memory()
-        cap = None if memory_limit_gib is None else memory_cap(
-            limit_bytes=int(memory_limit_gib * GIB), s_pkg_bytes=record.s_pkg_bytes, baseline=baseline,
-            allowance_bytes=int(settings.runtime_allowance_mib * 2**20),
-            workspace_bytes=workspace_bytes(settings.memory_workspace, batch=settings.score_batch_size,
-                                            n_last=rows.continuations.shape[1], vocab=vocab_size))
-        with SubmissionProcess(package, memory_limit_bytes=cap, **process) as proc:
+        # The measured worker imports its runtime while the baseline worker is measured (both only import
+        # until the package is loaded); its hard memory limit, which follows from the baseline, is set first.
+        with SubmissionProcess(package, **process) as proc:
+            with step("baseline"):
+                with SubmissionProcess(None, baseline=True, **process) as empty:
+                    baseline, device_baseline = empty.memory(), empty.device_memory()
+            cap = None if memory_limit_gib is None else memory_cap(
+                limit_bytes=int(memory_limit_gib * GIB), s_pkg_bytes=record.s_pkg_bytes, baseline=baseline,
+                allowance_bytes=int(settings.runtime_allowance_mib * 2**20),
+                workspace_bytes=workspace_bytes(settings.memory_workspace, batch=settings.score_batch_size,
+                                                n_last=rows.continuations.shape[1], vocab=vocab_size))
+            if cap is not None:
+                proc.limit_memory(cap)
             record.sandbox = proc.sandbox_record
             with step("load", phase="load"):
                 loaded = proc.load()

@@ -253,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
     requests = Requests()
     if args.baseline:
         protocol.write(json.dumps({"ok": True, "ready": True}) + "\n")
-        while (req := requests.next()) is not None and req["cmd"] != "exit":
+        while requests.next() is not None:  # until the pipeline kills the sandbox or closes stdin
             pass
         return 0
     package = args.package.resolve()
@@ -262,8 +262,6 @@ def main(argv: list[str] | None = None) -> int:
     worker = Worker(package, args.logits_fd, args.device, args.threads, access, protocol, requests)
     protocol.write(json.dumps({"ok": True, "ready": True}) + "\n")
     while (req := requests.next()) is not None:
-        if req["cmd"] == "exit":
-            break
         if req["cmd"] == "stop":  # a stop that arrived after its generation had ended
             continue
         try:

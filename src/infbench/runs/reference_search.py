@@ -47,9 +47,11 @@ def reconstruction_error(f16_gguf: Path, quantized: Path) -> float:
     """Relative squared error of the quantized weights against the F16 twin, over every quantized tensor."""
     import gguf
 
-    reference = {t.name: t for t in gguf.GGUFReader(f16_gguf).tensors}
+    from infbench import gguf_reading
+
+    reference = {t.name: t for t in gguf_reading.Reader(f16_gguf).tensors}
     num = den = 0.0
-    for tensor in gguf.GGUFReader(quantized).tensors:
+    for tensor in gguf_reading.Reader(quantized).tensors:
         if tensor.tensor_type == gguf.GGMLQuantizationType.F32:
             continue
         ref = reference[tensor.name]

@@ -117,6 +117,14 @@ class Sandboxed:
         self.record.memory = accounting
         return self
 
+    def limit_memory(self, nbytes: int) -> None:
+        """Set (or lower) the cgroup's hard limit now, while the sandbox runs; nothing where there is no
+        cgroup (the record says ``memory: proc``)."""
+        self.memory_limit_bytes = nbytes
+        if self.cgroup is not None:
+            self.cgroup.set_limit(nbytes)
+            self.record.memory.limit_bytes = nbytes
+
     def _make_cgroup(self) -> MemoryAccounting:
         try:
             self.cgroup = cgroup.create()
