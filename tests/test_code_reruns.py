@@ -10,7 +10,6 @@ import ast
 import os
 import re
 import shutil
-from pathlib import Path
 
 import pytest
 

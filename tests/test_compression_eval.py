@@ -10,7 +10,8 @@ import shutil
 import pytest
 
 from compression_helpers import HONEST, SETTINGS, make_package, run
-from infbench.compression.evaluation import Task, verdict
+from infbench.compression.records import verdict
+from infbench.compression.tasks import Task
 from infbench.compression.submission import GIB
 
 pytestmark = pytest.mark.slow

@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from infbench.compression.evaluation import EvaluationRecord
+from infbench.compression.records import EvaluationRecord
 from infbench.checks import Check
 from infbench.tables import compression
 

@@ -105,7 +105,7 @@ def test_generation_dequantizes_once_per_call_and_keeps_nothing(untied, contexts
     import contextlib
 
     from infbench.compression.runtimes import hf
-    from infbench.compression.storage import live_cpu_bytes
+    from infbench.compression.inprocess_memory import live_cpu_bytes
 
     gptq.package(untied, "untied", 1.0, tmp_path / "pkg", corpus={"type": "embedded"},
                  contexts_parquet=str(contexts_file), bit_widths=[3], group_size=32, damp_percent=0.01,

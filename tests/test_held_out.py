@@ -96,7 +96,7 @@ def test_the_secret_is_released_to_its_owner_only(tmp_path):
 
 
 def test_compression_table_names_the_verification_set_and_marks_unsandboxed_rows(tmp_path):
-    from infbench.compression.evaluation import EvaluationRecord
+    from infbench.compression.records import EvaluationRecord
     from infbench.sandbox.launch import SandboxRecord
     from infbench.tables import compression
 

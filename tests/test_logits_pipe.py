@@ -13,7 +13,8 @@ import yaml
 from conftest import needs_sandbox
 from compression_helpers import SETTINGS, make_package, run
 from infbench.compression.client import SubmissionProcess
-from infbench.compression.evaluation import Task, verdict
+from infbench.compression.records import verdict
+from infbench.compression.tasks import Task
 from infbench.checks import CheckFailed
 
 pytestmark = needs_sandbox()

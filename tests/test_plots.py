@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 from matplotlib.container import ErrorbarContainer
 
-from infbench.compression.evaluation import EvaluationRecord
+from infbench.compression.records import EvaluationRecord
 from infbench.compression.submission import GIB
 from infbench.plots import accuracy_vs_bits as fig1a, serving_value_share as fig4
 from infbench.plots.runs import FIGURES, layout

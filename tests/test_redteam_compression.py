@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from infbench.compression.evaluation import Task, verdict
+from infbench.compression.records import verdict
+from infbench.compression.tasks import Task
 from infbench.compression.submission import GIB
 from conftest import needs_sandbox
 from compression_helpers import HONEST, make_package, run
@@ -310,7 +311,7 @@ def bonus_for(target_f: float, src: Path, bias: float) -> float:
     import torch
     from transformers import AutoModelForCausalLM
 
-    from infbench.compression.likelihood import read_continuations, stack
+    from infbench.compression.likelihood_files import read_continuations, stack
 
     table = read_continuations(src / "verification/continuations.parquet")
     contexts, continuations = stack(table["context_ids"], np.int64), stack(table["continuation_ids"], np.int64)

@@ -298,7 +298,7 @@ def _linking(tmp_path, how: str) -> tuple[Path, str]:
     name = sub / "data.json"
     if how == "linked directory":  # the submission itself: a link to a directory the submitter does not own
         (tmp_path / "subs" / "linked").symlink_to(outside)
-        (outside / "submission.yaml").write_text(f"command: [x]\nmodel: smollm2-135m\nconcurrency: 1\n")
+        (outside / "submission.yaml").write_text("command: [x]\nmodel: smollm2-135m\nconcurrency: 1\n")
         return tmp_path / "subs" / "linked", f"linked: the directory itself is a symlink to {outside}"
     if how == "fifo":
         os.mkfifo(name)
@@ -450,7 +450,7 @@ def test_the_failing_check_is_the_first_failure_in_the_documented_order():
     """Context probes run while the server is up, the replay checks after teardown: a server failing both is
     named by complete_prompts, which the documented order puts first."""
     from infbench.serving.verify.common import CheckResult
-    from infbench.serving.verify.verdict import CHECK_ORDER, in_documented_order
+    from infbench.serving.verify.record import CHECK_ORDER, in_documented_order
 
     ran = [CheckResult(name=n, passed=n not in ("context_probes", "complete_prompts"), summary=n)
            for n in ("submission_files", "submission_spec", "requirements", "launch", "context_probes",

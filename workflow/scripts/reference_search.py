@@ -2,7 +2,7 @@ import sys
 
 sys.stderr = open(snakemake.log[0], "w")
 
-from infbench.compression.evaluation import Task
+from infbench.compression.tasks import Task
 from infbench.runs import reference_search
 
 search = snakemake.params.search

@@ -3,9 +3,9 @@ import sys
 sys.stderr = open(snakemake.log[0], "w")
 
 from infbench import operator_secret
-from infbench.compression import verification
+from infbench.compression import records
 
-verification.verdict_for_pipeline(
+records.judge_for_pipeline(
     snakemake.input[0],
     snakemake.params.task,
     snakemake.output[0],

@@ -132,7 +132,7 @@ def _json(path: Path) -> dict:
 
 def comparison(this: Path, other: Path, source: str) -> str:
     """This run (a) against the other (b): the reference likelihood per set, the candidates' measurements."""
-    from infbench.compression.likelihood import read_continuations, stack
+    from infbench.compression.likelihood_files import read_continuations, stack
 
     rows = []
     for set_name in SETS:

@@ -17,7 +17,6 @@ import contextlib
 import time
 import traceback
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 from typing import Any, BinaryIO, Callable
 
@@ -25,17 +24,17 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from infbench.operator_secret import OperatorSecret
-from infbench.provenance import Provenance, collect as collect_provenance
+from infbench.provenance import collect as collect_provenance
 from infbench.compression import held_out, integrity, probes, scoring
-from infbench.compression.decode import DecodeTiming, measure as measure_decode
+from infbench.compression.decode import measure as measure_decode
 from infbench.compression.client import SubmissionProcess, WorkerFailure
 from infbench.checks import Check, CheckFailed
-from infbench.compression.likelihood import read_continuations, stack
+from infbench.compression.likelihood_files import read_continuations, stack
 from infbench.compression.runtimes import preload_modules
+from infbench.compression.records import EvaluationRecord
 from infbench.compression.storage import MemoryWorkspace, ResidentMeasure, memory_cap, workspace_bytes
-from infbench.compression.tasks import Task  # re-exported: records and verdicts take it
 from infbench.compression.submission import GIB, SubmissionError, check_tokenizer, content_hash, load_manifest, package_bytes
-from infbench.sandbox.launch import SandboxRecord, SandboxSettings
+from infbench.sandbox.launch import SandboxSettings
 
 
 class DecodeSettings(BaseModel):
@@ -72,49 +71,6 @@ class EvaluationSettings(BaseModel):
     integrity: IntegritySettings
     sandbox: SandboxSettings
     threads: int = 1
-
-
-class EvaluationRecord(BaseModel):
-    kind: str  # "reward" (search set) or "verification" (verification set)
-    submission: str
-    task: str
-    source: str
-    limit_gib: float
-    content_hash: str | None = None
-    runtime: str | None = None
-    s_pkg_bytes: int | None = None
-    s_res_load_bytes: int | None = None
-    s_res_after_inference_bytes: int | None = None
-    s_res_bytes: int | None = None
-    s_pkg_gib: float | None = None
-    s_res_gib: float | None = None
-    package_bits_per_param: float | None = None
-    tokens_scored: int | None = None
-    ppl: float | None = None
-    ref_ppl: float | None = None
-    f: float | None = None
-    f_ci95: tuple[float, float] | None = None
-    accuracy: dict[str, float] | None = None
-    accuracy_mean: float | None = None
-    accuracy_ref: float | None = None
-    accuracy_counts: dict[str, tuple[int, int]] | None = None  # (correct, asked) per benchmark
-    accuracy_ref_counts: dict[str, tuple[int, int]] | None = None  # the source's A(p), the same questions
-    decode: DecodeTiming | None = None
-    resident: ResidentMeasure | None = None  # every figure behind S_res, measured from outside the worker
-    sandbox: SandboxRecord | None = None
-    diagnostics: dict[str, Any] = {}  # reported, never judged (the in-process audit of reads and connections)
-    checks: list[Check] = []
-    failed_check: str | None = None
-    failure: str | None = None
-    reward: float | None = None
-    score: float | None = None
-    wall_s: float = 0.0
-    # wall seconds per phase: load, likelihood (the hidden probes included), integrity, accuracy, decode,
-    # statefulness (the second process, its load included)
-    phase_s: dict[str, float] = {}
-    finished_at: datetime | None = None  # UTC; set by the search-time reward (run records order calls by it)
-    secret_label: str | None = None  # verification: the operator secret its set and probes were drawn from
-    provenance: Provenance | None = None
 
 
 class _Steps:
@@ -277,27 +233,6 @@ def measure(kind: str, package: str | Path, source: str, *, source_checkpoint: s
     record.provenance = collect_provenance({"kind": kind, "source": source, "settings": settings.model_dump(),
                                             "secret": secret.public() if verifying else None},
                                            {"submission": record.content_hash or ""})
-    return record
-
-
-def verdict(measured: EvaluationRecord, task: Task) -> EvaluationRecord:
-    """The measurement judged under ``task``'s storage limit: checks, failing check, reward or score."""
-    record = measured.model_copy(deep=True, update={"task": task.name, "limit_gib": task.limit_gib})
-    limit = task.limit_gib * GIB
-    if record.s_pkg_bytes is not None and record.s_res_bytes is not None:
-        record.checks[:0] = [
-            Check(name="storage_package", passed=record.s_pkg_bytes <= limit,
-                  evidence={"s_pkg_bytes": record.s_pkg_bytes, "limit_bytes": limit}),
-            Check(name="storage_resident", passed=record.s_res_bytes <= limit,
-                  evidence={"after_load": record.s_res_load_bytes,
-                            "after_inference": record.s_res_after_inference_bytes, "limit_bytes": limit}),
-        ]
-    record.failed_check = next((c.name for c in record.checks if not c.passed), None)
-    ok = record.failed_check is None and record.f is not None
-    if record.kind == "reward":
-        record.reward = 10.0 * record.f if ok else 0.0
-    else:
-        record.score = record.f if ok else 0.0
     return record
 
 

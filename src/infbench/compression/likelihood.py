@@ -2,6 +2,8 @@
 
 Files (per source and set):
 
+The files' formats are :mod:`infbench.compression.likelihood_files`.
+
 - ``continuations.parquet``: ``set, index, family, doc_id, context_ids,
   continuation_ids, logprobs`` (the sampler's own log-probs);
 - ``sampling.json``: :class:`SamplingSummary`, PPL from the sampler's log-probs;
@@ -15,77 +17,20 @@ Files (per source and set):
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import pyarrow as pa
-import pyarrow.parquet as pq
 import torch
-from pydantic import BaseModel
 
 from infbench import atomic, provenance
 from infbench.compression import contexts as ctx
 from infbench.compression import held_out, sampling, scoring
 from infbench.compression.hf_runtime import load_causal_lm
+from infbench.compression.likelihood_files import (CONTINUATIONS_SCHEMA, SCORES_SCHEMA, ReferenceSummary,
+                                                   SamplingSummary, read_continuations, stack)
 from infbench.hashing import sha256_file
 from infbench.operator_secret import OperatorSecret
 from infbench.resources import check_visible_gpus
-
-CONTINUATIONS_SCHEMA = pa.schema([
-    ("set", pa.string()),
-    ("index", pa.int32()),
-    ("family", pa.string()),
-    ("doc_id", pa.string()),
-    ("context_ids", pa.list_(pa.int32())),
-    ("continuation_ids", pa.list_(pa.int32())),
-    ("logprobs", pa.list_(pa.float32())),
-])
-SCORES_SCHEMA = pa.schema([("index", pa.int32()), ("logprobs", pa.list_(pa.float32()))])
-
-
-class SamplingSummary(BaseModel):
-    source: str
-    set: str
-    backend: str
-    dtype: str
-    device: str
-    n_contexts: int
-    context_tokens: int
-    continuation_tokens: int
-    temperature: float
-    seed: int  # likelihood.seed; the verification set's sampling seed is drawn from it and the secret
-    secret_label: str | None  # verification: the operator secret the sampling seed came from; search: None
-    batch_size: int
-    cross_entropy: float
-    ppl: float
-    provenance: provenance.Provenance
-
-
-class ReferenceSummary(BaseModel):
-    source: str
-    set: str
-    backend: str
-    dtype: str
-    n_contexts: int
-    tokens_scored: int
-    cross_entropy: float
-    ppl: float
-    sampler_ppl: float
-    f_self: float
-    f_self_ci95: tuple[float, float]
-    max_abs_logprob_diff: float
-    secret_label: str | None  # as the set's sampling.json
-    provenance: provenance.Provenance
-
-
-def read_continuations(path: str | Path) -> pd.DataFrame:
-    return pq.read_table(path).to_pandas().sort_values("index").reset_index(drop=True)
-
-
-def stack(column: pd.Series, dtype) -> np.ndarray:
-    return np.stack([np.asarray(v, dtype=dtype) for v in column])
-
 
 def _label(set_name: str, secret: OperatorSecret | None) -> str | None:
     if set_name != held_out.VERIFICATION:

@@ -23,7 +23,8 @@ Runtime state that the empty baseline cannot have, because the runtime creates i
 stated allowance, ``verification.runtime_allowance_mib`` (default 16 MiB). A package can therefore hide at most
 the allowance.
 
-The in-process count of live tensors and arrays (:func:`resident_bytes`, run inside the worker) stays as a
+The in-process count of live tensors and arrays (:mod:`infbench.compression.inprocess_memory`, run inside the
+worker) stays as a
 second figure; ``S_res = max(in-process count, outside figure - allowance)``.
 
 The measured worker's cgroup has a hard limit (:func:`memory_cap`): the largest storage limit it is judged
@@ -35,65 +36,9 @@ Beyond it the kernel kills the worker and the record fails ``memory_limit``.
 
 from __future__ import annotations
 
-import gc
-from typing import Any
-
-import numpy as np
-import torch
 from pydantic import BaseModel, ConfigDict
 
 from infbench.sandbox.meter import MemoryUse
-
-
-def _storage_key(obj: Any) -> tuple[tuple, int] | None:
-    if isinstance(obj, torch.Tensor):
-        if obj.device.type == "meta":
-            return None
-        try:
-            storage = obj.untyped_storage()
-            return (obj.device.type, storage.data_ptr()), storage.nbytes()
-        except (RuntimeError, NotImplementedError):  # sparse, fake or functional tensors own no storage
-            return None
-    if isinstance(obj, np.ndarray):
-        base = obj
-        while isinstance(base.base, np.ndarray):
-            base = base.base
-        if base.nbytes == 0:
-            return None
-        return ("numpy", base.__array_interface__["data"][0]), base.nbytes
-    return None
-
-
-def live_cpu_bytes() -> int:
-    """Bytes of every distinct CPU storage behind live tensors and arrays."""
-    gc.collect()
-    seen: dict[tuple, int] = {}
-    for obj in gc.get_objects():
-        for candidate in (obj, *gc.get_referents(obj)):
-            found = _storage_key(candidate)
-            if found is None or found[0][0] == "cuda":
-                continue
-            key, nbytes = found
-            seen[key] = max(seen.get(key, 0), nbytes)
-    return sum(seen.values())
-
-
-def resident_bytes(device: str, native_bytes: int = 0) -> int:
-    """The in-process figure: live tensors and arrays plus bytes a runtime holds natively (llama.cpp's model).
-
-    On CUDA the device allocator's bytes on every visible GPU plus every live host-side storage: a copy kept in host memory
-    (a full-precision twin, offloaded weights) is model storage too.
-    """
-    host = live_cpu_bytes() + native_bytes
-    if device.startswith("cuda"):
-        for i in range(torch.cuda.device_count()):
-            torch.cuda.synchronize(i)
-        # cuBLAS keeps its matmul workspaces (32 MiB per handle by default) in the caching allocator:
-        # temporary workspace, not model storage
-        torch._C._cuda_clearCublasWorkspaces()
-        # every visible GPU: a model too large for one is spread over several (hf_runtime.from_pretrained_on)
-        return sum(int(torch.cuda.memory_allocated(i)) for i in range(torch.cuda.device_count())) + host
-    return host
 
 
 class MemoryWorkspace(BaseModel):

@@ -2,9 +2,7 @@
 
 ``measure_for_pipeline``: one measurement per (source, candidate) on the
 verification set, with the operator secret placing the integrity probes;
-``verdict_for_pipeline``: the task's storage limit applied (cheap, per task x
-candidate); the record names the secret by its label only (its value is written
-for the operator once the round is over, :func:`infbench.operator_secret.write_release`);
+(the verdict under each task's storage limit is :func:`infbench.compression.records.judge_for_pipeline`);
 ``reward``: the search-time evaluator that ``infbench reward`` runs on the search
 set only (nothing of the verification set, the answers reference or the secret is
 read) and appends to a JSONL log.
@@ -18,7 +16,9 @@ from pathlib import Path
 
 from infbench import atomic
 from infbench.compression.device import resolve
-from infbench.compression.evaluation import EvaluationRecord, EvaluationSettings, Task, measure, verdict
+from infbench.compression.evaluation import EvaluationSettings, measure
+from infbench.compression.records import EvaluationRecord, verdict
+from infbench.compression.tasks import Task
 from infbench.operator_secret import OperatorSecret
 from infbench.sources import read_record
 
@@ -40,16 +40,6 @@ def measure_for_pipeline(package: str, source: str, *, source_checkpoint: str, s
                        sample_temperature=sample_temperature, memory_limit_gib=memory_limit_gib)
     atomic.write_json(out, measured.model_dump(mode="json"))
     return measured
-
-
-def verdict_for_pipeline(measured_json: str, task: dict, out: str, secret: OperatorSecret) -> EvaluationRecord:
-    """The final verification record: the verdict, for a measurement drawn from ``secret``."""
-    measured = EvaluationRecord.model_validate_json(Path(measured_json).read_text())
-    if measured.secret_label != secret.label:
-        raise ValueError(f"{measured_json} was measured with {measured.secret_label}, not {secret.label}")
-    record = verdict(measured, Task.model_validate(task))
-    atomic.write_json(out, record.model_dump(mode="json"))
-    return record
 
 
 def reward(package: str, task: Task, *, results: Path, settings: dict, sandbox: dict, threads: int, log_path: Path,

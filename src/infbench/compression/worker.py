@@ -37,7 +37,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from infbench.compression import logits_pipe, runtimes, storage
+from infbench.compression import inprocess_memory, logits_pipe, runtimes
 from infbench.compression.submission import load_manifest
 
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT
@@ -184,7 +184,7 @@ class Worker:
     def _inprocess_resident(self) -> int:
         """The package's live tensors and arrays, counted in this process: a second figure only."""
         native = getattr(self.runner, "native_resident_bytes", None)
-        return storage.resident_bytes(self.device, int(native()) if native else 0)
+        return inprocess_memory.resident_bytes(self.device, int(native()) if native else 0)
 
     def cmd_load(self, req):
         manifest = load_manifest(self.package)

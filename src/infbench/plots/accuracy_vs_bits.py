@@ -26,7 +26,7 @@ import numpy as np  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 from pydantic import BaseModel  # noqa: E402
 
-from infbench.compression.evaluation import EvaluationRecord  # noqa: E402
+from infbench.compression.records import EvaluationRecord  # noqa: E402
 from infbench.compression.submission import GIB  # noqa: E402
 from infbench.plots import figure  # noqa: E402
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
-from infbench.compression.evaluation import EvaluationRecord
+from infbench.compression.records import EvaluationRecord
 from infbench.runs.schema import ReplayCall, RewardCall, RunRecord, TokenUsage, ToolCall
 
 

@@ -10,7 +10,7 @@ import pandas as pd
 from pydantic import BaseModel
 
 from infbench import atomic, provenance
-from infbench.compression.evaluation import EvaluationRecord
+from infbench.compression.records import EvaluationRecord
 from infbench.hashing import sha256_file
 from infbench.runs import compression_analysis as ca, cost_analysis as cost, serving_analysis as sa
 from infbench.runs.outputs import PLOTTED

@@ -10,7 +10,7 @@ from infbench.runs.schema import RewardCall
 
 def _call(obj: dict) -> RewardCall:
     # imported here: the workflow discovers runs at start, and evaluation pulls in torch (seconds)
-    from infbench.compression.evaluation import EvaluationRecord
+    from infbench.compression.records import EvaluationRecord
 
     record = EvaluationRecord.model_validate(obj)
     if record.finished_at is None or record.reward is None:

@@ -18,7 +18,7 @@ from pathlib import Path
 from pydantic import BaseModel
 from scipy.stats import binomtest
 
-from infbench.compression.evaluation import EvaluationRecord
+from infbench.compression.records import EvaluationRecord
 from infbench.hashing import sha256_file
 from infbench.sandbox.launch import isolation, marked
 from infbench.tables.io import write_table

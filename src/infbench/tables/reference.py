@@ -8,7 +8,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from infbench.compression.likelihood import ReferenceSummary, SamplingSummary
+from infbench.compression.likelihood_files import ReferenceSummary, SamplingSummary
 from infbench.hashing import sha256_file
 from infbench.sources import read_record
 from infbench.tables.io import write_table

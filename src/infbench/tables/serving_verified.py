@@ -18,7 +18,7 @@ from pydantic import BaseModel
 
 from infbench.serving import calibrate, runs
 from infbench.serving.uncertainty import UncertaintySettings
-from infbench.serving.verify.verdict import VerificationRecord
+from infbench.serving.verify.record import VerificationRecord
 from infbench.sandbox.launch import isolation, marked
 from infbench.tables.io import write_table
 from infbench.tables.serving import Measured, baseline, measured

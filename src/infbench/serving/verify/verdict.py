@@ -26,7 +26,6 @@ from typing import Any, Callable
 
 import numpy as np
 import pandas as pd
-from pydantic import BaseModel
 
 from infbench import atomic, provenance
 from infbench.compression.answers.settings import AnswerSettings
@@ -34,43 +33,11 @@ from infbench.compression.submission import SubmissionError, package_entries
 from infbench.operator_secret import OperatorSecret
 from infbench.sandbox.launch import SandboxRecord, SandboxSettings
 from infbench.serving import replay, runs, workload
-from infbench.serving.value import Score
 from infbench.serving.verify import (answers, far_context, fidelity, probes, reference, replay_checks,
                                      submission)
 from infbench.serving.verify.common import CheckResult, VerifySettings
+from infbench.serving.verify.record import SeedReplay, VerificationRecord, in_documented_order
 from infbench.serving.verify.source_text import SourceText, TokenizerUnavailable
-
-CHECK_ORDER = ("submission_files", "submission_spec", "requirements", "launch", "complete_prompts",
-               "exact_output_lengths", "streaming_consistency", "session_progress", "context_probes",
-               "natural_stopping", "held_out_answers", "server_alive", "fidelity", "far_context")
-
-
-class SeedReplay(BaseModel):
-    seed: int
-    records: str
-    requests: int
-    score: Score
-
-
-class VerificationRecord(BaseModel):
-    submission: str
-    directory: str
-    spec: dict[str, Any] | None
-    concurrency: int | None
-    verified: bool
-    failing_check: str | None
-    cause: str | None
-    checks: list[CheckResult]
-    replays: list[SeedReplay]
-    server_log: str
-    command: list[str]
-    sandbox: SandboxRecord | None = None  # how the server was isolated (kind "none": unsandboxed, marked)
-    wall_s: float
-    phase_s: dict[str, float]
-    drawn_with: str
-    operator_secret: dict[str, str]
-    provenance: provenance.Provenance
-
 
 @contextlib.contextmanager
 def _phase(phases: dict[str, float], name: str):
@@ -90,13 +57,6 @@ def _guard(name: str, fn: Callable[[], CheckResult], phases: dict[str, float] | 
             return CheckResult(name=name, passed=False,
                                summary=f"check could not run: {type(exc).__name__}: {exc}"[:1000],
                                evidence={"traceback": traceback.format_exc()[-3000:]})
-
-
-def in_documented_order(checks: list[CheckResult]) -> list[CheckResult]:
-    """The checks in :data:`CHECK_ORDER` (a name outside it last): the record lists them so, and
-    ``failing_check`` names the first failure in that order, not in the order the checks ran."""
-    last = len(CHECK_ORDER)
-    return sorted(checks, key=lambda c: CHECK_ORDER.index(c.name) if c.name in CHECK_ORDER else last)
 
 
 def _unavailable(name: str, cause: str) -> CheckResult:

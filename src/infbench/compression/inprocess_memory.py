@@ -1,0 +1,62 @@
+"""The worker's own count of the model storage it holds (PROTOCOL A2): every distinct storage behind live
+tensors and arrays, plus what a runtime holds natively. Run inside the sandboxed worker; the pipeline takes
+``S_res`` as the larger of this and what it measures from outside (:mod:`infbench.compression.storage`)."""
+
+from __future__ import annotations
+
+import gc
+from typing import Any
+
+import numpy as np
+import torch
+
+
+def _storage_key(obj: Any) -> tuple[tuple, int] | None:
+    if isinstance(obj, torch.Tensor):
+        if obj.device.type == "meta":
+            return None
+        try:
+            storage = obj.untyped_storage()
+            return (obj.device.type, storage.data_ptr()), storage.nbytes()
+        except (RuntimeError, NotImplementedError):  # sparse, fake or functional tensors own no storage
+            return None
+    if isinstance(obj, np.ndarray):
+        base = obj
+        while isinstance(base.base, np.ndarray):
+            base = base.base
+        if base.nbytes == 0:
+            return None
+        return ("numpy", base.__array_interface__["data"][0]), base.nbytes
+    return None
+
+
+def live_cpu_bytes() -> int:
+    """Bytes of every distinct CPU storage behind live tensors and arrays."""
+    gc.collect()
+    seen: dict[tuple, int] = {}
+    for obj in gc.get_objects():
+        for candidate in (obj, *gc.get_referents(obj)):
+            found = _storage_key(candidate)
+            if found is None or found[0][0] == "cuda":
+                continue
+            key, nbytes = found
+            seen[key] = max(seen.get(key, 0), nbytes)
+    return sum(seen.values())
+
+
+def resident_bytes(device: str, native_bytes: int = 0) -> int:
+    """The in-process figure: live tensors and arrays plus bytes a runtime holds natively (llama.cpp's model).
+
+    On CUDA the device allocator's bytes on every visible GPU plus every live host-side storage: a copy kept in host memory
+    (a full-precision twin, offloaded weights) is model storage too.
+    """
+    host = live_cpu_bytes() + native_bytes
+    if device.startswith("cuda"):
+        for i in range(torch.cuda.device_count()):
+            torch.cuda.synchronize(i)
+        # cuBLAS keeps its matmul workspaces (32 MiB per handle by default) in the caching allocator:
+        # temporary workspace, not model storage
+        torch._C._cuda_clearCublasWorkspaces()
+        # every visible GPU: a model too large for one is spread over several (hf_runtime.from_pretrained_on)
+        return sum(int(torch.cuda.memory_allocated(i)) for i in range(torch.cuda.device_count())) + host
+    return host
