@@ -33,7 +33,7 @@ from infbench.compression import held_out
 from infbench.compression.accuracy import stream_generate_fn
 from infbench.compression.answers import driver
 from infbench.compression.answers.questions import QuestionSet, load_questions, select
-from infbench.compression.answers.settings import BENCHMARKS, AnswerSettings, from_config
+from infbench.config.model import BENCHMARKS, AnswerSettings, from_config
 
 REPO = Path(__file__).resolve().parents[1]
 SECRETS = [f"gate-stability-{i}" for i in range(1, 6)]  # five operator secrets, beside the public demo

@@ -53,7 +53,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-
 import torch
 import uvicorn
 from starlette.applications import Starlette

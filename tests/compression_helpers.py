@@ -11,6 +11,7 @@ import yaml
 from infbench import operator_secret
 from infbench.compression import contexts, likelihood
 from infbench.compression.evaluation import EvaluationSettings, measure
+from infbench.config.model import CorpusSpec
 
 SETTINGS = EvaluationSettings(
     device="cpu", threads=1, timeout_s=120, runtime_allowance_mib=16, score_batch_size=4, bootstrap_resamples=100, seed=0,
@@ -82,7 +83,7 @@ def build_tiny_source(out: Path, smollm2_dir: Path) -> Path:
         d = out / set_name
         d.mkdir()
         contexts.build("tiny", out / "hf", smollm2_dir / "source.json", d / "contexts.parquet", d / "contexts.json",
-                       set_name=set_name, corpus={"type": "embedded"}, contexts_per_set=4, context_tokens=16,
+                       set_name=set_name, corpus=CorpusSpec(type="embedded"), contexts_per_set=4, context_tokens=16,
                        continuation_tokens=8, seed=0, secret=SECRET, search_contexts=out / "search/contexts.parquet")
         likelihood.sample_set("tiny", str(out / "hf"), str(d / "contexts.parquet"), set_name,
                               str(d / "continuations.parquet"), str(d / "sampling.json"), n_tokens=8,

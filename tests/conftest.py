@@ -33,7 +33,10 @@ def smollm2_source(tmp_path_factory):
     from infbench import sources
 
     out = tmp_path_factory.mktemp("smollm2")
-    record = sources.materialize("smollm2-135m", EMBEDDED_ORIGIN, out / "hf", out / "source.json")
+    from infbench.config.model import SourceOrigin
+
+    record = sources.materialize("smollm2-135m", SourceOrigin.model_validate(EMBEDDED_ORIGIN), out / "hf",
+                                 out / "source.json")
     return out, record
 
 
@@ -116,9 +119,9 @@ def embedded_config() -> dict:
 def answer_settings():
     """The embedded default's ``answers`` settings with 10 questions per benchmark (the embedded default asks
     the whole 26-item GSM8K- and TriviaQA-style pools, leaving nothing for a seed to select)."""
-    from infbench.compression.answers.settings import from_config
+    from infbench.config.model import AnswerSettings
 
-    settings = from_config(embedded_config())
+    settings = AnswerSettings.model_validate(embedded_config()["answers"])
     return settings.model_copy(update={b: settings.benchmark(b).model_copy(update={"n_questions": 10})
                                        for b in ("gsm8k", "humaneval", "triviaqa")})
 

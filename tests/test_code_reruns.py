@@ -12,8 +12,8 @@ import re
 import shutil
 
 import pytest
-
 from conftest import REPO, planned_jobs
+
 from infbench import code_digest
 from infbench.bench import noop_rerun
 

@@ -8,11 +8,11 @@ import os
 import shutil
 
 import pytest
-
 from compression_helpers import HONEST, SETTINGS, make_package, run
+
 from infbench.compression.records import verdict
-from infbench.compression.tasks import Task
 from infbench.compression.submission import GIB
+from infbench.compression.tasks import Task
 
 pytestmark = pytest.mark.slow
 
@@ -165,12 +165,12 @@ def test_accuracy_gate_against_other_questions_is_a_record(tiny_source, tmp_path
     from infbench.compression.accuracy import make_gate
     from infbench.compression.answers import driver, results
     from infbench.compression.answers.questions import load_questions
-    from infbench.compression.answers.settings import from_config
+    from infbench.config.model import AnswerSettings
 
     cfg = embedded_config()
     for bench in ("gsm8k", "humaneval", "triviaqa"):
         cfg["answers"][bench].update(n_questions=1, max_new_tokens=4)
-    settings = from_config(cfg)
+    settings = AnswerSettings.model_validate(cfg["answers"])
     other = load_questions(settings, seed=1)
     reference = driver.evaluate(lambda batch, n, stop: ["42"] * len(batch), other, settings, label="source",
                                 sandbox=SETTINGS.sandbox)
@@ -189,12 +189,12 @@ def test_accuracy_gate_evidence_keeps_each_answers_outcome(tiny_source, tmp_path
     from infbench.compression.accuracy import make_gate
     from infbench.compression.answers import driver, results
     from infbench.compression.answers.questions import load_questions
-    from infbench.compression.answers.settings import from_config
+    from infbench.config.model import AnswerSettings
 
     cfg = embedded_config()
     for bench in ("gsm8k", "humaneval", "triviaqa"):
         cfg["answers"][bench].update(n_questions=1, max_new_tokens=4)
-    settings = from_config(cfg)
+    settings = AnswerSettings.model_validate(cfg["answers"])
     reference = driver.evaluate(lambda batch, n, stop: ["42"] * len(batch), load_questions(settings, seed=0),
                                 settings, label="source", sandbox=SETTINGS.sandbox)
     results.write_json(tmp_path / "reference.json", reference)

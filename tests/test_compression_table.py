@@ -4,8 +4,8 @@ import math
 
 import pytest
 
-from infbench.compression.records import EvaluationRecord
 from infbench.checks import Check
+from infbench.compression.records import EvaluationRecord
 from infbench.tables import compression
 
 

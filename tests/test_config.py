@@ -5,7 +5,6 @@ from pathlib import Path
 import jsonschema
 import pytest
 import yaml
-
 from conftest import REPO, planned_jobs, run_snakemake, with_llama_cpp
 
 SCHEMA = yaml.safe_load((REPO / "workflow/schemas/config.schema.yaml").read_text())

@@ -14,7 +14,7 @@ from infbench.compression.client import SubmissionProcess
 from infbench.compression.decode import measure as measure_decode
 from infbench.compression.runtimes import preload_modules
 from infbench.compression.submission import load_manifest
-from infbench.sandbox.launch import SandboxSettings
+from infbench.config.model import SandboxSettings
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from conftest import REPO
+
 from infbench import code_digest, envs
 
 ENVIRONMENTS = envs.environments()

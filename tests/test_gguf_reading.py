@@ -2,7 +2,6 @@
 
 import gguf
 import numpy as np
-
 from conftest import EMBEDDED_ORIGIN
 
 

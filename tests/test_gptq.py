@@ -8,6 +8,7 @@ import pytest
 from infbench.compression.baselines import gptq
 from infbench.compression.runtimes.hf import HFRunner
 from infbench.compression.submission import GIB, load_manifest, package_bytes
+from infbench.config.model import CorpusSpec
 
 pytestmark = pytest.mark.slow
 
@@ -19,7 +20,7 @@ def contexts_file(smollm2_source, tmp_path_factory):
     out = tmp_path_factory.mktemp("gptq_contexts")
     src, _ = smollm2_source
     contexts.build("smollm2-135m", src / "hf", src / "source.json", out / "contexts.parquet", out / "contexts.json",
-                   set_name="search", corpus={"type": "embedded"}, contexts_per_set=4, context_tokens=32,
+                   set_name="search", corpus=CorpusSpec(type="embedded"), contexts_per_set=4, context_tokens=32,
                    continuation_tokens=8, seed=0)
     return out / "contexts.parquet"
 
@@ -61,7 +62,7 @@ def test_the_output_head_is_quantized_only_when_the_limit_needs_it(untied, conte
     limit = (q_head[8] + min(bf16_head[8], bf16_head[4])) / 2 / GIB
     assert q_head[8] < limit * GIB < bf16_head[4]
     assert gptq.plans(shapes, limit, [8, 4], 32, extra)[0] == (8, True)
-    result = gptq.package(untied, "untied", limit, tmp_path / "pkg", corpus={"type": "embedded"},
+    result = gptq.package(untied, "untied", limit, tmp_path / "pkg", corpus=CorpusSpec(type="embedded"),
                           contexts_parquet=str(contexts_file), bit_widths=[8, 4], group_size=32, damp_percent=0.01,
                           act_order=True, calibration_samples=2, calibration_tokens=32, calibration_seed=0)
     chosen = result["chosen"]
@@ -81,7 +82,7 @@ def test_quantized_package_fits_and_runs(smollm2_source, contexts_file, tmp_path
     extra = sum(p.stat().st_size for p in (src / "hf").iterdir() if p.name.startswith("tokenizer"))
     limit = gptq.estimate_bytes(gptq.tensor_shapes(src / "hf"), 4, 128, extra) * 1.02 / GIB
     result = gptq.package(src / "hf", "smollm2-135m", limit, tmp_path / "pkg",
-                          corpus={"type": "embedded"}, contexts_parquet=str(contexts_file), bit_widths=[8, 4, 3, 2],
+                          corpus=CorpusSpec(type="embedded"), contexts_parquet=str(contexts_file), bit_widths=[8, 4, 3, 2],
                           group_size=128, damp_percent=0.01, act_order=True, calibration_samples=2,
                           calibration_tokens=32, calibration_seed=0)
     chosen = result["chosen"]
@@ -104,10 +105,10 @@ def test_generation_dequantizes_once_per_call_and_keeps_nothing(untied, contexts
     a dequantized copy (resident storage is what it was after load)."""
     import contextlib
 
-    from infbench.compression.runtimes import hf
     from infbench.compression.inprocess_memory import live_cpu_bytes
+    from infbench.compression.runtimes import hf
 
-    gptq.package(untied, "untied", 1.0, tmp_path / "pkg", corpus={"type": "embedded"},
+    gptq.package(untied, "untied", 1.0, tmp_path / "pkg", corpus=CorpusSpec(type="embedded"),
                  contexts_parquet=str(contexts_file), bit_widths=[3], group_size=32, damp_percent=0.01,
                  act_order=True, calibration_samples=2, calibration_tokens=32, calibration_seed=0)
     runner = HFRunner(tmp_path / "pkg" / "model", "cpu")

@@ -8,6 +8,7 @@ import pytest
 from infbench import operator_secret
 from infbench.compression import contexts, held_out
 from infbench.compression.answers.questions import load_questions
+from infbench.config.model import CorpusSpec
 from infbench.errors import ConfigError
 
 DEMO = operator_secret.load({"env": "INFBENCH_TEST_NO_SUCH_VARIABLE", "file": None, "require": False})
@@ -21,7 +22,7 @@ def _secret(name: str):
 def _build(src, out, set_name, secret, search=None):
     out.mkdir(parents=True, exist_ok=True)
     return contexts.build("smollm2-135m", src / "hf", src / "source.json", out / "contexts.parquet",
-                          out / "contexts.json", set_name=set_name, corpus={"type": "embedded"}, contexts_per_set=6,
+                          out / "contexts.json", set_name=set_name, corpus=CorpusSpec(type="embedded"), contexts_per_set=6,
                           context_tokens=32, continuation_tokens=8, seed=0, secret=secret, search_contexts=search)
 
 

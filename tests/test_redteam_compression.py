@@ -9,13 +9,13 @@ import time
 from pathlib import Path
 
 import pytest
+from compression_helpers import HONEST, make_package, run
+from conftest import needs_sandbox
+from memory_channels import holder
 
 from infbench.compression.records import verdict
-from infbench.compression.tasks import Task
 from infbench.compression.submission import GIB
-from conftest import needs_sandbox
-from compression_helpers import HONEST, make_package, run
-from memory_channels import holder
+from infbench.compression.tasks import Task
 
 pytestmark = [pytest.mark.slow, needs_sandbox()]
 
@@ -169,13 +169,13 @@ JUDGE_ATTACK = HONEST.replace("""    @torch.inference_mode()
 
 
 def test_a_completion_that_daemonises_and_rewrites_the_record_is_not_counted(tiny_source, tmp_path):
+    from compression_helpers import SETTINGS
     from conftest import embedded_config
 
     from infbench.compression.accuracy import make_gate
     from infbench.compression.answers import driver, results
     from infbench.compression.answers.questions import load_questions
-    from infbench.compression.answers.settings import from_config
-    from compression_helpers import SETTINGS
+    from infbench.config.model import AnswerSettings
 
     workspace = tmp_path / "results" / "compression" / "tiny" / "measured"
     workspace.mkdir(parents=True)
@@ -185,7 +185,7 @@ def test_a_completion_that_daemonises_and_rewrites_the_record_is_not_counted(tin
     cfg = embedded_config()
     for bench, tokens in (("gsm8k", 4), ("humaneval", 384), ("triviaqa", 4)):
         cfg["answers"][bench].update(n_questions=2, max_new_tokens=tokens)
-    settings = from_config(cfg)
+    settings = AnswerSettings.model_validate(cfg["answers"])
     reference = driver.evaluate(lambda batch, n, stop: [""] * len(batch), load_questions(settings, seed=0),
                                 settings, label="source", sandbox=SETTINGS.sandbox)
     results.write_json(tmp_path / "reference.json", reference)

@@ -11,9 +11,16 @@ import time
 
 import pyarrow.parquet as pq
 import pytest
+from conftest import (
+    REPO,
+    SNAKEMAKE,
+    TABLE_TARGET,
+    assert_same_results,
+    planned_jobs,
+    run_snakemake,
+    tiny_config,
+)
 
-from conftest import (REPO, SNAKEMAKE, TABLE_TARGET, assert_same_results, planned_jobs, run_snakemake,
-                      tiny_config)
 from infbench.hashing import sha256_file
 
 pytestmark = pytest.mark.slow

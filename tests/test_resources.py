@@ -6,10 +6,11 @@ import re
 
 import pytest
 import yaml
-
 from conftest import REPO, run_snakemake, with_llama_cpp
+
 from infbench.compression.likelihood import check_devices
-from infbench.config_io import load_config
+from infbench.config.files import load as load_config
+from infbench.config.model import LikelihoodSettings
 from infbench.errors import ConfigError
 from infbench.resources import GPU_RULES, job_gpus, likelihood_gpus
 
@@ -23,12 +24,12 @@ from infbench.resources import GPU_RULES, job_gpus, likelihood_gpus
     ({"backend": "transformers", "device": "auto", "tensor_parallel": 1}, 0),
 ])
 def test_likelihood_gpus(likelihood, gpus):
-    assert likelihood_gpus(likelihood) == gpus
+    assert likelihood_gpus(LikelihoodSettings(**likelihood)) == gpus
 
 
 def test_transformers_on_cuda_asks_for_the_gpus_that_hold_the_source():
-    assert likelihood_gpus({"backend": "transformers", "device": "cuda", "tensor_parallel": 1}, devices=2) == 2
-    assert likelihood_gpus({"backend": "transformers", "device": "auto", "tensor_parallel": 1}, devices=2) == 0
+    assert likelihood_gpus(LikelihoodSettings(**{"backend": "transformers", "device": "cuda", "tensor_parallel": 1}), devices=2) == 2
+    assert likelihood_gpus(LikelihoodSettings(**{"backend": "transformers", "device": "auto", "tensor_parallel": 1}), devices=2) == 0
 
 
 def test_job_gpus_of_the_embedded_default_are_none():
@@ -38,7 +39,7 @@ def test_job_gpus_of_the_embedded_default_are_none():
 
 def test_a_gpu_index_outside_the_allocation_names_the_key():
     with pytest.raises(ConfigError, match="likelihood.device"):
-        likelihood_gpus({"backend": "transformers", "device": "cuda:1", "tensor_parallel": 1})
+        likelihood_gpus(LikelihoodSettings(**{"backend": "transformers", "device": "cuda:1", "tensor_parallel": 1}))
 
 
 @pytest.mark.parametrize("backend, device, key", [("transformers", "cuda", "likelihood.device"),
@@ -88,7 +89,8 @@ OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFL
 
 
 @pytest.mark.parametrize("paper", sorted(PAPER_SOURCES))
-def test_job_gpus_follow_the_paper_configs(paper):
+def test_job_gpus_follow_the_paper_configs(paper, tmp_path, monkeypatch):
+    monkeypatch.chdir(with_llama_cpp(tmp_path))  # the paper configs' converter, checked at load
     config = load_config(REPO / f"config/paper/{paper}.yaml")
     devices = PAPER_SOURCES[paper][1]
     per_source = {rule: job_gpus(config, rule, paper) for rule in GPU_RULES if not rule.startswith("serving_")}

@@ -7,12 +7,22 @@ import math
 import pandas as pd
 import pytest
 from pydantic import ValidationError
+from runs_fixtures import (
+    TASK,
+    at,
+    claude_code_lines,
+    codex_lines,
+    compression_run,
+    reward_line,
+    serving_run,
+    write_jsonl,
+)
 
-from infbench.runs import compression_analysis as ca, cost_analysis, ingest, reward_log, serving_analysis as sa
-from infbench.runs import transcripts
+from infbench.runs import compression_analysis as ca
+from infbench.runs import cost_analysis, ingest, reward_log, transcripts
+from infbench.runs import serving_analysis as sa
 from infbench.runs.jsonl import RunError
 from infbench.runs.schema import RunRecord, RunSpec, RunStatus, TokenUsage, ToolCall
-from runs_fixtures import TASK, at, claude_code_lines, codex_lines, compression_run, reward_line, serving_run, write_jsonl
 
 MODELS = {"claude-sonnet-4-5-20250929", "gpt-5-codex", "scripted-reference"}
 PRICES = {"claude-sonnet-4-5-20250929": {"input": 3, "cache_write": 3.75, "cached": 0.3, "output": 15},

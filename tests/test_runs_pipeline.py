@@ -5,7 +5,6 @@ import json
 
 import pytest
 import yaml
-
 from conftest import REPO, planned_jobs, run_snakemake
 from runs_fixtures import compression_run, serving_run
 

@@ -14,10 +14,10 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import needs_sandbox
-from infbench.sandbox import cgroup, meter
 from memory_channels import HOLD, PROC_SEES
+
+from infbench.sandbox import cgroup, meter
 from infbench.sandbox.launch import Sandboxed
 from infbench.sandbox.policy import base_env, python_policy
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 import verify_helpers as vh
 
 SANDBOX = {"allow_unsandboxed": False, "tmp_mb": 512}
@@ -50,10 +49,9 @@ def _serving(context_limit: int, keep: int, window_s: float) -> dict:
 
 @pytest.fixture(scope="module")
 def real(tmp_path_factory, smollm2_source):
-    from infbench.serving.verify import reference
-    from infbench.serving.verify.common import VerifySettings
-
     from infbench import gguf_twin, sources
+    from infbench.config.model import VerifySettings
+    from infbench.serving.verify import reference
 
     root = tmp_path_factory.mktemp("far_context")
     hf = smollm2_source[0] / "hf"

@@ -107,7 +107,8 @@ def test_a_token_arrives_with_its_id():
 def test_context_overflows_are_marked_and_invalidate_the_run(tmp_path):
     """A server with a smaller context than the trace needs: its refusals are context-overflow failures,
     never completed work, and the run scores D = 0 as invalid (more than 1% overflowed)."""
-    from infbench.serving.value import Deployment, Targets, score
+    from infbench.config.model import Deployment
+    from infbench.serving.value import Targets, score
 
     with instant_server(tmp_path / "server.log", "--context-limit", "18") as base:   # main/2 needs 16 + 4
         recs = replay.run(workload.draw([SESSION], 0), settings(base, window_s=1.5))

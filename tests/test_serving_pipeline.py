@@ -6,7 +6,6 @@ import re
 import pandas as pd
 import pytest
 import yaml
-
 from conftest import REPO, planned_jobs, run_snakemake
 
 SERVING_TARGETS = ["results/tables/serving.md", "results/serving/coverage.csv"]

@@ -6,7 +6,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from infbench.serving.value import Deployment, Targets, deadline_mask, qualified_mask, request_value, score
+from infbench.config.model import Deployment
+from infbench.serving.value import (
+    Targets,
+    deadline_mask,
+    qualified_mask,
+    request_value,
+    score,
+)
 
 DEP = Deployment(name="d", devices=2, accelerator="gpu", usd_per_device_hour=0.82, input_usd_per_mtok=0.1044,
                  output_usd_per_mtok=0.1855, context_limit=1 << 20)
@@ -82,7 +89,8 @@ def _sessions_frame(values_usd: list[float], requests_per_session: int = 2, **co
 
 
 def test_bootstrap_intervals_resample_sessions():
-    from infbench.serving.uncertainty import UncertaintySettings, spread
+    from infbench.config.model import UncertaintySettings
+    from infbench.serving.uncertainty import spread
 
     dep = Deployment(name="u", devices=1, accelerator="cpu", usd_per_device_hour=3600.0, input_usd_per_mtok=1.0,
                      output_usd_per_mtok=0.0, context_limit=1 << 20)   # cost = window_s USD: D = USD per second

@@ -17,10 +17,9 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
-
-from conftest import REPO, planned_jobs, run_snakemake
 import verify_helpers as vh
+import yaml
+from conftest import REPO, planned_jobs, run_snakemake
 
 CONTEXT = 512
 SANDBOX = {"allow_unsandboxed": False, "tmp_mb": 512}
@@ -42,8 +41,8 @@ def _checks(record):
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory, smollm2_source):
+    from infbench.config.model import VerifySettings
     from infbench.serving.verify import reference
-    from infbench.serving.verify.common import VerifySettings
 
     root = tmp_path_factory.mktemp("verify")
     hf = smollm2_source[0] / "hf"
@@ -138,8 +137,8 @@ def test_a_table_precomputed_from_the_public_workload_fails_under_a_real_secret(
     seed's prompts under the public demo secret), served without a model call: verified while the held-out
     prompts are those public ones; once they are drawn from an operator's secret not one prompt is in the
     table, and answering by length alone is rejected by fidelity."""
+    from infbench.config.model import VerifySettings
     from infbench.serving.verify import reference
-    from infbench.serving.verify.common import VerifySettings
 
     directory = vh.adversary(env["root"] / "subs", "table", ["--table", "table.json"])
     table = vh.public_table(env["tiny"], env["sessions"], env["serving"])
@@ -228,7 +227,7 @@ def test_s0_and_llamacpp_pass_on_the_real_model(env, tmp_path):
     # load S0 on the real model once answered one request, inside the warm-up, in a 4 s window)
     serving["replay"].update({"warmup_s": 0.0, "window_s": 10.0})
     ref = tmp_path / "reference.json"
-    from infbench.serving.verify.common import VerifySettings
+    from infbench.config.model import VerifySettings
     rec = reference.compute("smollm2-135m", str(env["hf"]), env["answers"],
                             VerifySettings.model_validate(serving["verification"]), (1000, 30000), str(ref),
                             vh.secret())
@@ -378,7 +377,7 @@ def test_no_process_of_a_server_has_the_jobs_environment(tmp_path, monkeypatch):
     """Every process in the server's sandbox (the relay, the server) holds the allowlisted environment: not the
     operator's secret the job holds, nor anything else of the job's environment. It runs from a fresh copy
     of its directory at /submission, bytecode and git left out (the server runs its sources)."""
-    from infbench.sandbox.launch import SandboxSettings
+    from infbench.config.model import SandboxSettings
     from infbench.serving import servers
     from infbench.serving.verify import submission
 
@@ -554,8 +553,8 @@ def test_probes_and_questions_follow_the_operator_secret(smollm2_source, tmp_pat
     public config value seeds them."""
     from transformers import AutoTokenizer
 
+    from infbench.config.model import VerifySettings
     from infbench.serving.verify import probes, reference
-    from infbench.serving.verify.common import VerifySettings
 
     tok = AutoTokenizer.from_pretrained(smollm2_source[0] / "hf")
     a, b = vh.secret(), vh.secret("operator round 7", tmp_path)

@@ -11,8 +11,14 @@ import subprocess
 import time
 
 import pytest
-
-from conftest import REPO, SNAKEMAKE, TABLE_TARGET, assert_same_results, planned_jobs, run_snakemake
+from conftest import (
+    REPO,
+    SNAKEMAKE,
+    TABLE_TARGET,
+    assert_same_results,
+    planned_jobs,
+    run_snakemake,
+)
 
 pytestmark = pytest.mark.slow
 

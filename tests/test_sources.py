@@ -50,7 +50,7 @@ def test_unreadable_gguf_names_the_file(tmp_path):
     bad = tmp_path / "broken.gguf"
     bad.write_bytes(b"GGUF\x03\x00\x00\x00garbage")
     with pytest.raises(InputFileError, match="broken.gguf: not a readable GGUF"):
-        sources.materialize("m", {"type": "local", "path": str(bad)}, tmp_path / "hf", tmp_path / "r.json")
+        sources.materialize("m", sources.SourceOrigin(type="local", path=str(bad)), tmp_path / "hf", tmp_path / "r.json")
     assert not (tmp_path / "hf").exists() and not (tmp_path / "r.json").exists()
 
 

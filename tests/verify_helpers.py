@@ -8,7 +8,6 @@ from pathlib import Path
 
 import torch
 import yaml
-
 from conftest import REPO, embedded_config
 
 HERE = Path(__file__).resolve().parent
@@ -88,7 +87,7 @@ def secret(value: str | None = None, tmp: Path | None = None):
 
 
 def answer_settings(gsm8k_tokens: int = 48):
-    from infbench.compression.answers.settings import AnswerSettings
+    from infbench.config.model import AnswerSettings
 
     cfg = embedded_config()["answers"]
     cfg["gsm8k"]["max_new_tokens"] = gsm8k_tokens
@@ -131,9 +130,9 @@ def public_table(model_dir: Path, sessions_path: Path, serving: dict, concurrenc
     (the public demo secret), keyed as ``adversarial_server`` looks them up."""
     import itertools
 
+    from adversarial_server import prompt_key
     from transformers import AutoModelForCausalLM
 
-    from adversarial_server import prompt_key
     from infbench.bench.far_context import greedy
     from infbench.serving import runs, workload
 

@@ -28,9 +28,12 @@ def _bench_replay(args) -> None:
 
 def _bench_far_context(args) -> None:
     from infbench.bench import far_context as bench
-    from infbench.config_io import load_config
+    from infbench.config import files
+    from infbench.errors import ConfigError
 
-    serving = load_config(args.config)["serving"]
+    serving = files.load(args.config).serving
+    if serving is None:
+        raise ConfigError(f"{args.config}: serving", "the config has no serving section")
     print(bench.run(serving, args.sessions, args.model, args.gguf, args.carriers, tuple(args.keep), args.out))
 
 
@@ -78,8 +81,8 @@ def _replay(args) -> None:
 
 
 def _replay_settings(args, model: str):
+    from infbench.config.model import Deployment
     from infbench.serving.replay import ReplaySettings
-    from infbench.serving.value import Deployment
 
     settings = ReplaySettings(
         base_url=args.url, model=model, concurrency=args.concurrency, seed=args.seed, warmup_s=args.warmup,
@@ -95,10 +98,9 @@ def _replay_settings(args, model: str):
 
 
 def _far_context(share: float) -> dict[str, float]:
-    from infbench.config_io import schema_default
+    from infbench.config.files import serving_default
 
-    return {"share": share, **{k: schema_default(f"serving.workload.far_context.{k}")
-                               for k in ("span_tokens", "min_distance")}}
+    return {"share": share, **{k: serving_default(f"workload.far_context.{k}") for k in ("span_tokens", "min_distance")}}
 
 
 def _idle_cap(value: str) -> float | None:
@@ -121,10 +123,7 @@ def _json_field(value: str) -> tuple[str, object]:
 
 
 def _add_replay(sub) -> None:
-    from infbench.config_io import schema_default
-
-    def d(key: str):
-        return schema_default(f"serving.{key}")
+    from infbench.config.files import serving_default as d
 
     p = sub.add_parser("replay", help="replay a trace (Weka/AgentX, Mooncake) against any OpenAI-compatible endpoint",
                        description="Closed-loop replay of a trace against a running server, scored as the pipeline "
@@ -186,8 +185,9 @@ def _add_replay(sub) -> None:
 
 def _source(args) -> None:
     from infbench import sources
+    from infbench.config.model import SourceOrigin
 
-    origin = json.loads(args.origin)
+    origin = SourceOrigin.model_validate(json.loads(args.origin))
     record = sources.materialize(args.name, origin, args.out_dir, args.record, dtype=args.dtype)
     print(f"{record.name}: {record.n_params:,} parameters -> {args.out_dir}")
 
@@ -197,16 +197,16 @@ def _reward(args) -> None:
 
     from infbench.compression import tasks, verification
     from infbench.compression.baselines.package import from_template
-    from infbench.config_io import load_config
+    from infbench.config import files
     from infbench.errors import ConfigError
 
-    config = load_config(args.config)
+    config = files.load(args.config)
     known = tasks.tasks(config)
     if args.task not in known:
         raise ConfigError("--task", f"unknown task '{args.task}' (tasks in {args.config}: {', '.join(known)})")
     package = from_template(args.submission, Path(args.results), known[args.task].source)
     record = verification.reward(str(package), known[args.task], results=Path(args.results),
-                                 settings=config["verification"], sandbox=config["sandbox"], threads=args.threads,
+                                 settings=config.verification, sandbox=config.sandbox, threads=args.threads,
                                  log_path=Path(args.log))
     summary = {k: getattr(record, k) for k in ("task", "submission", "reward", "f", "ppl", "s_pkg_bytes",
                                                "s_res_bytes", "failed_check", "failure", "wall_s")}
@@ -218,11 +218,11 @@ def _check_run(args) -> None:
     from collections import Counter
 
     from infbench.compression import tasks
-    from infbench.config_io import load_config
+    from infbench.config import files
     from infbench.runs import ingest
 
-    config = load_config(args.config)
-    record = ingest.load(args.run_dir, known_models=set(config["runs"]["prices"]), tasks=set(tasks.tasks(config)))
+    config = files.load(args.config)
+    record = ingest.load(args.run_dir, known_models=set(config.runs.prices), tasks=set(tasks.tasks(config)))
     print(json.dumps({"run": record.run, "agent": record.spec.agent.model_dump(), "task": record.spec.task,
                       "events": dict(Counter(e.type for e in record.events))}, indent=2))
 

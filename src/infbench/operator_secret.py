@@ -36,18 +36,10 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from infbench import atomic
+from infbench.config.model import SecretSettings
 from infbench.errors import ConfigError
 
 DEMO_SECRET = "infbench-public-demo-secret"
-
-
-class SecretSettings(BaseModel):
-    """Config ``operator_secret`` after schema validation (defaults live in the schema only)."""
-
-    model_config = ConfigDict(extra="forbid")
-    env: str
-    file: str | None
-    require: bool
 
 
 class OperatorSecret(BaseModel):

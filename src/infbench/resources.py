@@ -14,9 +14,12 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from infbench.errors import ConfigError
+
+if TYPE_CHECKING:
+    from infbench.config.model import Config, LikelihoodSettings
 
 # Rules that can run on a GPU -> the config key that says whether they do. A rule not named here
 # never asks for a GPU.
@@ -44,40 +47,36 @@ def device_gpus(device: str, key: str, devices: int = 1) -> int:
     return 0
 
 
-def likelihood_gpus(likelihood: dict[str, Any], devices: int = 1) -> int:
+def likelihood_gpus(likelihood: LikelihoodSettings, devices: int = 1) -> int:
     """GPUs a sampling or scoring job needs: vLLM uses ``tensor_parallel`` of them, transformers on
     ``cuda``/``cuda:N`` the source's ``devices``, on ``cpu`` or ``auto`` none."""
-    if likelihood["backend"] == "vllm":
-        return int(likelihood["tensor_parallel"])
-    return device_gpus(likelihood["device"], "likelihood.device", devices)
+    if likelihood.backend == "vllm":
+        return likelihood.tensor_parallel
+    return device_gpus(likelihood.device, "likelihood.device", devices)
 
 
-def source_devices(config: dict[str, Any], source: str) -> int:
-    return int(config["sources"][source].get("devices", 1))
-
-
-def job_gpus(config: dict[str, Any], rule: str, source: str | None = None) -> int:
+def job_gpus(cfg: Config, rule: str, source: str | None = None) -> int:
     """GPUs a job of ``rule`` (for ``source``) asks for; 0 for a rule outside :data:`GPU_RULES`."""
     key = GPU_RULES.get(rule)
     if key is None:
         return 0
     if key.startswith("serving."):
-        deployment = config["serving"]["deployment"]
-        return int(deployment["devices"]) if deployment["accelerator"] == "gpu" else 0
-    devices = source_devices(config, source)
+        deployment = cfg.serving.deployment
+        return deployment.devices if deployment.accelerator == "gpu" else 0
+    devices = cfg.sources[source].devices
     if key == "likelihood.device":
-        return likelihood_gpus(config["likelihood"], devices)
+        return likelihood_gpus(cfg.likelihood, devices)
     if key == "compression.gptq.device":
         # GPTQModel quantizes one decoder layer at a time: one GPU, whatever the source's size.
-        return 1 if config["compression"]["gptq"].get("device", "auto") == "cuda" else 0
+        return 1 if cfg.compression.gptq.device == "cuda" else 0
     section, field = key.split(".")
-    return device_gpus(config[section][field], key, devices)
+    return device_gpus(getattr(getattr(cfg, section), field), key, devices)
 
 
-def gpu_key(config: dict[str, Any], rule: str) -> str:
+def gpu_key(cfg: Config, rule: str) -> str:
     """The config key that sets ``rule``'s GPU count (for error messages)."""
     key = GPU_RULES[rule]
-    if key == "likelihood.device" and config["likelihood"]["backend"] == "vllm":
+    if key == "likelihood.device" and cfg.likelihood.backend == "vllm":
         return "likelihood.tensor_parallel"
     return key
 

@@ -16,22 +16,13 @@ from __future__ import annotations
 
 import importlib.metadata
 from pathlib import Path
-from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel
 
 from infbench import atomic, provenance
+from infbench.config.model import SourceOrigin
 from infbench.errors import ConfigError, InputFileError
 from infbench.hashing import file_hashes
-
-
-class SourceOrigin(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    type: Literal["hub", "local", "python_package"]
-    repo_id: str | None = None
-    revision: str | None = None
-    path: str | None = None
-    distribution: str | None = None
 
 
 class SourceRecord(BaseModel):
@@ -133,10 +124,9 @@ def count_parameters(model) -> int:
     return total
 
 
-def materialize(name: str, origin: dict, out_dir: str | Path, record_path: str | Path,
+def materialize(name: str, spec: SourceOrigin, out_dir: str | Path, record_path: str | Path,
                 dtype: str = "bfloat16") -> SourceRecord:
     """Write the source checkpoint to ``out_dir`` and its record to ``record_path``."""
-    spec = SourceOrigin.model_validate(origin)
     model, tokenizer, gguf_path = load_source(name, spec, dtype)
     with atomic.atomic_path(out_dir, directory=True) as tmp:
         model.save_pretrained(tmp, safe_serialization=True)
@@ -151,7 +141,7 @@ def materialize(name: str, origin: dict, out_dir: str | Path, record_path: str |
         max_position_embeddings=model.config.max_position_embeddings,
         vocab_size=model.config.vocab_size,
         files=files,
-        provenance=provenance.collect({"name": name, "origin": origin, "dtype": dtype}),
+        provenance=provenance.collect({"name": name, "origin": spec.model_dump(mode="json"), "dtype": dtype}),
     )
     atomic.write_json(record_path, record.model_dump(mode="json"))
     return record

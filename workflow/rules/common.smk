@@ -4,7 +4,9 @@ import re
 
 from snakemake.utils import validate
 
-from infbench import code_digest, config_checks, operator_secret, resources
+from infbench import code_digest, operator_secret, resources
+from infbench.config import model as config_model
+from infbench.config.checks import GpuBudget
 
 
 validate(config, schema="../schemas/config.schema.yaml")
@@ -13,8 +15,6 @@ SOURCES = sorted(config["sources"])
 SETS = ["search", "verification"]
 
 
-config_checks.check(config)
-config_checks.check_serving(config)
 
 
 def _set_resources():
@@ -27,8 +27,10 @@ def _set_resources():
 
 
 _GPU_LIMIT = workflow.resource_settings.resources.get("gpu")
-config_checks.check_gpus(
-    config, _set_resources(), getattr(_GPU_LIMIT, "value", _GPU_LIMIT)
+# The config as typed sections, with every start-of-run check (src/infbench/config/checks.py): a bad config
+# stops here, naming the key, before any job.
+CFG = config_model.parse(
+    config, GpuBudget(_set_resources(), getattr(_GPU_LIMIT, "value", _GPU_LIMIT))
 )
 
 # Held-out material is drawn from the operator secret (src/infbench/operator_secret.py); rules get its
@@ -42,7 +44,7 @@ OPERATOR_SECRET = operator_secret.load(config["operator_secret"])
 
 def gpus(rule):
     """The `gpu` resource of a per-source rule: the GPUs its config puts it on (src/infbench/resources.py)."""
-    return lambda wildcards: resources.job_gpus(config, rule, wildcards.source)
+    return lambda wildcards: resources.job_gpus(CFG, rule, wildcards.source)
 
 
 # A verification job's worker has verification.timeout_s for everything (load, likelihood, probes, decode,

@@ -38,7 +38,7 @@ if REFERENCE_TASK is not None:
         resources:
             mem_mb=8000,
             runtime=REFERENCE_SEARCH_MINUTES,
-            gpu=resources.job_gpus(config, "reference_search", REFERENCE_TASK.source),
+            gpu=resources.job_gpus(CFG, "reference_search", REFERENCE_TASK.source),
         conda:
             "../../envs/pipeline.yaml"
         script:

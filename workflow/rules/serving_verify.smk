@@ -10,14 +10,6 @@ SERVING_SUBMISSIONS = server_submission.discover(SERVING["submissions"])
 # Probes, held-out questions and fidelity suspects are drawn from the operator's secret, loaded inside
 # the jobs; only its fingerprint is a parameter, so a new secret reruns them.
 SERVING_SECRET = operator_secret.load(config["operator_secret"]).fingerprint
-# What the verification jobs depend on: the serving section without the list of submission
-# directories (adding a submission plans only its own job and the table) and the tables'
-# uncertainty settings.
-SERVING_VERIFY = {
-    k: v for k, v in SERVING.items() if k not in ("submissions", "uncertainty")
-}
-
-
 wildcard_constraints:
     submission="|".join(map(re.escape, SERVING_SUBMISSIONS)) or "(?!)",
 
@@ -59,7 +51,8 @@ rule serving_verify:
         runs=directory("results/serving/verification/{submission}"),
     params:
         code=lambda wc: code("serving_verify", also_files=server_submission.files(SERVING_SUBMISSIONS[wc.submission]), also_modules=SERVING_SERVER_MODULES),
-        serving=SERVING_VERIFY,
+        serving=SERVING_CORE,
+        verification=SERVING["verification"],
         answers=config["answers"],
         sandbox=config["sandbox"],
         directory=lambda wc: SERVING_SUBMISSIONS[wc.submission],
@@ -99,7 +92,7 @@ rule serving_verified_table:
         provenance="results/tables/serving_verified.provenance.json",
     params:
         code=code("serving_verified_table"),
-        serving=SERVING_VERIFY,
+        serving=SERVING_CORE,
         uncertainty=SERVING["uncertainty"],
     log:
         "logs/serving/verified_table.log",

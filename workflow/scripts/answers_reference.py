@@ -6,9 +6,9 @@ logging.basicConfig(stream=sys.stderr, level=logging.INFO)
 
 from infbench import operator_secret
 from infbench.compression import held_out
-from infbench.compression.answers import reference, settings
+from infbench.compression.answers import reference
+from infbench.config.model import SandboxSettings
 from infbench.resources import check_visible_gpus
-from infbench.sandbox.launch import SandboxSettings
 
 if snakemake.resources.gpu:
     check_visible_gpus(snakemake.resources.gpu, "answers.device")

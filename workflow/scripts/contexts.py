@@ -4,6 +4,7 @@ sys.stderr = open(snakemake.log[0], "w")
 
 from infbench import operator_secret
 from infbench.compression import contexts
+from infbench.config.model import CorpusSpec
 
 contexts.build(
     snakemake.wildcards.source,
@@ -12,7 +13,7 @@ contexts.build(
     snakemake.output.contexts,
     snakemake.output.manifest,
     set_name=snakemake.wildcards.set,
-    corpus=snakemake.params.corpus,
+    corpus=CorpusSpec.model_validate(snakemake.params.corpus),
     contexts_per_set=snakemake.params.contexts_per_set,
     context_tokens=snakemake.params.context_tokens,
     continuation_tokens=snakemake.params.continuation_tokens,

@@ -4,6 +4,7 @@ sys.stderr = open(snakemake.log[0], "w")
 
 from infbench import atomic
 from infbench.compression.baselines import gptq
+from infbench.config.model import CorpusSpec
 from infbench.resources import check_visible_gpus
 
 # compression.gptq.device: cuda asks for a GPU; without one GPTQModel would quantize on the CPU instead.
@@ -16,7 +17,7 @@ result = gptq.package(
     snakemake.wildcards.source,
     float(snakemake.wildcards.limit),
     snakemake.output.package,
-    corpus=snakemake.params.corpus,
+    corpus=CorpusSpec.model_validate(snakemake.params.corpus),
     contexts_parquet=snakemake.input.contexts,
     **settings,
 )

@@ -9,6 +9,7 @@ sys.stderr = io.TextIOWrapper(log, write_through=True)
 from infbench import operator_secret
 from infbench.compression import held_out, verification
 from infbench.compression.accuracy import make_gate
+from infbench.config.model import AnswerSettings, SandboxSettings, VerificationSettings
 from infbench.resources import check_visible_gpus
 
 # Fewer GPUs than the source needs would fail the candidate's load and record that as its failure.
@@ -16,6 +17,7 @@ if snakemake.resources.gpu:
     check_visible_gpus(snakemake.resources.gpu, "verification.device")
 
 secret = operator_secret.for_job(snakemake.config["operator_secret"], snakemake.params.secret)
+answers = AnswerSettings.model_validate(snakemake.params.answers)
 verification.measure_for_pipeline(
     snakemake.params.package,
     snakemake.wildcards.source,
@@ -23,8 +25,8 @@ verification.measure_for_pipeline(
     source_record=snakemake.input.record,
     continuations=snakemake.input.continuations,
     reference_scores=snakemake.input.reference,
-    settings=dict(snakemake.params.settings),
-    sandbox=dict(snakemake.params.sandbox),
+    settings=VerificationSettings.model_validate(snakemake.params.settings),
+    sandbox=SandboxSettings.model_validate(snakemake.params.sandbox),
     threads=snakemake.threads,
     out=snakemake.output[0],
     secret=secret,
@@ -32,10 +34,10 @@ verification.measure_for_pipeline(
     worker_log=log,
     memory_limit_gib=snakemake.params.memory_limit_gib,
     accuracy_gate=make_gate(
-        dict(snakemake.params.answers),
+        answers,
         snakemake.input.answers_reference,
         snakemake.input.checkpoint,
         label=snakemake.wildcards.candidate,
-        question_seed=held_out.question_seed(secret, snakemake.params.answers["seed"]),
+        question_seed=held_out.question_seed(secret, answers.seed),
     ),
 )

@@ -2,10 +2,11 @@ import sys
 
 sys.stderr = open(snakemake.log.run, "w")
 
+from infbench.config.model import ServingCore
 from infbench.serving import calibrate
 
 record = calibrate.calibrate(
-    snakemake.params.serving,
+    ServingCore.model_validate(snakemake.params.serving),
     snakemake.input.sessions,
     snakemake.input.model_dir,
     snakemake.input.gguf,

@@ -2,12 +2,13 @@ import sys
 
 sys.stderr = open(snakemake.log[0], "w")
 
+from infbench.config.model import ServingCore, UncertaintySettings
 from infbench.plots import serving_value_share
 from infbench.tables import serving
 
 baseline, *systems = serving.write(  # the calibration baseline's row first
-    snakemake.params.serving,
-    snakemake.params.uncertainty,
+    ServingCore.model_validate(snakemake.params.serving),
+    UncertaintySettings.model_validate(snakemake.params.uncertainty),
     snakemake.input.targets,
     snakemake.input.sessions,
     snakemake.input.summaries,

@@ -2,10 +2,9 @@ import sys
 
 sys.stderr = open(snakemake.log[0], "w")
 
-from infbench.compression.answers.settings import AnswerSettings
-from infbench.serving.verify import reference
 from infbench import operator_secret
-from infbench.serving.verify.common import VerifySettings
+from infbench.config.model import AnswerSettings, VerifySettings
+from infbench.serving.verify import reference
 
 record = reference.compute(
     snakemake.params.source,

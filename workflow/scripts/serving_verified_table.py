@@ -2,11 +2,12 @@ import sys
 
 sys.stderr = open(snakemake.log[0], "w")
 
+from infbench.config.model import ServingCore, UncertaintySettings
 from infbench.tables import serving_verified
 
 serving_verified.write(
-    snakemake.params.serving,
-    snakemake.params.uncertainty,
+    ServingCore.model_validate(snakemake.params.serving),
+    UncertaintySettings.model_validate(snakemake.params.uncertainty),
     snakemake.input.targets,
     snakemake.input.sessions,
     snakemake.input.records,

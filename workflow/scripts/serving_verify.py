@@ -2,13 +2,19 @@ import sys
 
 sys.stderr = open(snakemake.log.run, "w")
 
-from infbench.compression.answers.settings import AnswerSettings
-from infbench.serving.verify import verdict
 from infbench import operator_secret
+from infbench.config.model import (
+    AnswerSettings,
+    SandboxSettings,
+    ServingCore,
+    VerifySettings,
+)
+from infbench.serving.verify import verdict
 
 record = verdict.run_job(
     snakemake.params.directory,
-    snakemake.params.serving,
+    ServingCore.model_validate(snakemake.params.serving),
+    VerifySettings.model_validate(snakemake.params.verification),
     AnswerSettings.model_validate(snakemake.params.answers),
     snakemake.input.model_dir,
     snakemake.input.gguf,
@@ -17,7 +23,7 @@ record = verdict.run_job(
     snakemake.output.runs,
     snakemake.output.record,
     snakemake.log.server,
-    sandbox=dict(snakemake.params.sandbox),
+    sandbox=SandboxSettings.model_validate(snakemake.params.sandbox),
     secret=operator_secret.for_job(snakemake.config["operator_secret"], snakemake.params.secret),
     threads=snakemake.threads,
 )

@@ -105,7 +105,7 @@ def _answers_and_verification(config, out, name, checkpoint, record, verificatio
     from infbench.compression.accuracy import make_gate
     from infbench.compression.answers import reference, settings
     from infbench.compression.baselines import package
-    from infbench.sandbox.launch import SandboxSettings
+    from infbench.config.model import SandboxSettings
 
     answers_ref = out / "answers" / name / "reference.json"
     stage("answers reference", lambda: reference.compute_reference(

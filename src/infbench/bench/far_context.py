@@ -13,15 +13,15 @@ not the reference's top-1.
 from __future__ import annotations
 
 import itertools
-from typing import Any
 
 import pandas as pd
 import torch
 
 from infbench import atomic
 from infbench.compression.hf_runtime import cache_kwargs
-from infbench.serving import runs, workload
-from infbench.serving.verify.common import settings_from
+from infbench.config.model import ServingSettings
+from infbench.serving import workload
+from infbench.serving.replay import ReplaySettings
 from infbench.serving.verify.far_context import clear_misses
 from infbench.serving.verify.fidelity import Scores, teacher_forced_logits
 from infbench.serving.verify.reference import load_model
@@ -40,18 +40,18 @@ def greedy(model, prompt: list[int], n: int) -> list[int]:
     return ids
 
 
-def measure(serving: dict[str, Any], sessions_path: str, model_dir: str, gguf: str | None, carriers: int,
+def measure(serving: ServingSettings, sessions_path: str, model_dir: str, gguf: str | None, carriers: int,
             keeps: tuple[int, ...], seed: int = 0) -> pd.DataFrame:
     """One row per carrier: its distance, the reference's first-position copy and margin, and per server
     (``full``, ``last<W>``, ``llamacpp``) its clear positions and misses."""
-    settings = settings_from(serving)
+    settings = serving.verification
     model, _ = load_model(model_dir, settings.reference_dtype)
     llm = None
     if gguf:
         from llama_cpp import Llama
 
-        llm = Llama(model_path=gguf, n_ctx=serving["deployment"]["context_limit"], verbose=False)
-    builder = runs.settings(serving, "http://unused", 1, seed, {}).prompt_builder()
+        llm = Llama(model_path=gguf, n_ctx=serving.deployment.context_limit, verbose=False)
+    builder = ReplaySettings.for_serving(serving, "http://unused", 1, seed, {}).prompt_builder()
     rows = []
     draw = workload.draw(workload.load(sessions_path), seed)
     for instance, session in enumerate(itertools.islice(draw, 10_000)):
@@ -97,7 +97,7 @@ def table(rows: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
-def run(serving: dict[str, Any], sessions_path: str, model_dir: str, gguf: str | None, carriers: int,
+def run(serving: ServingSettings, sessions_path: str, model_dir: str, gguf: str | None, carriers: int,
         keeps: tuple[int, ...], out_md: str | None = None) -> str:
     md = table(measure(serving, sessions_path, model_dir, gguf, carriers, keeps)).to_markdown(index=False)
     if out_md:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from infbench.compression.answers import driver
 from infbench.compression.answers.results import AnswerResults, ItemRecord, read_json
-from infbench.compression.answers.settings import AnswerSettings
+from infbench.config.model import AnswerSettings
 
 EVIDENCE_CHARS = 300  # of each response kept in the record (the whole one is judged)
 
@@ -57,12 +57,11 @@ def counts(results: AnswerResults) -> dict[str, tuple[int, int]]:
     return {b.benchmark: (b.n_correct, b.n) for b in results.benchmarks}
 
 
-def make_gate(settings: dict, reference_json: str | Path, source_checkpoint: str | Path, label: str, *,
-              question_seed: int):
+def make_gate(answer_settings: AnswerSettings, reference_json: str | Path, source_checkpoint: str | Path,
+              label: str, *, question_seed: int):
     """``question_seed``: the seed the reference's questions were drawn by (``held_out.question_seed``)."""
     from transformers import AutoTokenizer
 
-    answer_settings = AnswerSettings.model_validate(settings)
     tokenizer = AutoTokenizer.from_pretrained(source_checkpoint)
 
     def gate(proc) -> dict:

@@ -24,21 +24,22 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
-from typing import BinaryIO
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 import torch
 from pydantic import BaseModel
 
-from infbench.errors import InfbenchError
-from infbench.sandbox import meter
-from infbench.sandbox.launch import SandboxRecord, Sandboxed, SandboxSettings, SandboxUnavailable
-from infbench.sandbox.policy import Policy, base_env, python_policy
-from infbench.compression import logits_pipe
 from infbench.checks import CheckFailed
+from infbench.compression import logits_pipe
 from infbench.compression.runtimes import optional_modules
 from infbench.compression.worker import IMPORTS
+from infbench.config.model import SandboxSettings
+from infbench.errors import InfbenchError
+from infbench.sandbox import meter
+from infbench.sandbox.launch import Sandboxed, SandboxRecord, SandboxUnavailable
+from infbench.sandbox.policy import Policy, base_env, python_policy
 
 PACKAGE = "/package"  # where the worker sees its package
 

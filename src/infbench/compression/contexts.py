@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -26,7 +25,8 @@ from pydantic import BaseModel
 
 from infbench import atomic, provenance
 from infbench.compression import held_out
-from infbench.compression.corpus import CorpusSpec, Document, load_documents
+from infbench.compression.corpus import Document, load_documents
+from infbench.config.model import CorpusSpec
 from infbench.errors import ConfigError
 from infbench.hashing import sha256_file
 from infbench.operator_secret import OperatorSecret
@@ -136,7 +136,7 @@ def check_context_limit(context_tokens: int, continuation_tokens: int, limit: in
 
 
 def build(source: str, tokenizer_dir: str | Path, source_record: str | Path, out_parquet: str | Path,
-          out_manifest: str | Path, *, set_name: str, corpus: dict[str, Any], contexts_per_set: int,
+          out_manifest: str | Path, *, set_name: str, corpus: CorpusSpec, contexts_per_set: int,
           context_tokens: int, continuation_tokens: int, seed: int, secret: OperatorSecret | None = None,
           search_contexts: str | Path | None = None) -> ContextSetsManifest:
     """One set's contexts: search from the public ``seed``; verification from ``secret``, outside
@@ -147,7 +147,7 @@ def build(source: str, tokenizer_dir: str | Path, source_record: str | Path, out
 
     record = read_record(source_record)
     check_context_limit(context_tokens, continuation_tokens, record.max_position_embeddings, source)
-    spec = CorpusSpec.model_validate(corpus)
+    spec = corpus
     docs, corpus_hash = load_documents(spec, seed)
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
 
@@ -172,7 +172,7 @@ def build(source: str, tokenizer_dir: str | Path, source_record: str | Path, out
         excluded_documents=len(exclude), eligible_seen=seen, seed=seed,
         secret_label=secret.label if set_name == held_out.VERIFICATION else None,
         provenance=provenance.collect(
-            {"set": set_name, "corpus": corpus, "contexts_per_set": contexts_per_set,
+            {"set": set_name, "corpus": spec.model_dump(mode="json"), "contexts_per_set": contexts_per_set,
              "context_tokens": context_tokens, "seed": seed,
              "secret": secret.public() if set_name == held_out.VERIFICATION else None},
             inputs),

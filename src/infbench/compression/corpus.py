@@ -22,10 +22,9 @@ import hashlib
 import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Literal
+from typing import Iterable
 
-from pydantic import BaseModel, ConfigDict
-
+from infbench.config.model import CorpusSpec
 from infbench.errors import ConfigError
 
 
@@ -34,24 +33,6 @@ class Document:
     family: str
     doc_id: str
     text: str
-
-
-class CorpusSpec(BaseModel):
-    """Config ``likelihood.corpus``."""
-
-    model_config = ConfigDict(extra="forbid")
-    type: Literal["embedded", "datasets"]
-    families: dict[str, float] | Literal["natural"] = "natural"
-    # datasets only
-    path: str | None = None
-    name: str | None = None
-    split: str = "train"
-    data_files: list[str] | None = None
-    text_field: str = "text"
-    family_field: str = "source"
-    id_field: str | None = "id"
-    max_documents: int = 100_000
-    shuffle_buffer: int = 10_000
 
 
 _EXCLUDED_CODE_DIRS = {"test", "tests", "site-packages", "idlelib", "lib2to3", "__pycache__"}

@@ -21,56 +21,42 @@ from pathlib import Path
 from typing import Any, BinaryIO, Callable
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict
 
+from infbench.checks import Check, CheckFailed
+from infbench.compression import held_out, integrity, probes, scoring
+from infbench.compression.client import SubmissionProcess, WorkerFailure
+from infbench.compression.decode import measure as measure_decode
+from infbench.compression.likelihood_files import read_continuations, stack
+from infbench.compression.records import EvaluationRecord
+from infbench.compression.runtimes import preload_modules
+from infbench.compression.storage import ResidentMeasure, memory_cap, workspace_bytes
+from infbench.compression.submission import (
+    GIB,
+    SubmissionError,
+    check_tokenizer,
+    content_hash,
+    load_manifest,
+    package_bytes,
+)
+from infbench.config.model import SandboxSettings, VerificationSettings
 from infbench.operator_secret import OperatorSecret
 from infbench.provenance import collect as collect_provenance
-from infbench.compression import held_out, integrity, probes, scoring
-from infbench.compression.decode import measure as measure_decode
-from infbench.compression.client import SubmissionProcess, WorkerFailure
-from infbench.checks import Check, CheckFailed
-from infbench.compression.likelihood_files import read_continuations, stack
-from infbench.compression.runtimes import preload_modules
-from infbench.compression.records import EvaluationRecord
-from infbench.compression.storage import MemoryWorkspace, ResidentMeasure, memory_cap, workspace_bytes
-from infbench.compression.submission import GIB, SubmissionError, check_tokenizer, content_hash, load_manifest, package_bytes
-from infbench.sandbox.launch import SandboxSettings
 
 
-class DecodeSettings(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    prompt_tokens: int
-    output_tokens: int
-    rounds: int
-    requests_per_round: int
-    warmup: int
+class EvaluationSettings(VerificationSettings):
+    """The ``verification`` section as one job runs it: its device resolved (:func:`device.resolve`), the
+    sandbox its workers run in and the CPU threads they are given."""
 
-
-class IntegritySettings(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    probe_requests: int
-    statefulness_rows: int
-    tolerance: float
-    tie_margin: float
-    greedy_tokens: int
-    likelihood_alpha: float
-
-
-class EvaluationSettings(BaseModel):
-    """Config ``verification`` after schema validation (defaults live in the schema only)."""
-
-    model_config = ConfigDict(extra="forbid")
-    device: str
-    timeout_s: float
-    runtime_allowance_mib: float
-    memory_workspace: MemoryWorkspace
-    score_batch_size: int
-    bootstrap_resamples: int
-    seed: int
-    decode: DecodeSettings
-    integrity: IntegritySettings
     sandbox: SandboxSettings
     threads: int = 1
+
+    @classmethod
+    def for_job(cls, verification: VerificationSettings, sandbox: SandboxSettings, threads: int
+                ) -> EvaluationSettings:
+        from infbench.compression.device import resolve
+
+        return cls(**{**verification.model_dump(), "device": resolve(verification.device)}, sandbox=sandbox,
+                   threads=threads)
 
 
 class _Steps:

@@ -17,7 +17,6 @@ what depends on it); a job loads the secret itself with :func:`infbench.operator
 
 from __future__ import annotations
 
-
 from infbench.operator_secret import OperatorSecret
 
 SEARCH, VERIFICATION = "search", "verification"

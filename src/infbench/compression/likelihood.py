@@ -17,7 +17,6 @@ The files' formats are :mod:`infbench.compression.likelihood_files`.
 
 from __future__ import annotations
 
-
 import numpy as np
 import pandas as pd
 import torch
@@ -26,11 +25,18 @@ from infbench import atomic, provenance
 from infbench.compression import contexts as ctx
 from infbench.compression import held_out, sampling, scoring
 from infbench.compression.hf_runtime import load_causal_lm
-from infbench.compression.likelihood_files import (CONTINUATIONS_SCHEMA, SCORES_SCHEMA, ReferenceSummary,
-                                                   SamplingSummary, read_continuations, stack)
+from infbench.compression.likelihood_files import (
+    CONTINUATIONS_SCHEMA,
+    SCORES_SCHEMA,
+    ReferenceSummary,
+    SamplingSummary,
+    read_continuations,
+    stack,
+)
 from infbench.hashing import sha256_file
 from infbench.operator_secret import OperatorSecret
 from infbench.resources import check_visible_gpus
+
 
 def _label(set_name: str, secret: OperatorSecret | None) -> str | None:
     if set_name != held_out.VERIFICATION:

@@ -36,17 +36,10 @@ Beyond it the kernel kills the worker and the record fails ``memory_limit``.
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel
 
+from infbench.config.model import MemoryWorkspace
 from infbench.sandbox.meter import MemoryUse
-
-
-class MemoryWorkspace(BaseModel):
-    """Config ``verification.memory_workspace``: the temporary workspace a request may use beyond ``S_res``."""
-
-    model_config = ConfigDict(extra="forbid")
-    logits_copies: float  # float32 logits of the largest scoring request held at once (runtime, copy, file)
-    extra_mib: float      # activations, KV cache and allocator slack of a request
 
 
 def workspace_bytes(workspace: MemoryWorkspace, *, batch: int, n_last: int, vocab: int) -> int:

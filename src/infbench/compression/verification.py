@@ -15,34 +15,32 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from infbench import atomic
-from infbench.compression.device import resolve
 from infbench.compression.evaluation import EvaluationSettings, measure
 from infbench.compression.records import EvaluationRecord, verdict
 from infbench.compression.tasks import Task
+from infbench.config.model import SandboxSettings, VerificationSettings
 from infbench.operator_secret import OperatorSecret
 from infbench.sources import read_record
 
 
-def _settings(settings: dict, sandbox: dict, threads: int) -> EvaluationSettings:
-    return EvaluationSettings.model_validate({**settings, "device": resolve(settings["device"]),
-                                              "sandbox": sandbox, "threads": threads})
-
-
 def measure_for_pipeline(package: str, source: str, *, source_checkpoint: str, source_record: str,
-                         continuations: str, reference_scores: str, settings: dict, sandbox: dict, threads: int,
+                         continuations: str, reference_scores: str, settings: VerificationSettings,
+                         sandbox: SandboxSettings, threads: int,
                          out: str, secret: OperatorSecret, sample_temperature: float, worker_log=None,
                          accuracy_gate=None, memory_limit_gib: float | None = None) -> EvaluationRecord:
     record = read_record(source_record)
     measured = measure("verification", package, source, source_checkpoint=source_checkpoint,
                        n_params=record.n_params, vocab_size=record.vocab_size, continuations=continuations,
-                       reference_scores=reference_scores, settings=_settings(settings, sandbox, threads),
+                       reference_scores=reference_scores,
+                       settings=EvaluationSettings.for_job(settings, sandbox, threads),
                        accuracy_gate=accuracy_gate, log_path=worker_log, secret=secret,
                        sample_temperature=sample_temperature, memory_limit_gib=memory_limit_gib)
     atomic.write_json(out, measured.model_dump(mode="json"))
     return measured
 
 
-def reward(package: str, task: Task, *, results: Path, settings: dict, sandbox: dict, threads: int, log_path: Path,
+def reward(package: str, task: Task, *, results: Path, settings: VerificationSettings, sandbox: SandboxSettings,
+           threads: int, log_path: Path,
            worker_log: str | None = None) -> EvaluationRecord:
     """Search-time reward ``10 F_s`` (0 unless it runs and both storage limits hold), logged as JSONL."""
     src = results / "sources" / task.source
@@ -52,7 +50,7 @@ def reward(package: str, task: Task, *, results: Path, settings: dict, sandbox: 
                        n_params=record.n_params, vocab_size=record.vocab_size,
                        continuations=str(lk / "continuations.parquet"),
                        reference_scores=str(lk / "reference_scores.parquet"),
-                       settings=_settings(settings, sandbox, threads), log_path=worker_log,
+                       settings=EvaluationSettings.for_job(settings, sandbox, threads), log_path=worker_log,
                        memory_limit_gib=task.limit_gib)
     judged = verdict(measured, task)
     judged.finished_at = datetime.now(timezone.utc)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from infbench.errors import ConfigError
 
 if TYPE_CHECKING:
-    from infbench.config.model import Config, ServingSettings, SourceOrigin
+    from infbench.config.model import Config, ServingCore, SourceOrigin
 
 
 @dataclass(frozen=True)
@@ -79,7 +79,7 @@ def answers(cfg: Config) -> None:
         load_questions(cfg.answers, seed=cfg.answers.seed)
 
 
-def serving(section: ServingSettings) -> None:
+def serving(section: ServingCore) -> None:
     """The serving section: known servers, renderable launch specs, disjoint seeds."""
     from infbench.serving.servers import LaunchVars, dry_run
 
@@ -139,7 +139,6 @@ def gpu_counts(cfg: Config, budget: GpuBudget) -> None:
             raise ConfigError("likelihood.tensor_parallel",
                               f"{likelihood.tensor_parallel} GPU(s) per vLLM engine, but source '{name}' "
                               f"needs {source.devices} to hold it in BF16 (sources.{name}.devices)")
-    plain = cfg.model_dump(mode="json")  # resources reads the validated dict (until it takes the model)
     for rule in resources.GPU_RULES:
         if rule.startswith("serving_"):
             targets = [cfg.serving.source] if cfg.serving is not None else []
@@ -148,10 +147,10 @@ def gpu_counts(cfg: Config, budget: GpuBudget) -> None:
         else:
             targets = sorted(cfg.sources)
         for name in targets:
-            needed = resources.job_gpus(plain, rule, name)  # raises on cuda:N, N > 0
+            needed = resources.job_gpus(cfg, rule, name)  # raises on cuda:N, N > 0
             if needed == 0:
                 continue
-            key = resources.gpu_key(plain, rule)
+            key = resources.gpu_key(cfg, rule)
             given = resources.requested_gpus(budget.overrides.get(rule, {}))
             if given is not None and given < needed:
                 raise ConfigError(key, f"rule {rule} (source '{name}') needs {needed} GPU(s) but "

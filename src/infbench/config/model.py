@@ -12,15 +12,33 @@ schema from these models; the start-of-run checks live in :mod:`infbench.config.
 
 from __future__ import annotations
 
+import math
+import re
 from collections.abc import Mapping
-from typing import Annotated, Any, Literal, Optional, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Optional, TypeVar
 
-from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, PlainValidator, StrictBool,
-                      StrictInt, ValidationError, ValidationInfo, model_validator)
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainValidator,
+    StrictBool,
+    StrictInt,
+    ValidationError,
+    ValidationInfo,
+    model_validator,
+)
 from pydantic_core import PydanticCustomError
 
 from infbench.config import checks
 from infbench.errors import ConfigError
+
+if TYPE_CHECKING:
+    import numpy
+
+    from infbench.runs.schema import TokenUsage
 
 T = TypeVar("T")
 
@@ -321,6 +339,7 @@ class VerificationSettings(Section):
 # answers ----------------------------------------------------------------------------------------------
 
 Benchmark = Literal["gsm8k", "humaneval", "triviaqa"]
+BENCHMARKS: tuple[Benchmark, ...] = ("gsm8k", "humaneval", "triviaqa")
 
 
 DatasetPath = Annotated[str, Field(description="The dataset's hub id or path.")]
@@ -466,6 +485,13 @@ class Price(Section):
                                                         "price).")] = None
     output: Annotated[Usd, Field(description="Output tokens.")]
 
+    def usd(self, usage: TokenUsage) -> float:
+        """What ``usage`` cost: cache writes and reads at ``input`` unless priced."""
+        cache_write = self.input if self.cache_write is None else self.cache_write
+        cached = self.input if self.cached is None else self.cached
+        return (usage.input * self.input + usage.cache_write * cache_write + usage.cached * cached
+                + usage.output * self.output) / 1e6
+
 
 class AnalysisSettings(Section):
     """Constants of the trajectory analyses (PROTOCOL A8, B6)."""
@@ -573,6 +599,10 @@ class LogNormal(Section):
 
     median: Annotated[Number, Field(gt=0, description="The median.")]
     sigma: Annotated[Number, Field(ge=0, description="Standard deviation of the logarithm.")]
+
+    def draw(self, rng: numpy.random.Generator, lo: float = 1.0, hi: float = math.inf) -> float:
+        """One draw, clipped to ``[lo, hi]``."""
+        return float(min(hi, max(lo, self.median * math.exp(self.sigma * rng.standard_normal()))))
 
 
 class SyntheticParams(Section):
@@ -769,13 +799,31 @@ class VerifySettings(Section):
         "Precision of the reference the servers' answers and log-probs are checked against."))] = "float32"
 
 
+# An absolute URL path of RFC 3986 path characters: no scheme, no authority ("//host", "@host"), no query,
+# no fragment, no backslash or whitespace.
+HEALTH_PATH = r"^/(?!/)[A-Za-z0-9._~!$&'()*+,;=:@%/-]*$"
+
+
+def _plain_path(path: str) -> str:
+    if not re.fullmatch(HEALTH_PATH, path):
+        raise ValueError(f"{path!r} is not a plain absolute path (one '/', then only letters, digits and "
+                         "-._~!$&'()*+,;=:@%/; no host, query or fragment)")
+    return path
+
+
+HealthPath = Annotated[str, AfterValidator(_plain_path), Field(json_schema_extra={"pattern": HEALTH_PATH})]
+
+
 class ServerSpec(Section):
     """A server's launch spec."""
 
     command: Annotated[list[str], Field(min_length=1, description=(
         "argv template with {python} {host} {port} {model_dir} {gguf} {model_name} {threads} "
         "{context_limit} {devices}"))]
-    health_path: Annotated[str, Field(description="Path polled until the server answers.")] = "/health"
+    health_path: Annotated[HealthPath, Field(description=(
+        "Path polled until the server answers: one '/', then only RFC 3986 path characters (no host, query "
+        "or fragment); it is joined to the server's own address, so the check can reach nothing else."))] = \
+        "/health"
     startup_timeout_s: Annotated[Number, Field(gt=0, description="Time the server has to become "
                                                                  "healthy.")] = 600
     request_fields: Annotated[dict[str, Any], Field(description="Extra JSON fields sent with every "
@@ -806,9 +854,10 @@ DEFAULT_SERVERS = {
 """The paper's servers: S0 (the starter), llama.cpp, and the GPU engines vLLM and SGLang (dry-run only)."""
 
 
-class ServingSettings(Section):
-    """ServerBench (PROTOCOL B). Absent: no serving stages. Defaults are the paper's (Qwen3.5 9B on 2 x L40,
-    SGLang reference); config/config.yaml shrinks sizes only."""
+class ServingCore(Section):
+    """What the serving stages' replays depend on (workload, calibration, coverage, development replays): the
+    serving section less its verification, uncertainty and submission directories, so that changing those
+    reruns no replay. :class:`ServingSettings` is this and those three."""
 
     source: Annotated[str, Field(description="The served model, a key of `sources` (its hf/ checkpoint and "
                                              "f16.gguf twin).")]
@@ -823,21 +872,37 @@ class ServingSettings(Section):
         "\"reference\" for the calibrated concurrency."))] = (SystemSpec(server="S0", concurrency=1),
                                                               SystemSpec(server="sglang",
                                                                          concurrency="reference"))
-    uncertainty: UncertaintySettings = UncertaintySettings()
-    submissions: Annotated[tuple[str, ...], Field(description=(
-        "Directories whose subdirectories holding a submission.yaml are server submissions "
-        "(docs/server_submission.md); each is rebuilt, replayed on the final seeds and verified (PROTOCOL "
-        "B5). Missing directories are skipped."))] = ("examples/servers", "submissions/servers")
-    verification: VerifySettings = VerifySettings()
     servers: Annotated[dict[str, ServerSpec], Field(description=(
         "Launch specs. command: argv template with {python} {host} {port} {model_dir} {gguf} {model_name} "
         "{threads} {context_limit} {devices}; runnable: false = validated and dry-run only (GPU "
         "engines)."))] = DEFAULT_SERVERS
 
     @model_validator(mode="after")
-    def _references(self) -> ServingSettings:
+    def _references(self) -> ServingCore:
         checks.serving(self)
         return self
+
+    @property
+    def replay_minutes(self) -> float:
+        """One replay's time: warm-up, window and the drain of its last request."""
+        return (self.replay.warmup_s + self.replay.window_s + self.replay.request_timeout_s) / 60
+
+
+class ServingSettings(ServingCore):
+    """ServerBench (PROTOCOL B). Absent: no serving stages. Defaults are the paper's (Qwen3.5 9B on 2 x L40,
+    SGLang reference); config/config.yaml shrinks sizes only."""
+
+    uncertainty: UncertaintySettings = UncertaintySettings()
+    submissions: Annotated[tuple[str, ...], Field(description=(
+        "Directories whose subdirectories holding a submission.yaml are server submissions "
+        "(docs/server_submission.md); each is rebuilt, replayed on the final seeds and verified (PROTOCOL "
+        "B5). Missing directories are skipped."))] = ("examples/servers", "submissions/servers")
+    verification: VerifySettings = VerifySettings()
+
+    @property
+    def core(self) -> ServingCore:
+        """The section as the replays see it."""
+        return ServingCore.model_validate(self.model_dump(include=set(ServingCore.model_fields)))
 
 
 # the whole config -------------------------------------------------------------------------------------

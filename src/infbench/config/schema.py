@@ -8,7 +8,7 @@ descends into, so the schema is shaped for it: every ``$ref`` inlined (no ``$def
 the nested defaults complete to the model's (``gptq: {}`` rather than every GPTQ key). Filling a config
 with it gives the dict ``Config.model_validate(config).model_dump(mode="json")`` is, key for key.
 
-    python -m infbench.config.schema          # write workflow/schemas/config.generated.schema.yaml
+    python -m infbench.config.schema          # write workflow/schemas/config.schema.yaml
     python -m infbench.config.schema --check  # exit 1 if the committed file differs from the models
 """
 
@@ -28,7 +28,7 @@ from infbench import atomic
 from infbench.config.model import Config
 
 REPO = Path(__file__).resolve().parents[3]
-SCHEMA = REPO / "workflow" / "schemas" / "config.generated.schema.yaml"
+SCHEMA = REPO / "workflow" / "schemas" / "config.schema.yaml"
 HEADER = ("# Generated from src/infbench/config/model.py by `python -m infbench.config.schema`; do not\n"
           "# edit. tests/test_config_model.py keeps it equal to the models.\n")
 DRAFT = "https://json-schema.org/draft/2020-12/schema"

@@ -8,7 +8,12 @@ from datetime import datetime
 from pydantic import BaseModel
 
 from infbench.compression.submission import GIB
-from infbench.runs.schema import CompletionDeclared, RewardCall, RunRecord, VersionPublished
+from infbench.runs.schema import (
+    CompletionDeclared,
+    RewardCall,
+    RunRecord,
+    VersionPublished,
+)
 
 
 def hours(record: RunRecord, t: datetime) -> float:

@@ -5,21 +5,8 @@ from __future__ import annotations
 from pydantic import BaseModel
 
 from infbench.compression.records import EvaluationRecord
+from infbench.config.model import Price
 from infbench.runs.schema import ReplayCall, RewardCall, RunRecord, TokenUsage, ToolCall
-
-
-class Price(BaseModel):
-    """USD per million tokens; cache writes and reads cost ``input`` unless priced."""
-
-    input: float
-    output: float
-    cache_write: float | None = None
-    cached: float | None = None
-
-    def usd(self, u: TokenUsage) -> float:
-        cw = self.input if self.cache_write is None else self.cache_write
-        cr = self.input if self.cached is None else self.cached
-        return (u.input * self.input + u.cache_write * cw + u.cached * cr + u.output * self.output) / 1e6
 
 
 class CostRow(BaseModel):

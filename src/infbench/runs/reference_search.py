@@ -18,25 +18,22 @@ from pathlib import Path
 
 import numpy as np
 import yaml
-from pydantic import BaseModel, ConfigDict
 
 from infbench import atomic
 from infbench.compression.baselines.gguf import WEIGHTS, quantize
 from infbench.compression.baselines.package import copy_tokenizer, write_package
-from infbench.compression.tasks import Task
 from infbench.compression.submission import Manifest
+from infbench.compression.tasks import Task
 from infbench.compression.verification import reward
+from infbench.config.model import (
+    ReferenceSearchSettings,
+    SandboxSettings,
+    VerificationSettings,
+)
 from infbench.runs.discover import REFERENCE_AGENT as AGENT
 from infbench.runs.schema import RunSpec
 
 KEY = "runs.reference_search.candidates"
-
-
-class Candidate(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    name: str
-    type: str
-    token_embd: str | None = None
 
 
 def _now() -> datetime:
@@ -71,11 +68,11 @@ class _Log:
             fh.write(json.dumps({"time": _now().isoformat(), **fields}, sort_keys=True) + "\n")
 
 
-def run(out_dir: str | Path, *, f16_gguf: str, checkpoint: str, task: Task, candidates: list[dict],
-        budget_hours: float, results: str, settings: dict, sandbox: dict, threads: int,
+def run(out_dir: str | Path, *, f16_gguf: str, checkpoint: str, task: Task, search: ReferenceSearchSettings,
+        results: str, settings: VerificationSettings, sandbox: SandboxSettings, threads: int,
         worker_log: str | None = None) -> str:
     """Search, leaving a run directory at ``out_dir``; returns the name of the best version."""
-    plan = [Candidate.model_validate(c) for c in candidates]
+    plan, budget_hours = search.candidates, search.budget_hours
     start = _now()
     with atomic.atomic_path(out_dir, directory=True) as tmp:
         versions, events = tmp / "versions", _Log(tmp / "events.jsonl")

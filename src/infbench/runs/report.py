@@ -12,7 +12,9 @@ from pydantic import BaseModel
 from infbench import atomic, provenance
 from infbench.compression.records import EvaluationRecord
 from infbench.hashing import sha256_file
-from infbench.runs import compression_analysis as ca, cost_analysis as cost, serving_analysis as sa
+from infbench.runs import compression_analysis as ca
+from infbench.runs import cost_analysis as cost
+from infbench.runs import serving_analysis as sa
 from infbench.runs.outputs import PLOTTED
 from infbench.runs.schema import RunRecord, RunStatus
 

@@ -32,8 +32,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from infbench.config.model import SandboxSettings
 from infbench.sandbox import judge_harness, stdlib_runtime
-from infbench.sandbox.launch import Sandboxed, SandboxRecord, SandboxSettings
+from infbench.sandbox.launch import Sandboxed, SandboxRecord
 
 FILE_BYTES = 16 << 20   # largest file a judged process may write (RLIMIT_FSIZE); also its /tmp's size
 OPEN_FILES = 64

@@ -17,20 +17,12 @@ import subprocess
 import tempfile
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel
 
 from infbench.errors import InfbenchError
 from infbench.sandbox import bwrap, cgroup, seccomp
 from infbench.sandbox.output import LogCopier
 from infbench.sandbox.policy import Policy
-
-
-class SandboxSettings(BaseModel):
-    """Config ``sandbox`` after schema validation (defaults live in the schema only)."""
-
-    model_config = ConfigDict(extra="forbid")
-    allow_unsandboxed: bool
-    tmp_mb: int
 
 
 class MemoryAccounting(BaseModel):

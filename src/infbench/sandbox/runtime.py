@@ -28,8 +28,8 @@ from __future__ import annotations
 import csv
 import functools
 import glob
-import importlib.metadata as md
 import importlib.machinery
+import importlib.metadata as md
 import os
 import site
 import sys

@@ -17,7 +17,8 @@ import sys
 from collections.abc import Iterator
 from typing import BinaryIO
 
-from infbench.sandbox.launch import Sandboxed, SandboxSettings
+from infbench.config.model import SandboxSettings
+from infbench.sandbox.launch import Sandboxed
 from infbench.sandbox.policy import Policy, base_env, python_policy
 
 NETWORK = "own namespace; reached only through a listening socket on the host's loopback (relay)"

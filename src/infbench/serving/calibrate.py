@@ -15,14 +15,14 @@ from __future__ import annotations
 import json
 import statistics
 from pathlib import Path
-from typing import Any
 
 from pydantic import BaseModel
 
 from infbench import atomic, provenance
+from infbench.config.model import ServingCore
 from infbench.errors import InfbenchError, InputFileError
 from infbench.hashing import sha256_text
-from infbench.serving import runs, servers, workload
+from infbench.serving import replay_job, servers, workload
 from infbench.serving.value import Targets
 
 
@@ -49,18 +49,19 @@ class TargetsRecord(BaseModel):
     provenance: provenance.Provenance
 
 
-def key(serving: dict[str, Any], workload_sha: str) -> str:
+def key(serving: ServingCore, workload_sha: str) -> str:
     """What the targets depend on: deployment, workload and its prompts' settings, reference spec, replay and
     calibration settings."""
-    parts = {k: serving[k] for k in ("deployment", "replay", "calibration")}
-    parts["prompts"] = {k: serving["workload"][k] for k in ("token_id_range", "marker_tokens", "far_context")}
-    parts["reference_spec"] = serving["servers"][serving["calibration"]["reference"]]
-    parts["calibration_seeds"] = serving["seeds"]["calibration"]
+    dumped = serving.model_dump(mode="json")
+    parts = {k: dumped[k] for k in ("deployment", "replay", "calibration")}
+    parts["prompts"] = {k: dumped["workload"][k] for k in ("token_id_range", "marker_tokens", "far_context")}
+    parts["reference_spec"] = dumped["servers"][serving.calibration.reference]
+    parts["calibration_seeds"] = dumped["seeds"]["calibration"]
     parts["workload_sha256"] = workload_sha
     return sha256_text(json.dumps(parts, sort_keys=True))
 
 
-def _seed_run(summary: runs.RunSummary) -> SeedRun:
+def _seed_run(summary: replay_job.RunSummary) -> SeedRun:
     s = summary.score
     if s.p90_ttft_s is None or s.p90_tpot_s is None:
         raise InfbenchError(f"reference {summary.server} completed no request in the window at "
@@ -73,44 +74,44 @@ def _seed_run(summary: runs.RunSummary) -> SeedRun:
                    p90_tpot_s=s.p90_tpot_s, G=s.G)
 
 
-def calibrate(serving: dict[str, Any], sessions_path: str, model_dir: str, gguf: str, out_dir: str,
+def calibrate(serving: ServingCore, sessions_path: str, model_dir: str, gguf: str, out_dir: str,
               targets_path: str, server_log: str) -> TargetsRecord:
     sessions = workload.load(sessions_path)
-    inputs = runs.input_hashes(sessions_path)
-    ref = serving["calibration"]["reference"]
-    seeds = serving["seeds"]["calibration"]
+    inputs = replay_job.input_hashes(sessions_path)
+    ref = serving.calibration.reference
+    seeds = serving.seeds.calibration
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
 
-    def one(base: str, c: int, seed: int) -> runs.RunSummary:
-        return runs.replay_once(serving, sessions, ref, base, c, seed, str(out / f"c{c}_seed{seed}.parquet"),
-                                None, inputs)
+    def one(base: str, c: int, seed: int) -> replay_job.RunSummary:
+        return replay_job.replay_once(serving, sessions, ref, base, c, seed,
+                                      str(out / f"c{c}_seed{seed}.parquet"), None, inputs)
 
-    with servers.launched(ref, runs.spec(serving, ref), runs.launch_vars(serving, model_dir, gguf),
+    with servers.launched(ref, serving.servers[ref], servers.LaunchVars.for_serving(serving, model_dir, gguf),
                           server_log) as base:
-        scan = {c: one(base, c, seeds[0]) for c in serving["calibration"]["concurrencies"]}
+        scan = {c: one(base, c, seeds[0]) for c in serving.calibration.concurrencies}
         best = max(scan, key=lambda c: (scan[c].score.G, -c))
         seed_runs = [scan[best]] + [one(base, best, s) for s in seeds[1:]]
     per_seed = [_seed_run(r) for r in seed_runs]
     targets = Targets(tau_first_s=max(r.p90_ttft_s for r in per_seed),
                       tau_token_s=max(r.p90_tpot_s for r in per_seed))
     for r in per_seed:
-        r.D = runs.rescore(r.records, serving, targets).D
+        r.D = replay_job.rescore(r.records, serving, targets).D
     record = TargetsRecord(
-        key=key(serving, inputs[sessions_path]), deployment=serving["deployment"]["name"], reference=ref,
+        key=key(serving, inputs[sessions_path]), deployment=serving.deployment.name, reference=ref,
         concurrency_scan={c: r.score.G for c, r in scan.items()}, concurrency=best, targets=targets,
         runs=per_seed, baseline_p90_ttft_s=statistics.fmean(r.p90_ttft_s for r in per_seed),
         baseline_p90_tpot_s=statistics.fmean(r.p90_tpot_s for r in per_seed),
         baseline_D=statistics.fmean(r.D for r in per_seed),
-        provenance=provenance.collect({"serving": serving}, inputs))
+        provenance=provenance.collect({"serving": serving.model_dump(mode="json")}, inputs))
     atomic.write_json(targets_path, record.model_dump(mode="json"))
     return record
 
 
-def read_targets(path: str, serving: dict[str, Any], sessions_path: str) -> TargetsRecord:
+def read_targets(path: str, serving: ServingCore, sessions_path: str) -> TargetsRecord:
     """The frozen targets, refused if the deployment, workload or reference changed since calibration."""
     record = TargetsRecord.model_validate_json(Path(path).read_text())
-    want = key(serving, runs.input_hashes(sessions_path)[sessions_path])
+    want = key(serving, replay_job.input_hashes(sessions_path)[sessions_path])
     if record.key != want:
         raise InputFileError(path, "targets were calibrated for another deployment, workload or reference "
                                    "engine; recalibrate (rule serving_calibrate)")

@@ -30,19 +30,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
 
+from infbench.config.model import FarContextSettings
 from infbench.serving.trace import Session, TraceRequest
 
 Segment = tuple[str, object]  # ("block", hash id) or ("tail", request id): a unit of prompt content
-
-
-class CarrierSettings(BaseModel):
-    """Config ``serving.workload.far_context``; defaults live in the schema."""
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    share: float = Field(ge=0, le=1)
-    span_tokens: int = Field(ge=1)
-    min_distance: int = Field(ge=1)
 
 
 @dataclass(frozen=True)
@@ -122,7 +114,7 @@ class Store:
         return {segment_of(request, self.session.block_size, p)[0] for p in range(start, stop)}
 
 
-def place(store: Store, settings: CarrierSettings, marker_tokens: int,
+def place(store: Store, settings: FarContextSettings, marker_tokens: int,
           rng: np.random.Generator) -> dict[str, Carrier]:
     """Draw and write the carriers of one session instance into ``store``; returns them by request id."""
     locked: set[Segment] = set()

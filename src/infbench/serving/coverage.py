@@ -19,6 +19,7 @@ import pandas as pd
 from pydantic import BaseModel
 
 from infbench import atomic, provenance
+from infbench.config.model import ServingCore
 from infbench.serving import workload
 from infbench.serving.trace import Session
 
@@ -50,26 +51,25 @@ def draw_stats(sessions: list[Session], seed: int, n: int, concurrency: int, sta
                        requests=sum(len(s.requests) for s in drawn))
 
 
-def scan(sessions_path: str, serving: dict, out_csv: str, out_json: str) -> pd.DataFrame:
+def scan(sessions_path: str, serving: ServingCore, out_csv: str, out_json: str) -> pd.DataFrame:
     t0 = time.perf_counter()
     sessions = workload.load(sessions_path)
-    cov = serving["coverage"]
-    n, c = cov["sessions"], cov["concurrency"]
-    start_ratio = tuple(serving["replay"]["start_ratio"])
-    extra = [draw_stats(sessions, s, n, c, start_ratio, "scan")
-             for s in range(cov["first_seed"], cov["first_seed"] + cov["seeds"])]
+    cov = serving.coverage
+    n, c = cov.sessions, cov.concurrency
+    start_ratio = serving.replay.start_ratio
+    extra = [draw_stats(sessions, s, n, c, start_ratio, "scan") for s in cov.seed_list]
     ref = pd.DataFrame([r.model_dump() for r in extra])
     rows = []
-    for name, seeds in serving["seeds"].items():
+    for name, seeds in serving.seeds.model_dump().items():
         for s in seeds:
             row = draw_stats(sessions, s, n, c, start_ratio, name)
             rows.append(row.model_copy(update={
                 f"pct_{m}": float(100.0 * np.mean(ref[m].to_numpy() <= getattr(row, m))) for m in METRICS}))
     frame = pd.DataFrame([r.model_dump() for r in rows + extra])
     atomic.write_text(out_csv, frame.to_csv(index=False, lineterminator="\n"))
-    summary = {"seconds": time.perf_counter() - t0, "scan_seeds": cov["seeds"], "sessions_per_draw": n,
+    summary = {"seconds": time.perf_counter() - t0, "scan_seeds": cov.seeds, "sessions_per_draw": n,
                "concurrency": c, "scan_quantiles": {m: ref[m].quantile([0.1, 0.5, 0.9]).tolist() for m in METRICS},
                "draws": [r.model_dump() for r in rows],
-               "provenance": provenance.collect({"coverage": cov}).model_dump(mode="json")}
+               "provenance": provenance.collect({"coverage": cov.model_dump(mode="json")}).model_dump(mode="json")}
     atomic.write_json(out_json, summary)
     return frame

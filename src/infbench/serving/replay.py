@@ -60,12 +60,18 @@ import uvloop
 from pydantic import BaseModel, ConfigDict, Field
 
 from infbench import atomic
+from infbench.config.model import FarContextSettings, ServingCore
 from infbench.serving.endpoints import API, Completions, endpoint
 from infbench.serving.sse import BoundedLines, response_limit
 from infbench.serving.trace import Session, TraceRequest
-from infbench.serving.carriers import CarrierSettings
-from infbench.serving.workload import (FROM_BEGINNING, LaneStart, PromptBuilder, lane_start,
-                                      public_prompt_seed, start_fraction)
+from infbench.serving.workload import (
+    FROM_BEGINNING,
+    LaneStart,
+    PromptBuilder,
+    lane_start,
+    public_prompt_seed,
+    start_fraction,
+)
 
 JSON_BODY = {"Content-Type": "application/json"}
 # How OpenAI-compatible servers word a prompt that does not fit (vLLM, SGLang, llama.cpp, S0, OpenAI).
@@ -93,12 +99,26 @@ class ReplaySettings(BaseModel):
                                            description="extra JSON fields a server needs, e.g. logit_bias")
     api: API = "completions"
     tokenizer: str | None = Field(default=None, description="chat: the tokenizer.json that turns prompts to text")
-    far_context: CarrierSettings | None = Field(
+    far_context: FarContextSettings | None = Field(
         default=None, description="far-context carriers placed in the prompts (None: none)")
     prompt_seed: int | None = Field(default=None, exclude=True, repr=False,
                                     description="the prompts' content seed; None: the public one of `seed`. "
                                                 "Verification passes one drawn from the operator's secret, "
                                                 "which is never written out with the settings")
+
+    @classmethod
+    def for_serving(cls, serving: ServingCore, base_url: str, concurrency: int, seed: int,
+                    request_fields: dict[str, Any], prompt_seed: int | None = None) -> ReplaySettings:
+        """A replay of ``seed`` as ``serving`` configures it; ``prompt_seed`` None: its prompts' public
+        content seed (development, calibration), else the held-out one verification draws from the
+        operator's secret."""
+        r, w = serving.replay, serving.workload
+        low, high = w.token_id_range
+        return cls(base_url=base_url, model=serving.deployment.name, concurrency=concurrency, seed=seed,
+                   warmup_s=r.warmup_s, window_s=r.window_s, request_timeout_s=r.request_timeout_s,
+                   idle_cap_s=r.idle_cap_s, token_low=low, token_high=high, marker_tokens=w.marker_tokens,
+                   temperature=r.temperature, start_ratio=r.start_ratio, request_fields=request_fields,
+                   far_context=w.far_context, prompt_seed=prompt_seed)
 
     def prompt_builder(self) -> PromptBuilder:
         """The prompts this replay sends (the same for the same content seed and concurrency)."""

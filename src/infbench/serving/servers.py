@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import signal
 import socket
 import subprocess
@@ -19,43 +18,18 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated, Any
 
 import httpx
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict
 
+from infbench.config.model import ServerSpec, ServingCore
 from infbench.errors import ConfigError, InfbenchError
 
 
-# An absolute URL path of RFC 3986 path characters: no scheme, no authority ("//host", "@host"), no query,
-# no fragment, no backslash or whitespace. It is joined to the server's base URL as its path, so the health
-# check can only reach the server it is meant for.
-_PLAIN_PATH = re.compile(r"/(?!/)[A-Za-z0-9._~!$&'()*+,;=:@%/-]*")
-
-
-def _plain_path(path: str) -> str:
-    if not _PLAIN_PATH.fullmatch(path):
-        raise ValueError(f"{path!r} is not a plain absolute path (one '/', then only letters, digits and "
-                         "-._~!$&'()*+,;=:@%/; no host, query or fragment)")
-    return path
-
-
-HealthPath = Annotated[str, AfterValidator(_plain_path)]
-
-
 def url_at(base_url: str, path: str) -> str:
-    """``base_url`` with its path set to ``path`` (a :data:`HealthPath`): same scheme, host and port."""
+    """``base_url`` with its path set to ``path`` (a plain absolute path, :data:`infbench.config.model.HealthPath`):
+    same scheme, host and port."""
     return str(httpx.URL(base_url).copy_with(path=path))
-
-
-class ServerSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    command: list[str] = Field(min_length=1)
-    health_path: HealthPath = "/health"
-    startup_timeout_s: float = Field(default=600, gt=0)
-    request_fields: dict[str, Any] = Field(default_factory=dict)
-    env: dict[str, str] = Field(default_factory=dict)
-    runnable: bool = True
 
 
 class LaunchVars(BaseModel):
@@ -69,6 +43,14 @@ class LaunchVars(BaseModel):
     threads: int = 1
     context_limit: int = 8192
     devices: int = 1
+
+
+    @classmethod
+    def for_serving(cls, serving: ServingCore, model_dir: str, gguf: str) -> LaunchVars:
+        """The placeholders of ``serving``'s deployment and replay (port and host left to the launch)."""
+        return cls(model_dir=model_dir, gguf=gguf, model_name=serving.deployment.name,
+                   threads=serving.replay.threads, context_limit=serving.deployment.context_limit,
+                   devices=serving.deployment.devices)
 
 
 class ServerFailed(InfbenchError):

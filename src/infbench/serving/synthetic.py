@@ -17,39 +17,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
 
 from infbench import atomic
+from infbench.config.model import SyntheticParams
 from infbench.seeding import derive_seed
-
-
-class LogNormal(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    median: float = Field(gt=0)
-    sigma: float = Field(ge=0)
-
-    def draw(self, rng: np.random.Generator, lo: float = 1.0, hi: float = math.inf) -> float:
-        return float(min(hi, max(lo, self.median * math.exp(self.sigma * rng.standard_normal()))))
-
-
-class SyntheticParams(BaseModel):
-    """Documented in the config schema (``serving.workload.synthetic``)."""
-    model_config = ConfigDict(extra="forbid")
-    sessions: int = Field(ge=1)
-    block_size: int = Field(ge=1)
-    system_tokens: int = Field(ge=1)
-    first_user_tokens: LogNormal
-    main_turns_mean: float = Field(ge=1)
-    max_main_turns: int = Field(ge=1)
-    tool_result_tokens: LogNormal
-    output_tokens: LogNormal
-    max_output_tokens: int = Field(ge=1)
-    think_time_s: LogNormal
-    subagent_prob: float = Field(ge=0, le=1)
-    max_fanout: int = Field(ge=1)
-    subagent_turns_mean: float = Field(ge=1)
-    background_prob: float = Field(ge=0, le=1)
-    nominal_decode_tps: float = Field(gt=0)
 
 
 class _Ctx:

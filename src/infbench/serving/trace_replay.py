@@ -31,10 +31,11 @@ from pydantic import BaseModel
 from tqdm import tqdm
 
 from infbench import atomic, provenance
+from infbench.config.model import Deployment
 from infbench.errors import ConfigError, InputFileError
 from infbench.serving import replay, traces, workload
 from infbench.serving.trace import Session
-from infbench.serving.value import Deployment, Score, Targets, score
+from infbench.serving.value import Score, Targets, score
 
 Order = Literal["trace", "draw"]
 Ended = Literal["window", "trace", "interrupted"]

@@ -17,18 +17,17 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
+from infbench.config.model import Deployment, UncertaintySettings
 from infbench.seeding import derive_seed
-from infbench.serving.value import Deployment, Score, Targets, completed_mask, qualified_mask, request_value
-
-
-class UncertaintySettings(BaseModel):
-    """``serving.uncertainty``; defaults live in the schema."""
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    bootstrap_resamples: int = Field(ge=1)
-    seed: int = Field(ge=0)
-    min_completed_requests: int = Field(ge=0)
+from infbench.serving.value import (
+    Score,
+    Targets,
+    completed_mask,
+    qualified_mask,
+    request_value,
+)
 
 
 class Spread(BaseModel):

@@ -21,23 +21,11 @@ context: its ``D`` is 0 and ``invalid_reason`` says why.
 
 from __future__ import annotations
 
-from typing import Literal
-
 import numpy as np
 import pandas as pd
-
 from pydantic import BaseModel, ConfigDict, Field
 
-
-class Deployment(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    name: str
-    devices: int = Field(ge=1)
-    accelerator: Literal["gpu", "cpu"]  # the schema holds the default
-    usd_per_device_hour: float = Field(gt=0)
-    input_usd_per_mtok: float = Field(ge=0)
-    output_usd_per_mtok: float = Field(ge=0)
-    context_limit: int = Field(ge=1)
+from infbench.config.model import Deployment
 
 
 class Targets(BaseModel):

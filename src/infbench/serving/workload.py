@@ -31,11 +31,12 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from infbench import atomic, provenance
+from infbench.config.model import FarContextSettings
 from infbench.errors import ConfigError, InputFileError
 from infbench.hashing import file_hashes, sha256_file
 from infbench.operator_secret import OperatorSecret
 from infbench.seeding import derive_seed
-from infbench.serving.carriers import Carrier, CarrierSettings, Store, place
+from infbench.serving.carriers import Carrier, Store, place
 from infbench.serving.trace import Session, TraceRequest
 from infbench.serving.traces import read_trace
 
@@ -200,7 +201,7 @@ class PromptBuilder(BaseModel):
     marker_tokens: int = Field(ge=1)
     content_seed: int
     concurrency: int = Field(ge=1)
-    carriers: CarrierSettings | None = None
+    carriers: FarContextSettings | None = None
     _instances: OrderedDict = PrivateAttr(default_factory=OrderedDict)
 
     def build(self, session: Session, instance: int, request: TraceRequest) -> list[int]:

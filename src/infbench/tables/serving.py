@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import statistics
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 from pydantic import BaseModel
 
-from infbench.serving import calibrate, runs
-from infbench.serving.uncertainty import Spread, UncertaintySettings, spread
+from infbench.config.model import ServingCore, UncertaintySettings
+from infbench.serving import calibrate, replay_job
+from infbench.serving.uncertainty import Spread, spread
 from infbench.serving.value import Score, Targets, completed_mask
 from infbench.tables.io import write_table
 
@@ -82,12 +82,12 @@ def counts_note(frames: list[pd.DataFrame]) -> str:
     return "token ids"
 
 
-def measured(serving: dict[str, Any], settings: UncertaintySettings, record_paths: list[str], c: int,
+def measured(serving: ServingCore, settings: UncertaintySettings, record_paths: list[str], c: int,
              targets: Targets, key: str) -> Measured:
     """The scored columns of replays at concurrency ``c`` (one records parquet per seed)."""
-    frames = [runs.read_records(p) for p in record_paths]
-    scores = [runs.score_frame(f, serving, targets) for f in frames]
-    s = spread(frames, scores, runs.deployment(serving), targets, settings, key)
+    frames = [replay_job.read_records(p) for p in record_paths]
+    scores = [replay_job.score_frame(f, serving, targets) for f in frames]
+    s = spread(frames, scores, serving.deployment, targets, settings, key)
     D = statistics.fmean(x.D for x in scores)
     enough = s.completed_timed_requests >= settings.min_completed_requests
     counts = counts_note(frames)
@@ -105,21 +105,21 @@ def measured(serving: dict[str, Any], settings: UncertaintySettings, record_path
         failed=sum(x.failed for x in scores), counts=counts)
 
 
-def baseline(serving: dict[str, Any], settings: UncertaintySettings, targets: calibrate.TargetsRecord) -> ServingRow:
+def baseline(serving: ServingCore, settings: UncertaintySettings, targets: calibrate.TargetsRecord) -> ServingRow:
     """The calibration baseline: the reference engine at its chosen c over the calibration seeds."""
     m = measured(serving, settings, [r.records for r in targets.runs], targets.concurrency, targets.targets,
                  f"baseline/{targets.reference}")
-    return ServingRow(deployment=serving["deployment"]["name"], system=f"{targets.reference} (calibration baseline)",
+    return ServingRow(deployment=serving.deployment.name, system=f"{targets.reference} (calibration baseline)",
                       concurrency=targets.concurrency, seeds=",".join(str(r.seed) for r in targets.runs),
                       **m.model_dump())
 
 
-def rows(serving: dict[str, Any], settings: UncertaintySettings, targets: calibrate.TargetsRecord,
+def rows(serving: ServingCore, settings: UncertaintySettings, targets: calibrate.TargetsRecord,
          summaries: list[str]) -> list[ServingRow]:
-    dep = serving["deployment"]["name"]
-    groups: dict[tuple[str, int], list[runs.RunSummary]] = {}
+    dep = serving.deployment.name
+    groups: dict[tuple[str, int], list[replay_job.RunSummary]] = {}
     for path in summaries:
-        s = runs.RunSummary.model_validate_json(Path(path).read_text())
+        s = replay_job.RunSummary.model_validate_json(Path(path).read_text())
         groups.setdefault((s.server, s.concurrency), []).append(s)
     out = [baseline(serving, settings, targets)]
     for (server, c), group in sorted(groups.items()):
@@ -129,13 +129,14 @@ def rows(serving: dict[str, Any], settings: UncertaintySettings, targets: calibr
     return out
 
 
-def write(serving: dict[str, Any], uncertainty: dict[str, Any], targets_path: str, sessions_path: str,
+def write(serving: ServingCore, uncertainty: UncertaintySettings, targets_path: str, sessions_path: str,
           summaries: list[str], *, csv_path: str, md_path: str, provenance_path: str) -> list[ServingRow]:
-    settings = UncertaintySettings.model_validate(uncertainty)
     targets = calibrate.read_targets(targets_path, serving, sessions_path)
-    table = rows(serving, settings, targets, summaries)
+    table = rows(serving, uncertainty, targets, summaries)
     write_table(table, csv_path=csv_path, md_path=md_path, provenance_path=provenance_path,
                 params={"table": "serving", "seeds": "development", "tau_first_s": targets.targets.tau_first_s,
                         "tau_token_s": targets.targets.tau_token_s},
-                config={"serving": serving, "uncertainty": uncertainty}, inputs=runs.input_hashes(targets_path, sessions_path, *summaries))
+                config={"serving": serving.model_dump(mode="json"),
+                        "uncertainty": uncertainty.model_dump(mode="json")},
+                inputs=replay_job.input_hashes(targets_path, sessions_path, *summaries))
     return table

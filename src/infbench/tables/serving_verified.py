@@ -12,14 +12,13 @@ The reference engine's calibration baseline is the first row.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from pydantic import BaseModel
 
-from infbench.serving import calibrate, runs
-from infbench.serving.uncertainty import UncertaintySettings
-from infbench.serving.verify.record import VerificationRecord
+from infbench.config.model import ServingCore, UncertaintySettings
 from infbench.sandbox.launch import isolation, marked
+from infbench.serving import calibrate, replay_job
+from infbench.serving.verify.record import VerificationRecord
 from infbench.tables.io import write_table
 from infbench.tables.serving import Measured, baseline, measured
 
@@ -55,9 +54,9 @@ class VerifiedRow(BaseModel):
 NOT_SCORED = {k: None for k in Measured.model_fields if k not in ("D_at_c", "counts")}
 
 
-def rows(serving: dict[str, Any], settings: UncertaintySettings, targets: calibrate.TargetsRecord,
+def rows(serving: ServingCore, settings: UncertaintySettings, targets: calibrate.TargetsRecord,
          record_paths: list[str]) -> list[VerifiedRow]:
-    dep = serving["deployment"]["name"]
+    dep = serving.deployment.name
     base = baseline(serving, settings, targets)
     out = [VerifiedRow(**base.model_dump(), verdict="reference", checks_passed="", probes="", isolation="operator's",
                        cause="")]
@@ -78,13 +77,14 @@ def rows(serving: dict[str, Any], settings: UncertaintySettings, targets: calibr
     return out
 
 
-def write(serving: dict[str, Any], uncertainty: dict[str, Any], targets_path: str, sessions_path: str,
+def write(serving: ServingCore, uncertainty: UncertaintySettings, targets_path: str, sessions_path: str,
           record_paths: list[str], *, csv_path: str, md_path: str, provenance_path: str) -> list[VerifiedRow]:
-    settings = UncertaintySettings.model_validate(uncertainty)
     targets = calibrate.read_targets(targets_path, serving, sessions_path)
-    table = rows(serving, settings, targets, list(record_paths))
+    table = rows(serving, uncertainty, targets, list(record_paths))
     write_table(table, csv_path=csv_path, md_path=md_path, provenance_path=provenance_path,
                 params={"table": "serving_verified", "seeds": "final", "tau_first_s": targets.targets.tau_first_s,
                         "tau_token_s": targets.targets.tau_token_s},
-                config={"serving": serving, "uncertainty": uncertainty}, inputs=runs.input_hashes(targets_path, sessions_path, *record_paths))
+                config={"serving": serving.model_dump(mode="json"),
+                        "uncertainty": uncertainty.model_dump(mode="json")},
+                inputs=replay_job.input_hashes(targets_path, sessions_path, *record_paths))
     return table

@@ -21,13 +21,17 @@ from typing import Callable
 from infbench.compression.answers import judge, prompts
 from infbench.compression.answers.questions import Question, QuestionSet, load_questions
 from infbench.compression.answers.results import (
-    AnswerResults, BenchmarkAccuracy, GateResult, ItemRecord, read_json,
+    AnswerResults,
+    BenchmarkAccuracy,
+    GateResult,
+    ItemRecord,
+    read_json,
 )
-from infbench.compression.answers.settings import BENCHMARKS, AnswerSettings, Benchmark
+from infbench.config.model import BENCHMARKS, AnswerSettings, Benchmark, SandboxSettings
 from infbench.errors import InfbenchError
 from infbench.hashing import sha256_text
 from infbench.sandbox.judge import Outcome, run_case
-from infbench.sandbox.launch import SandboxSettings, isolation
+from infbench.sandbox.launch import isolation
 
 GenerateFn = Callable[[list[str], int, list[str]], list[str]]
 log = logging.getLogger(__name__)

@@ -32,8 +32,11 @@ from typing import Any, Iterable
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
-from infbench.compression.answers.settings import (
-    BENCHMARKS, AnswerSettings, Benchmark, DatasetSpec, from_config,
+from infbench.config.model import (
+    BENCHMARKS,
+    AnswerSettings,
+    Benchmark,
+    DatasetSpec,
 )
 from infbench.errors import ConfigError, InputFileError
 from infbench.hashing import sha256_text
@@ -165,10 +168,3 @@ def load_questions(settings: AnswerSettings, *, seed: int) -> dict[Benchmark, Qu
                                       fewshot=tuple(fewshot[:bench.shots]),
                                       questions=select(pool, bench.n_questions, seed, benchmark))
     return sets
-
-
-def check_config(config: dict[str, Any]) -> None:
-    """At workflow start: the ``answers`` section parses and, for offline question sets, selects."""
-    settings = from_config(config)
-    if settings.questions == "embedded":
-        load_questions(settings, seed=settings.seed)

@@ -18,9 +18,8 @@ from infbench.compression.answers import results
 from infbench.compression.answers.driver import evaluate
 from infbench.compression.answers.hf_generate import load_hf_generate_fn
 from infbench.compression.answers.questions import load_questions
-from infbench.compression.answers.settings import AnswerSettings
+from infbench.config.model import AnswerSettings, SandboxSettings
 from infbench.hashing import file_hashes, sha256_text
-from infbench.sandbox.launch import SandboxSettings
 
 
 def compute_reference(source: str, checkpoint: str | Path, settings: AnswerSettings, out_json: str | Path,

@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 from pydantic import BaseModel
 
 from infbench import atomic
-from infbench.compression.answers.settings import AnswerSettings, Benchmark
+from infbench.config.model import AnswerSettings, Benchmark
 from infbench.errors import InputFileError
 from infbench.provenance import Provenance
 

@@ -29,8 +29,9 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from infbench.compression.baselines.package import copy_tokenizer, write_package
-from infbench.compression.corpus import CorpusSpec, load_documents
+from infbench.compression.corpus import load_documents
 from infbench.compression.submission import GIB, Manifest, package_bytes
+from infbench.config.model import CorpusSpec
 from infbench.seeding import derive_seed
 
 WEIGHTS = "model"
@@ -77,12 +78,12 @@ def estimate_bytes(shapes: Shapes, bits: int, group_size: int, extra_bytes: int,
     return total
 
 
-def calibration_texts(corpus: dict, contexts_parquet: str, tokenizer, samples: int, tokens: int,
+def calibration_texts(corpus: CorpusSpec, contexts_parquet: str, tokenizer, samples: int, tokens: int,
                       seed: int) -> list[list[int]]:
     """``samples`` windows of ``tokens`` tokens from documents no search context uses (the verification
     set is the operator's secret: the baseline knows no more of it than a submitter)."""
     used = set(pq.read_table(contexts_parquet, columns=["doc_id"]).column("doc_id").to_pylist())
-    docs, _ = load_documents(CorpusSpec.model_validate(corpus), seed)
+    docs, _ = load_documents(corpus, seed)
     rng = np.random.default_rng(derive_seed(seed, "gptq-calibration"))
     out = []
     for i in rng.permutation(len(docs)):
@@ -122,7 +123,7 @@ def quantize(checkpoint: Path, out: Path, bits: int, *, group_size: int, damp_pe
     model.save(str(out))
 
 
-def package(checkpoint: str | Path, source: str, limit_gib: float, out_dir: str | Path, *, corpus: dict,
+def package(checkpoint: str | Path, source: str, limit_gib: float, out_dir: str | Path, *, corpus: CorpusSpec,
             contexts_parquet: str, bit_widths: list[int], group_size: int, damp_percent: float, act_order: bool,
             calibration_samples: int, calibration_tokens: int, calibration_seed: int) -> dict:
     from transformers import AutoTokenizer

@@ -1,8 +1,18 @@
 """The run analyses' figures (``results/plots/runs/<name>.{png,csv}``), one module per figure; each
 has ``plot(rows, png_path, csv_path)`` and writes the points it draws as the CSV."""
 
-from infbench.plots.runs import (best_so_far, concurrency_paths, cost, first_usable_replay, frontier, matched_seeds,
-                                 outcomes, ranking_pairs, revisions, stopping)
+from infbench.plots.runs import (
+    best_so_far,
+    concurrency_paths,
+    cost,
+    first_usable_replay,
+    frontier,
+    matched_seeds,
+    outcomes,
+    ranking_pairs,
+    revisions,
+    stopping,
+)
 
 FIGURES = {"best_so_far": best_so_far, "outcomes": outcomes, "ranking_pairs": ranking_pairs, "revisions": revisions,
            "stopping": stopping, "concurrency_paths": concurrency_paths, "first_usable_replay": first_usable_replay,

@@ -4,9 +4,8 @@ The title gives the reversed share, as the paper reports it (17 of 79)."""
 
 from __future__ import annotations
 
-from pydantic import BaseModel
-
 from matplotlib.figure import Figure
+from pydantic import BaseModel
 
 from infbench.plots import figure
 from infbench.plots.runs import layout

@@ -35,6 +35,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from pathlib import Path
+
 from pydantic import BaseModel, ConfigDict, Field
 
 from infbench.errors import InputFileError

@@ -11,10 +11,10 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from infbench.compression.answers.settings import AnswerSettings
+from infbench.config.model import AnswerSettings, VerifySettings
 from infbench.operator_secret import OperatorSecret
 from infbench.serving.verify import probes, reference
-from infbench.serving.verify.common import CheckResult, VerifySettings
+from infbench.serving.verify.common import CheckResult
 from infbench.serving.verify.source_text import SourceText
 
 

@@ -21,7 +21,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from infbench.serving.verify.common import CheckResult, VerifySettings
+from infbench.config.model import VerifySettings
+from infbench.serving.verify.common import CheckResult
 from infbench.serving.verify.fidelity import Candidate, Scores
 
 

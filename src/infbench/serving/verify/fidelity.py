@@ -33,9 +33,10 @@ import numpy as np
 import pandas as pd
 import torch
 
+from infbench.config.model import VerifySettings
 from infbench.serving.carriers import Carrier
 from infbench.serving.trace import Session
-from infbench.serving.verify.common import CheckResult, VerifySettings
+from infbench.serving.verify.common import CheckResult
 from infbench.serving.workload import PromptBuilder
 
 

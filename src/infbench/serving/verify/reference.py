@@ -24,12 +24,11 @@ from pydantic import BaseModel, Field
 from infbench import atomic, provenance
 from infbench.compression.answers import judge, prompts, questions
 from infbench.compression.answers.hf_generate import _StopInGenerated
-from infbench.compression.answers.settings import AnswerSettings
 from infbench.compression.hf_runtime import cache_kwargs
+from infbench.config.model import AnswerSettings, VerifySettings
 from infbench.errors import ConfigError
 from infbench.hashing import file_hashes, sha256_text
 from infbench.operator_secret import OperatorSecret
-from infbench.serving.verify.common import VerifySettings
 
 # Short chat requests an instruct model answers in a few tokens; {w} {v} are words, {a} {b} numbers, {c} a
 # category, all drawn with the operator's secret (about 10^6 distinct requests).

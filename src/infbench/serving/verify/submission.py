@@ -37,8 +37,8 @@ from __future__ import annotations
 
 import contextlib
 import os
-import stat
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -50,8 +50,9 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from infbench.config.model import HealthPath, SandboxSettings
 from infbench.errors import ConfigError, InfbenchError, InputFileError
-from infbench.sandbox.launch import Sandboxed, SandboxRecord, SandboxSettings, SandboxUnavailable
+from infbench.sandbox.launch import Sandboxed, SandboxRecord, SandboxUnavailable
 from infbench.sandbox.policy import base_env, python_policy
 from infbench.sandbox.server import GGUF, MODEL, SERVER_IMPORTS, WORK, server_policy
 from infbench.sandbox.server import sandboxed as sandboxed_server
@@ -66,7 +67,7 @@ class ServerSubmission(BaseModel):
     description: str = ""
     command: list[str] = Field(min_length=1)
     port: int | None = Field(default=None, ge=1, le=65535)
-    health_path: servers.HealthPath = "/health"
+    health_path: HealthPath = "/health"
     concurrency: int = Field(ge=1)
     model: str
     requires: list[str] = Field(default_factory=list)

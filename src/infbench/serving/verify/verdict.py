@@ -28,16 +28,33 @@ import numpy as np
 import pandas as pd
 
 from infbench import atomic, provenance
-from infbench.compression.answers.settings import AnswerSettings
 from infbench.compression.submission import SubmissionError, package_entries
+from infbench.config.model import (
+    AnswerSettings,
+    SandboxSettings,
+    ServingCore,
+    VerifySettings,
+)
 from infbench.operator_secret import OperatorSecret
-from infbench.sandbox.launch import SandboxRecord, SandboxSettings
-from infbench.serving import replay, runs, workload
-from infbench.serving.verify import (answers, far_context, fidelity, probes, reference, replay_checks,
-                                     submission)
-from infbench.serving.verify.common import CheckResult, VerifySettings
-from infbench.serving.verify.record import SeedReplay, VerificationRecord, in_documented_order
+from infbench.sandbox.launch import SandboxRecord
+from infbench.serving import replay, replay_job, servers, workload
+from infbench.serving.verify import (
+    answers,
+    far_context,
+    fidelity,
+    probes,
+    reference,
+    replay_checks,
+    submission,
+)
+from infbench.serving.verify.common import CheckResult
+from infbench.serving.verify.record import (
+    SeedReplay,
+    VerificationRecord,
+    in_documented_order,
+)
 from infbench.serving.verify.source_text import SourceText, TokenizerUnavailable
+
 
 @contextlib.contextmanager
 def _phase(phases: dict[str, float], name: str):
@@ -63,12 +80,11 @@ def _unavailable(name: str, cause: str) -> CheckResult:
     return CheckResult(name=name, passed=False, summary=cause)
 
 
-def verify(directory: str, serving: dict[str, Any], answer_settings: AnswerSettings, model_dir: str, gguf: str,
+def verify(directory: str, serving: ServingCore, settings: VerifySettings, answer_settings: AnswerSettings, model_dir: str, gguf: str,
            reference_path: str, sessions_path: str, out_dir: str, record_path: str, server_log: str,
            sandbox: SandboxSettings, secret: OperatorSecret,
            load_reference_model: Callable[[], tuple[Any, Any]] | None = None) -> VerificationRecord:
     t0 = time.perf_counter()
-    settings = VerifySettings.model_validate(serving["verification"])
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     name = Path(directory).name
@@ -94,7 +110,8 @@ def verify(directory: str, serving: dict[str, Any], answer_settings: AnswerSetti
             replays=replays, server_log=str(server_log), command=command,
             sandbox=isolation[0] if isolation else None, wall_s=time.perf_counter() - t0,
             phase_s=phases, drawn_with=secret.label, operator_secret=secret.public(),
-            provenance=provenance.collect({"submission": name, "serving": serving,
+            provenance=provenance.collect({"submission": name, "serving": serving.model_dump(mode="json"),
+                                           "verification": settings.model_dump(mode="json"),
                                            "operator_secret": secret.public()}, inputs))
         atomic.write_json(record_path, record.model_dump(mode="json"))
         return record
@@ -107,13 +124,13 @@ def verify(directory: str, serving: dict[str, Any], answer_settings: AnswerSetti
     checks.append(CheckResult(name="submission_files", passed=True,
                               summary=f"{len(entries)} names, none a link out of the directory or special"))
     own_files = [str(e.path) for e in entries if e.inode is not None]  # regular files (links not followed)
-    inputs.update(runs.input_hashes(sessions_path, reference_path, *own_files))
+    inputs.update(replay_job.input_hashes(sessions_path, reference_path, *own_files))
     try:
         sub = submission.load(directory)
     except Exception as exc:
         checks.append(CheckResult(name="submission_spec", passed=False, summary=str(exc)))
         return finish()
-    source = serving["source"]
+    source = serving.source
     if sub.model != source:
         checks.append(CheckResult(name="submission_spec", passed=False,
                                   summary=f"{submission.spec_path(directory)}: field 'model': serves '{sub.model}', "
@@ -121,11 +138,10 @@ def verify(directory: str, serving: dict[str, Any], answer_settings: AnswerSetti
         return finish()
     checks.append(CheckResult(name="submission_spec", passed=True, summary="spec valid",
                               evidence={"spec": str(submission.spec_path(directory))}))
-    dep = serving["deployment"]
-    token_range = tuple(serving["workload"]["token_id_range"])
-    timeout = serving["replay"]["request_timeout_s"]
-    probe_timeout = max(timeout, settings.probe_timeout_s)
-    model_name = dep["name"]
+    dep = serving.deployment
+    token_range = serving.workload.token_id_range
+    probe_timeout = max(serving.replay.request_timeout_s, settings.probe_timeout_s)
+    model_name = dep.name
 
     try:
         text: SourceText | None = SourceText.load(model_dir)
@@ -144,11 +160,12 @@ def verify(directory: str, serving: dict[str, Any], answer_settings: AnswerSetti
         if missing:
             return finish()
         # absolute: the server runs in its own directory, not where the pipeline runs
-        launch = runs.launch_vars(serving, str(Path(model_dir).resolve()), str(Path(gguf).resolve()) if gguf else "")
+        launch = servers.LaunchVars.for_serving(serving, str(Path(model_dir).resolve()),
+                                                str(Path(gguf).resolve()) if gguf else "")
         try:
             started = time.perf_counter()
             with submission.running(sub, launch, workdir, server_log, sandbox,
-                                    cuda=dep["accelerator"] == "gpu") as server:
+                                    cuda=dep.accelerator == "gpu") as server:
                 phases["launch"] = time.perf_counter() - started
                 command = server.command
                 isolation.append(server.sandbox)
@@ -159,9 +176,10 @@ def verify(directory: str, serving: dict[str, Any], answer_settings: AnswerSetti
                     raise ValueError(f"{reference_path} was drawn with operator secret {ref.drawn_with}, this job "
                                      f"holds {secret.public()}: rerun rule serving_verification_reference")
                 sessions = workload.load(sessions_path)
-                for seed in serving["seeds"]["final"]:
-                    st = runs.settings(serving, server.base_url, sub.concurrency, seed, sub.request_fields,
-                                       prompt_seed=workload.held_out_prompt_seed(secret, seed))
+                for seed in serving.seeds.final:
+                    st = replay.ReplaySettings.for_serving(
+                        serving, server.base_url, sub.concurrency, seed, sub.request_fields,
+                        prompt_seed=workload.held_out_prompt_seed(secret, seed))
                     prompts[seed] = st.prompt_builder()
                     with _phase(phases, "replays"):
                         recs = replay.run(workload.draw(sessions, seed), st)
@@ -169,11 +187,11 @@ def verify(directory: str, serving: dict[str, Any], answer_settings: AnswerSetti
                     frame = replay.write_records(recs, path)
                     frames.append((seed, frame))
                     replays.append(SeedReplay(seed=seed, records=path, requests=len(frame),
-                                              score=runs.score_frame(frame, serving, None)))
+                                              score=replay_job.score_frame(frame, serving, None)))
 
                 def context_check():
                     result, comps = probes.context_probes(
-                        server.base_url, model_name, dep["context_limit"], settings.context_probes,
+                        server.base_url, model_name, dep.context_limit, settings.context_probes,
                         settings.context_probe_output_tokens, token_range, probe_timeout, secret,
                         sub.request_fields)
                     context_completions.extend(comps)
@@ -217,7 +235,7 @@ def verify(directory: str, serving: dict[str, Any], answer_settings: AnswerSetti
     checks.append(_guard("streaming_consistency", lambda: replay_checks.streaming_consistency(records, text)
                          if text else _unavailable("streaming_consistency", text_cause), phases))
     checks.append(_guard("session_progress", lambda: replay_checks.session_progress(
-        records, serving["replay"]["warmup_s"] + serving["replay"]["window_s"]), phases))
+        records, serving.replay.warmup_s + serving.replay.window_s), phases))
 
     @functools.cache
     def model():  # the reference, loaded once for fidelity and far_context
@@ -226,8 +244,8 @@ def verify(directory: str, serving: dict[str, Any], answer_settings: AnswerSetti
 
     @functools.cache
     def replayed() -> list[fidelity.Candidate]:  # shared, so a continuation both checks score is scored once
-        return fidelity.replay_candidates(frames, sessions, prompts, serving["replay"]["warmup_s"],
-                                          serving["replay"]["window_s"])
+        return fidelity.replay_candidates(frames, sessions, prompts, serving.replay.warmup_s,
+                                          serving.replay.window_s)
 
     def fidelity_check():
         probed = [fidelity.fixed(f"EOS probe {i}", prompt, c.ids) for i, (prompt, c) in enumerate(eos_completions)
@@ -245,9 +263,9 @@ def verify(directory: str, serving: dict[str, Any], answer_settings: AnswerSetti
     return finish()
 
 
-def run_job(directory: str, serving: dict[str, Any], answer_settings: AnswerSettings, model_dir: str, gguf: str,
+def run_job(directory: str, serving: ServingCore, settings: VerifySettings, answer_settings: AnswerSettings, model_dir: str, gguf: str,
             reference_path: str, sessions_path: str, out_dir: str, record_path: str, server_log: str,
-            sandbox: dict[str, Any], secret: OperatorSecret, threads: int | None = None) -> VerificationRecord:
+            sandbox: SandboxSettings, secret: OperatorSecret, threads: int | None = None) -> VerificationRecord:
     """The rule's entry point: a record is written whatever happens (an internal error names itself)."""
     import torch
 
@@ -255,8 +273,8 @@ def run_job(directory: str, serving: dict[str, Any], answer_settings: AnswerSett
         torch.set_num_threads(threads)
     Path(out_dir).mkdir(parents=True, exist_ok=True)
     try:
-        return verify(directory, serving, answer_settings, model_dir, gguf, reference_path, sessions_path, out_dir,
-                      record_path, server_log, SandboxSettings.model_validate(sandbox), secret)
+        return verify(directory, serving, settings, answer_settings, model_dir, gguf, reference_path, sessions_path, out_dir,
+                      record_path, server_log, sandbox, secret)
     except Exception as exc:
         check = CheckResult(name="verifier", passed=False, summary=f"verification crashed: {type(exc).__name__}: {exc}",
                             evidence={"traceback": traceback.format_exc()[-3000:]})
@@ -264,7 +282,9 @@ def run_job(directory: str, serving: dict[str, Any], answer_settings: AnswerSett
             submission=Path(directory).name, directory=str(directory), spec=None, concurrency=None, verified=False,
             failing_check="verifier", cause=check.summary, checks=[check], replays=[], server_log=str(server_log),
             command=[], wall_s=0.0, phase_s={}, drawn_with=secret.label, operator_secret=secret.public(),
-            provenance=provenance.collect({"submission": Path(directory).name, "serving": serving,
+            provenance=provenance.collect({"submission": Path(directory).name,
+                                           "serving": serving.model_dump(mode="json"),
+                                           "verification": settings.model_dump(mode="json"),
                                            "operator_secret": secret.public()}))
         atomic.write_json(record_path, record.model_dump(mode="json"))
         return record
