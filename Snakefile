@@ -10,32 +10,24 @@ if not workflow.overwrite_configfiles:
 report: "workflow/report/workflow.rst"
 
 
+# CFG, PLAN and LAYOUT: everything the rules read (the order of the rule files does not matter).
 include: "workflow/rules/common.smk"
 include: "workflow/rules/source.smk"
 include: "workflow/rules/likelihood.smk"
 include: "workflow/rules/answers.smk"
+include: "workflow/rules/compression.smk"
 include: "workflow/rules/tables.smk"
 include: "workflow/rules/runs.smk"
-include: "workflow/rules/compression.smk"
+include: "workflow/rules/operator.smk"
 
 
-if "serving" in config:
+if SERVING is not None:
 
     include: "workflow/rules/serving.smk"
-
-
-include: "workflow/rules/operator.smk"
+    include: "workflow/rules/serving_verify.smk"
 
 
 rule all:
     input:
-        "results/tables/reference.md",
-        "results/tables/reference.csv",
-        "results/plots/reference_ppl.png",
-        expand("results/sources/{source}/f16.gguf", source=SOURCES),
-        "results/tables/compression.md",
-        expand("results/answers/{source}/reference.json", source=SOURCES),
-        serving_targets(),
-        "results/tables/runs/status.md",
-        "results/operator/secret.json",
+        PLAN.targets,
     default_target: True

@@ -79,7 +79,7 @@ def test_an_up_to_date_workflow_plans_nothing(up_to_date):
 def test_editing_the_scorer_plans_scoring_verification_and_tables_but_not_sampling(up_to_date):
     planned = _edited(up_to_date, "compression/scoring.py",
                       _statement_in("score_continuations", "assert batch_size > 0"))
-    assert planned == {"score_reference": 2, "tables": 1, "plot_reference": 1, **VERIFICATION, **RUNS, "all": 1}
+    assert planned == {"score_reference": 2, "reference_table": 1, "plot_reference": 1, **VERIFICATION, **RUNS, "all": 1}
 
 
 def test_editing_an_integrity_check_plans_verification_and_what_follows(up_to_date):

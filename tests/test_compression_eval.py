@@ -220,6 +220,8 @@ def test_reward_reads_only_the_search_set(tiny_source, smollm2_source, tmp_path)
     import json
 
     from infbench.compression import verification
+    from infbench.config.model import VerificationSettings
+    from infbench.layout import Layout
 
     results = tmp_path / "results"
     shutil.copytree(tiny_source / "hf", results / "sources/tiny/hf")
@@ -227,9 +229,10 @@ def test_reward_reads_only_the_search_set(tiny_source, smollm2_source, tmp_path)
     (results / "sources/tiny/source.json").write_text(json.dumps({**record, "name": "tiny"}))
     shutil.copytree(tiny_source / "search", results / "likelihood/tiny/search")
     pkg = make_package(tmp_path, tiny_source, HONEST, name="agent")
-    judged = verification.reward(str(pkg), Task(name="tiny-1gib", source="tiny", limit_gib=1.0), results=results,
-                                 settings=SETTINGS.model_dump(exclude={"threads", "sandbox"}),
-                                 sandbox=SETTINGS.sandbox.model_dump(), threads=1,
+    judged = verification.reward(str(pkg), Task(name="tiny-1gib", source="tiny", limit_gib=1.0),
+                                 results=Layout(str(results)),
+                                 settings=VerificationSettings(**SETTINGS.model_dump(exclude={"threads", "sandbox"})),
+                                 sandbox=SETTINGS.sandbox, threads=1,
                                  log_path=tmp_path / "reward_log.jsonl")
     assert judged.failure is None and judged.reward == pytest.approx(10.0, abs=1e-3)
     assert judged.secret_label is None

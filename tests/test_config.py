@@ -25,7 +25,7 @@ def test_profile_validates(profile):
 def test_paper_profile_dry_run(profile, tmp_path):
     proc = run_snakemake(with_llama_cpp(tmp_path), "-n", "--configfile", str(profile))
     jobs = planned_jobs(proc)
-    assert jobs["sample_continuations"] == 2 and jobs["score_reference"] == 2 and jobs["tables"] == 1
+    assert jobs["sample_continuations"] == 2 and jobs["score_reference"] == 2 and jobs["reference_table"] == 1
     paper = yaml.safe_load(profile.read_text())["likelihood"]
     assert (paper["contexts_per_set"], paper["context_tokens"], paper["continuation_tokens"]) == (256, 512, 1536)
 

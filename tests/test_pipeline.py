@@ -134,7 +134,7 @@ def test_second_run_does_nothing(finished):
 def test_seed_change_reruns_sampling_and_downstream_only(finished):
     workdir, _ = finished
     proc = run_snakemake(workdir, "-n", "--configfile", str(_config(workdir, seed=1)))
-    assert planned_jobs(proc) == {"sample_continuations": 2, "score_reference": 2, "tables": 1,
+    assert planned_jobs(proc) == {"sample_continuations": 2, "score_reference": 2, "reference_table": 1,
                                   "plot_reference": 1, "measure_candidate": 4, "verify": 8,
                                   "compression_table": 1, "operator_secret": 1, "reference_search": 1,
                                   "ingest_run": 1, "runs_analysis": 1, "all": 1}

@@ -34,8 +34,8 @@ def test_up_to_date_workflow_plans_no_jobs(tiny_run):
 
 
 @pytest.mark.parametrize("change, expected", [
-    ({"bootstrap_resamples": 150}, {"score_reference": 2, "tables": 1}),
-    ({"context_seed": 1}, {"contexts": 2, "sample_continuations": 2, "score_reference": 2, "tables": 1}),
+    ({"bootstrap_resamples": 150}, {"score_reference": 2, "reference_table": 1}),
+    ({"context_seed": 1}, {"contexts": 2, "sample_continuations": 2, "score_reference": 2, "reference_table": 1}),
 ], ids=["bootstrap_resamples", "context_seed"])
 def test_one_config_value_reruns_exactly_downstream(tiny_run, tmp_path, change, expected):
     workdir, _ = tiny_run
@@ -48,7 +48,7 @@ def test_a_new_operator_secret_reruns_only_the_verification_set(tiny_run):
     workdir, config = tiny_run
     env = {**os.environ, "INFBENCH_OPERATOR_SECRET": "the operator's round-2 secret"}
     proc = run_snakemake(workdir, "-n", TABLE_TARGET, "--configfile", str(config), env=env)
-    assert planned_jobs(proc) == {"contexts": 1, "sample_continuations": 1, "score_reference": 1, "tables": 1}
+    assert planned_jobs(proc) == {"contexts": 1, "sample_continuations": 1, "score_reference": 1, "reference_table": 1}
     assert "results/likelihood/smollm2-135m/verification/contexts.parquet" in proc.stdout
 
 
@@ -65,7 +65,7 @@ def test_one_rule_script_reruns_exactly_downstream(tiny_run, tmp_path):
     script = copy / "workflow/scripts/sample_continuations.py"
     script.write_text(script.read_text() + "# changed\n")
     proc = run_snakemake(workdir, *args, snakefile=copy / "Snakefile")
-    assert planned_jobs(proc) == {"sample_continuations": 2, "score_reference": 2, "tables": 1}
+    assert planned_jobs(proc) == {"sample_continuations": 2, "score_reference": 2, "reference_table": 1}
 
 
 def _outputs_are_whole(workdir):
@@ -109,7 +109,7 @@ def test_sigkill_mid_job_then_rerun_incomplete_gives_the_same_results(tiny_run, 
     planned = planned_jobs(resumed)
     # the verification set's contexts are drawn after the search set's: killed before them, they run too
     assert planned.pop("contexts", 0) <= 1
-    assert planned == {"sample_continuations": 2, "score_reference": 2, "tables": 1}
+    assert planned == {"sample_continuations": 2, "score_reference": 2, "reference_table": 1}
     run_snakemake(tmp_path, "--cores", "2", "--rerun-incomplete", TABLE_TARGET, "--configfile", str(config))
     assert_same_results(baseline, tmp_path)
 

@@ -65,7 +65,7 @@ def test_every_rule_declares_memory_and_runtime(workdir):
     proc = run_snakemake(workdir, "-n", "--forceall")
     jobs = _job_resources(proc.stdout)
     assert set(jobs) >= {"source_model", "source_gguf", "contexts", "sample_continuations", "score_reference",
-                         "tables", "plot_reference"}
+                         "reference_table", "plot_reference"}
     for rule, found in jobs.items():
         if rule == "all":
             continue
@@ -167,7 +167,7 @@ def test_slurm_paper_dry_run_asks_for_the_sources_gpus(paper, tmp_path):
             assert int(res["gpu"]) == devices, rule
             assert int(res["gpu"]) * H200_BYTES >= bf16, f"{rule}: the BF16 source does not fit its GPUs"
     assert all(int(r["gpu"]) == 1 for r in jobs["gptq_baseline"])  # one layer at a time
-    for rule in ["source_model", "source_gguf", "contexts", "gguf_baseline", "bf16_package", "tables", "verify"]:
+    for rule in ["source_model", "source_gguf", "contexts", "gguf_baseline", "bf16_package", "reference_table", "verify"]:
         assert all(int(r.get("gpu", 0)) == 0 for r in jobs[rule]), rule
 
 

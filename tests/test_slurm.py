@@ -23,7 +23,7 @@ from conftest import (
 pytestmark = pytest.mark.slow
 
 CLUSTER = REPO / "tests/slurm/cluster.sh"
-RULES = ["source_model", "contexts", "sample_continuations", "score_reference", "tables"]
+RULES = ["source_model", "contexts", "sample_continuations", "score_reference", "reference_table"]
 
 
 def _cannot_run() -> str | None:
@@ -113,7 +113,7 @@ def test_a_job_killed_by_slurm_is_reported_and_the_rerun_resumes(slurm_env, tiny
     assert len(killed) == 1 and not (killed[0] / "sampling.json").exists()
     # Only the killed job and what depends on it run again.
     dry = run_snakemake(tmp_path, "-n", *args, env=slurm_env)
-    assert planned_jobs(dry) == {"sample_continuations": 1, "score_reference": 1, "tables": 1}
+    assert planned_jobs(dry) == {"sample_continuations": 1, "score_reference": 1, "reference_table": 1}
     run_snakemake(tmp_path, *args, env=slurm_env)
     assert_same_results(baseline, tmp_path)
 

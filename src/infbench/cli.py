@@ -7,6 +7,7 @@ import json
 import sys
 
 from infbench.errors import ConfigError, InfbenchError
+from infbench.layout import LAYOUT
 
 
 def _bench(args) -> None:
@@ -177,7 +178,7 @@ def _add_replay(sub) -> None:
                    help="(default %(default)s)")
     g.add_argument("--tau-first", type=float, default=None, help="TTFT target, seconds (D needs targets)")
     g.add_argument("--tau-token", type=float, default=None, help="TPOT target, seconds")
-    g.add_argument("--targets", default=None, help="or the pipeline's results/serving/calibration/targets.json")
+    g.add_argument("--targets", default=None, help=f"or the pipeline's {LAYOUT.targets()}")
     g.add_argument("--max-context-overflow-share", type=float, default=d("replay.max_context_overflow_share"),
                    help="more overflows among the window's requests make the run invalid (default %(default)s)")
     p.set_defaults(func=_replay)
@@ -199,15 +200,17 @@ def _reward(args) -> None:
     from infbench.compression.baselines.package import from_template
     from infbench.config import files
     from infbench.errors import ConfigError
+    from infbench.layout import Layout
 
     config = files.load(args.config)
-    known = tasks.tasks(config)
+    known = tasks.tasks(config.tasks)
     if args.task not in known:
         raise ConfigError("--task", f"unknown task '{args.task}' (tasks in {args.config}: {', '.join(known)})")
-    package = from_template(args.submission, Path(args.results), known[args.task].source)
-    record = verification.reward(str(package), known[args.task], results=Path(args.results),
+    results = Layout(args.results)
+    package = from_template(args.submission, results, known[args.task].source)
+    record = verification.reward(str(package), known[args.task], results=results,
                                  settings=config.verification, sandbox=config.sandbox, threads=args.threads,
-                                 log_path=Path(args.log))
+                                 log_path=Path(args.log or results.reward_log()))
     summary = {k: getattr(record, k) for k in ("task", "submission", "reward", "f", "ppl", "s_pkg_bytes",
                                                "s_res_bytes", "failed_check", "failure", "wall_s")}
     summary["tps"] = record.decode.tps if record.decode else None
@@ -222,7 +225,7 @@ def _check_run(args) -> None:
     from infbench.runs import ingest
 
     config = files.load(args.config)
-    record = ingest.load(args.run_dir, known_models=set(config.runs.prices), tasks=set(tasks.tasks(config)))
+    record = ingest.load(args.run_dir, known_models=set(config.runs.prices), tasks=set(tasks.tasks(config.tasks)))
     print(json.dumps({"run": record.run, "agent": record.spec.agent.model_dump(), "task": record.spec.task,
                       "events": dict(Counter(e.type for e in record.events))}, indent=2))
 
@@ -276,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--task", required=True, help="e.g. smollm2-135m-0.1gib (source-<limit>gib)")
     p.add_argument("--config", default="config/config.yaml")
     p.add_argument("--results", default="results", help="the pipeline's results directory")
-    p.add_argument("--log", default="results/reward_log.jsonl")
+    p.add_argument("--log", default=None, help="the JSONL log appended to (default: RESULTS/reward_log.jsonl)")
     p.add_argument("--threads", type=int, default=2)
     p.set_defaults(func=_reward)
     p = sub.add_parser("check-run", help="validate a run directory (docs/runs.md) as the pipeline ingests it")
@@ -284,7 +287,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--config", default="config/config.yaml")
     p.set_defaults(func=_check_run)
     p = sub.add_parser("replay-log", help="append a replay's score to a run's replay_log.jsonl (docs/runs.md)")
-    p.add_argument("summary", help="a replay summary JSON (e.g. results/serving/replays/<system>/seed<seed>.json)")
+    p.add_argument("summary", help=f"a replay summary JSON (e.g. {LAYOUT.replay('<system>', '<seed>', 'json')})")
     p.add_argument("--server", required=True, help="the server's code and configuration directory (hashed)")
     p.add_argument("--log", required=True, help="e.g. runs/<name>/replay_log.jsonl")
     p.add_argument("--wall-s", type=float, required=True, help="seconds the replay took")
@@ -302,8 +305,8 @@ def main(argv: list[str] | None = None) -> int:
                        help="how the reference, servers that keep only a prompt's end and llama.cpp continue "
                             "the far-context carriers of the replays")
     p.add_argument("--config", default="config/config.yaml", help="the pipeline's YAML (its serving section)")
-    p.add_argument("--sessions", default="results/serving/workload/sessions.jsonl")
-    p.add_argument("--model", default="results/sources/smollm2-135m/hf", help="the reference checkpoint")
+    p.add_argument("--sessions", default=LAYOUT.sessions())
+    p.add_argument("--model", default=LAYOUT.checkpoint("smollm2-135m"), help="the reference checkpoint")
     p.add_argument("--gguf", default=None, help="its GGUF twin, to score llama.cpp too")
     p.add_argument("--carriers", type=int, default=24, help="carriers of a development draw measured")
     p.add_argument("--keep", type=int, nargs="*", default=[64, 256],

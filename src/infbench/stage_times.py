@@ -18,7 +18,7 @@ from infbench import atomic
 # Stages in the order a run goes through them, each with its rules (every rule of the workflow).
 STAGES: dict[str, tuple[str, ...]] = {
     "CompressionBench: source, F16 twin, contexts, sampling, scoring, reference table": (
-        "source_model", "source_gguf", "contexts", "sample_continuations", "score_reference", "tables",
+        "source_model", "source_gguf", "contexts", "sample_continuations", "score_reference", "reference_table",
         "plot_reference"),
     "CompressionBench: accuracy reference A(p)": ("answers_reference",),
     "CompressionBench: baseline packages (BF16, starter, GGUF, released GGUF, GPTQ)": (

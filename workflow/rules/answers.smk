@@ -1,20 +1,20 @@
-# The source's reference accuracy A(p) for the accuracy gate (PROTOCOL A5.2),
-# computed once per source; candidates are compared with it. Its questions are
-# drawn from the operator secret (only the fingerprint is a parameter).
+# The source's reference accuracy A(p) for the accuracy gate (PROTOCOL A5.2), computed once per source;
+# candidates are compared with it. Its questions are drawn from the operator secret (only the fingerprint is
+# a parameter).
 
 
 rule answers_reference:
     input:
-        checkpoint=source_dir,
-        record="results/sources/{source}/source.json",
+        checkpoint=LAYOUT.checkpoint("{source}"),
+        record=LAYOUT.source_record("{source}"),
     output:
-        reference="results/answers/{source}/reference.json",
-        item_records="results/answers/{source}/reference_items.parquet",
+        reference=LAYOUT.answers_reference("{source}"),
+        item_records=LAYOUT.answers_items("{source}"),
     params:
         code=code("answers_reference"),
-        answers=config["answers"],
-        sandbox=config["sandbox"],
-        secret=OPERATOR_SECRET.fingerprint,
+        answers=CFG.answers.model_dump(mode="json"),
+        sandbox=CFG.sandbox.model_dump(mode="json"),
+        secret=SECRET,
     log:
         "logs/answers_reference/{source}.log",
     benchmark:

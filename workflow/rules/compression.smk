@@ -1,11 +1,24 @@
 # CompressionBench candidates (PROTOCOL A6), final verification (A5) and tables.
 
+# The starter code ships with the workflow, wherever the working directory is.
+STARTER_CODE = [
+    os.path.join(workflow.basedir, "examples", "starter_submission", name)
+    for name in ("manifest.yaml", "inference.py")
+]
+
+
+def candidate_code(wildcards):
+    """measure_candidate's code: its script's, and what a submission's own Python files import from infbench."""
+    package = PLAN.candidate_inputs(wildcards.source, wildcards.candidate)
+    return code("measure_candidate", also_files=package if isinstance(package, list) else [])
+
+
 
 rule bf16_package:
     input:
-        checkpoint=source_dir,
+        checkpoint=LAYOUT.checkpoint("{source}"),
     output:
-        directory("results/candidates/{source}/bf16"),
+        directory(LAYOUT.candidate("{source}", "bf16")),
     params:
         code=code("bf16_package"),
     log:
@@ -24,10 +37,10 @@ rule bf16_package:
 
 rule starter_submission:
     input:
-        checkpoint=source_dir,
+        checkpoint=LAYOUT.checkpoint("{source}"),
         code=STARTER_CODE,
     output:
-        directory("results/candidates/{source}/starter"),
+        directory(LAYOUT.candidate("{source}", "starter")),
     params:
         code=code("starter_submission"),
     log:
@@ -46,10 +59,10 @@ rule starter_submission:
 
 rule gguf_baseline:
     input:
-        gguf="results/sources/{source}/f16.gguf",
-        checkpoint=source_dir,
+        gguf=LAYOUT.source_gguf("{source}"),
+        checkpoint=LAYOUT.checkpoint("{source}"),
     output:
-        directory("results/candidates/{source}/gguf-{qtype}"),
+        directory(LAYOUT.candidate("{source}", "gguf-{qtype}")),
     params:
         code=code("gguf_baseline"),
     log:
@@ -68,10 +81,10 @@ rule gguf_baseline:
 
 rule released_gguf:
     input:
-        gguf=lambda wc: COMPRESSION["released_gguf"][wc.name]["path"],
-        checkpoint=source_dir,
+        gguf=lambda wc: CFG.compression.released_gguf[wc.name].path,
+        checkpoint=LAYOUT.checkpoint("{source}"),
     output:
-        directory("results/candidates/{source}/released-{name}"),
+        directory(LAYOUT.candidate("{source}", "released-{name}")),
     params:
         code=code("released_gguf"),
     log:
@@ -90,16 +103,16 @@ rule released_gguf:
 
 rule gptq_baseline:
     input:
-        checkpoint=source_dir,
-        contexts="results/likelihood/{source}/search/contexts.parquet",
+        checkpoint=LAYOUT.checkpoint("{source}"),
+        contexts=LAYOUT.contexts("{source}", "search"),
     output:
-        package=directory("results/candidates/{source}/gptq-{limit}gib"),
-        record="results/compression/{source}/gptq-{limit}gib.json",
+        package=directory(LAYOUT.candidate("{source}", "gptq-{limit}gib")),
+        record=LAYOUT.gptq_record("{source}", "{limit}"),
     params:
         code=code("gptq_baseline"),
-        corpus=config["likelihood"]["corpus"],
+        corpus=CFG.likelihood.corpus.model_dump(mode="json"),
         # the device decides where GPTQModel quantizes, not what it writes: changing it reruns nothing
-        gptq={k: v for k, v in COMPRESSION["gptq"].items() if k != "device"},
+        gptq=CFG.compression.gptq.model_dump(mode="json", exclude={"device"}),
     log:
         "logs/gptq_baseline/{source}/{limit}.log",
     benchmark:
@@ -117,24 +130,24 @@ rule gptq_baseline:
 
 rule measure_candidate:
     input:
-        package=candidate_package,
-        checkpoint=source_dir,
-        record="results/sources/{source}/source.json",
-        continuations="results/likelihood/{source}/verification/continuations.parquet",
-        reference="results/likelihood/{source}/verification/reference_scores.parquet",
-        answers_reference="results/answers/{source}/reference.json",
+        package=lambda wc: PLAN.candidate_inputs(wc.source, wc.candidate),
+        checkpoint=LAYOUT.checkpoint("{source}"),
+        record=LAYOUT.source_record("{source}"),
+        continuations=LAYOUT.continuations("{source}", "verification"),
+        reference=LAYOUT.reference_scores("{source}", "verification"),
+        answers_reference=LAYOUT.answers_reference("{source}"),
     output:
-        "results/compression/{source}/measured/{candidate}.json",
+        LAYOUT.measured("{source}", "{candidate}"),
     params:
         code=candidate_code,
-        package=candidate_dir,
-        settings=config["verification"],
-        sandbox=config["sandbox"],
-        answers=config["answers"],
-        temperature=config["likelihood"]["temperature"],
-        secret=OPERATOR_SECRET.fingerprint,
+        package=lambda wc: PLAN.candidate_dir(wc.source, wc.candidate),
+        settings=CFG.verification.model_dump(mode="json"),
+        sandbox=CFG.sandbox.model_dump(mode="json"),
+        answers=CFG.answers.model_dump(mode="json"),
+        temperature=CFG.likelihood.temperature,
+        secret=SECRET,
         # the sandbox's hard memory limit starts from the largest storage limit the candidate is judged under
-        memory_limit_gib=lambda wc: max(t.limit_gib for t in TASKS.values() if t.source == wc.source),
+        memory_limit_gib=lambda wc: PLAN.largest_limit(wc.source),
     log:
         "logs/measure_candidate/{source}/{candidate}.log",
     benchmark:
@@ -152,13 +165,13 @@ rule measure_candidate:
 
 rule verify:
     input:
-        lambda wc: f"results/compression/{TASKS[wc.task].source}/measured/{wc.candidate}.json",
+        lambda wc: LAYOUT.measured(PLAN.tasks[wc.task].source, wc.candidate),
     output:
-        "results/compression/verification/{task}/{candidate}.json",
+        LAYOUT.verdict("{task}", "{candidate}"),
     params:
         code=code("verify"),
-        task=lambda wc: TASKS[wc.task].model_dump(),
-        secret=OPERATOR_SECRET.fingerprint,
+        task=lambda wc: PLAN.tasks[wc.task].model_dump(),
+        secret=SECRET,
     log:
         "logs/verify/{task}/{candidate}.log",
     benchmark:
@@ -173,48 +186,35 @@ rule verify:
         "../scripts/verify.py"
 
 
-# Every final verification record: one per task and candidate.
-COMPRESSION_RECORDS = [
-    f"results/compression/verification/{name}/{candidate}.json"
-    for name, task in TASKS.items()
-    for candidate in candidates(task.source)
-]
-
-
 rule compression_table:
     input:
-        records=COMPRESSION_RECORDS,
-        sources=expand("results/sources/{source}/source.json", source=SOURCES),
+        records=PLAN.compression_records,
+        sources=[LAYOUT.source_record(s) for s in PLAN.sources],
     params:
         code=code("compression_table"),
         config={
-            "tasks": config["tasks"],
-            "compression": COMPRESSION,
-            "verification": config["verification"],
-            "answers": config["answers"],
+            "tasks": [t.model_dump(mode="json") for t in CFG.tasks],
+            "compression": CFG.compression.model_dump(mode="json"),
+            "verification": CFG.verification.model_dump(mode="json"),
+            "answers": CFG.answers.model_dump(mode="json"),
         },
-        labels={  # a run's final submission is labelled with its agent (runs.smk)
-            f"results/compression/verification/{name}/{c}.json": RUN_CANDIDATES[c].label
-            for name, task in TASKS.items()
-            for c in candidates(task.source)
-            if c in RUN_CANDIDATES
-        },
+        labels=PLAN.run_labels,  # a run's final submission is labelled with its agent
     output:
         csv=report(
-            "results/tables/compression.csv",
+            LAYOUT.table("compression", "csv"),
             caption="../report/compression_table.rst",
             category="CompressionBench",
             subcategory="Final verification",
         ),
-        md="results/tables/compression.md",
-        provenance="results/tables/compression.provenance.json",
+        md=LAYOUT.table("compression", "md"),
+        provenance=LAYOUT.table("compression", "provenance.json"),
         plot=report(
-            "results/plots/accuracy_vs_bits.png",
+            LAYOUT.plot("accuracy_vs_bits", "png"),
             caption="../report/accuracy_vs_bits.rst",
             category="CompressionBench",
             subcategory="Final verification",
         ),
-        plot_data="results/plots/accuracy_vs_bits.csv",
+        plot_data=LAYOUT.plot("accuracy_vs_bits", "csv"),
     log:
         "logs/tables/compression.log",
     benchmark:

@@ -1,24 +1,35 @@
-# The BF16 reference likelihood (PROTOCOL A3): context sets, sampled
-# continuations and teacher-forced reference scores. The search set follows the
-# public seeds; the verification set is drawn from the operator secret
-# (compression/held_out.py), after the search set and from the documents it left.
+# The BF16 reference likelihood (PROTOCOL A3): context sets, sampled continuations and teacher-forced
+# reference scores. The search set follows the public seeds; the verification set is drawn from the operator
+# secret (compression/held_out.py), after the search set and from the documents it left.
+
+
+def sets_drawn_before(wildcards):
+    """The verification set is drawn after the search set, from the documents it left."""
+    if wildcards.set == "verification":
+        return [LAYOUT.contexts(wildcards.source, "search")]
+    return []
+
+
+def secret_of_set(wildcards):
+    """The secret's fingerprint for the verification set's jobs; the search set follows public seeds."""
+    return SECRET if wildcards.set == "verification" else None
 
 
 rule contexts:
     input:
-        checkpoint=source_dir,
-        record="results/sources/{source}/source.json",
+        checkpoint=LAYOUT.checkpoint("{source}"),
+        record=LAYOUT.source_record("{source}"),
         drawn_before=sets_drawn_before,
     output:
-        contexts="results/likelihood/{source}/{set}/contexts.parquet",
-        manifest="results/likelihood/{source}/{set}/contexts.json",
+        contexts=LAYOUT.contexts("{source}", "{set}"),
+        manifest=LAYOUT.contexts_manifest("{source}", "{set}"),
     params:
         code=code("contexts"),
-        corpus=config["likelihood"]["corpus"],
-        contexts_per_set=config["likelihood"]["contexts_per_set"],
-        context_tokens=config["likelihood"]["context_tokens"],
-        continuation_tokens=config["likelihood"]["continuation_tokens"],
-        seed=config["likelihood"]["context_seed"],
+        corpus=CFG.likelihood.corpus.model_dump(mode="json"),
+        contexts_per_set=CFG.likelihood.contexts_per_set,
+        context_tokens=CFG.likelihood.context_tokens,
+        continuation_tokens=CFG.likelihood.continuation_tokens,
+        seed=CFG.likelihood.context_seed,
         secret=secret_of_set,
     log:
         "logs/contexts/{source}/{set}.log",
@@ -36,22 +47,22 @@ rule contexts:
 
 rule sample_continuations:
     input:
-        checkpoint=source_dir,
-        contexts="results/likelihood/{source}/{set}/contexts.parquet",
+        checkpoint=LAYOUT.checkpoint("{source}"),
+        contexts=LAYOUT.contexts("{source}", "{set}"),
     output:
-        continuations="results/likelihood/{source}/{set}/continuations.parquet",
-        summary="results/likelihood/{source}/{set}/sampling.json",
+        continuations=LAYOUT.continuations("{source}", "{set}"),
+        summary=LAYOUT.sampling_summary("{source}", "{set}"),
     params:
         code=code("sample_continuations"),
-        backend=config["likelihood"]["backend"],
-        n_tokens=config["likelihood"]["continuation_tokens"],
-        temperature=config["likelihood"]["temperature"],
-        seed=config["likelihood"]["seed"],
-        batch_size=config["likelihood"]["sample_batch_size"],
-        cuda_graphs=config["likelihood"]["cuda_graphs"],
-        dtype=config["likelihood"]["dtype"],
-        device=config["likelihood"]["device"],
-        tensor_parallel=config["likelihood"]["tensor_parallel"],
+        backend=CFG.likelihood.backend,
+        n_tokens=CFG.likelihood.continuation_tokens,
+        temperature=CFG.likelihood.temperature,
+        seed=CFG.likelihood.seed,
+        batch_size=CFG.likelihood.sample_batch_size,
+        cuda_graphs=CFG.likelihood.cuda_graphs,
+        dtype=CFG.likelihood.dtype,
+        device=CFG.likelihood.device,
+        tensor_parallel=CFG.likelihood.tensor_parallel,
         secret=secret_of_set,
     log:
         "logs/sample_continuations/{source}/{set}.log",
@@ -70,20 +81,20 @@ rule sample_continuations:
 
 rule score_reference:
     input:
-        checkpoint=source_dir,
-        continuations="results/likelihood/{source}/{set}/continuations.parquet",
+        checkpoint=LAYOUT.checkpoint("{source}"),
+        continuations=LAYOUT.continuations("{source}", "{set}"),
     output:
-        scores="results/likelihood/{source}/{set}/reference_scores.parquet",
-        summary="results/likelihood/{source}/{set}/reference.json",
+        scores=LAYOUT.reference_scores("{source}", "{set}"),
+        summary=LAYOUT.reference_summary("{source}", "{set}"),
     params:
         code=code("score_reference"),
-        backend=config["likelihood"]["backend"],
-        batch_size=config["likelihood"]["score_batch_size"],
-        dtype=config["likelihood"]["dtype"],
-        device=config["likelihood"]["device"],
-        tensor_parallel=config["likelihood"]["tensor_parallel"],
-        bootstrap_resamples=config["likelihood"]["bootstrap_resamples"],
-        seed=config["likelihood"]["seed"],
+        backend=CFG.likelihood.backend,
+        batch_size=CFG.likelihood.score_batch_size,
+        dtype=CFG.likelihood.dtype,
+        device=CFG.likelihood.device,
+        tensor_parallel=CFG.likelihood.tensor_parallel,
+        bootstrap_resamples=CFG.likelihood.bootstrap_resamples,
+        seed=CFG.likelihood.seed,
         secret=secret_of_set,
     log:
         "logs/score_reference/{source}/{set}.log",

@@ -5,12 +5,12 @@
 
 rule operator_secret:
     input:
-        records=round_records,
+        records=PLAN.round_records,
     output:
-        "results/operator/secret.json",
+        LAYOUT.operator_secret(),
     params:
         code=code("operator_secret"),
-        secret=OPERATOR_SECRET.fingerprint,
+        secret=SECRET,
     log:
         "logs/operator_secret.log",
     benchmark:

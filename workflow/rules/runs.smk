@@ -1,15 +1,11 @@
-# Agent runs (PROTOCOL A8, B6; docs/runs.md): the scripted reference search,
-# ingestion of every run directory, and the trajectory analyses. Included before
-# compression.smk: a run's final submission is a compression candidate.
-from infbench.runs import discover as runs_discover
+# Agent runs (PROTOCOL A8, B6; docs/runs.md): the scripted reference search, ingestion of every run
+# directory (PLAN.runs), and the trajectory analyses. A run's final submission is a compression candidate.
 from infbench.runs.outputs import ANALYSES as RUN_ANALYSES, PLOTTED as RUN_PLOTTED
 
-RUNS = runs_discover.discover(config, TASKS)
-RUN_CANDIDATES = {e.candidate: e for e in RUNS.values() if e.candidate}
-REFERENCE_TASK = runs_discover.reference_task(config, TASKS)
+REFERENCE_TASK = PLAN.reference_task
 # Every candidate of the reference search is quantized, then rewarded by a worker with verification.timeout_s.
 REFERENCE_SEARCH_MINUTES = (
-    len(config["runs"]["reference_search"]["candidates"]) * VERIFICATION_MINUTES
+    len(CFG.runs.reference_search.candidates) * VERIFICATION_MINUTES
 )
 
 
@@ -17,19 +13,19 @@ if REFERENCE_TASK is not None:
 
     rule reference_search:
         input:
-            gguf=f"results/sources/{REFERENCE_TASK.source}/f16.gguf",
-            checkpoint=f"results/sources/{REFERENCE_TASK.source}/hf",
-            record=f"results/sources/{REFERENCE_TASK.source}/source.json",
-            continuations=f"results/likelihood/{REFERENCE_TASK.source}/search/continuations.parquet",
-            reference=f"results/likelihood/{REFERENCE_TASK.source}/search/reference_scores.parquet",
+            gguf=LAYOUT.source_gguf(REFERENCE_TASK.source),
+            checkpoint=LAYOUT.checkpoint(REFERENCE_TASK.source),
+            record=LAYOUT.source_record(REFERENCE_TASK.source),
+            continuations=LAYOUT.continuations(REFERENCE_TASK.source, "search"),
+            reference=LAYOUT.reference_scores(REFERENCE_TASK.source, "search"),
         output:
-            directory(runs_discover.REFERENCE_DIR),
+            directory(LAYOUT.reference_search()),
         params:
             code=code("reference_search"),
             task=REFERENCE_TASK.model_dump(),
-            search=config["runs"]["reference_search"],
-            settings=config["verification"],
-            sandbox=config["sandbox"],
+            search=CFG.runs.reference_search.model_dump(mode="json"),
+            settings=CFG.verification.model_dump(mode="json"),
+            sandbox=CFG.sandbox.model_dump(mode="json"),
         log:
             "logs/reference_search/reference_search.log",
         benchmark:
@@ -47,17 +43,17 @@ if REFERENCE_TASK is not None:
 
 rule ingest_run:
     input:
-        lambda wc: RUNS[wc.run].inputs,
+        lambda wc: PLAN.runs[wc.run].inputs,
     output:
-        status="results/runs/ingested/{run}/status.json",
-        record="results/runs/ingested/{run}/record.json",
-        events="results/runs/ingested/{run}/events.parquet",
+        status=LAYOUT.ingested("{run}", "status.json"),
+        record=LAYOUT.ingested("{run}", "record.json"),
+        events=LAYOUT.ingested("{run}", "events.parquet"),
     params:
         code=code("ingest_run"),
-        run_dir=lambda wc: RUNS[wc.run].path,
-        candidate=lambda wc: RUNS[wc.run].candidate,
-        models=sorted(config["runs"]["prices"]),
-        tasks=sorted(TASKS),
+        run_dir=lambda wc: PLAN.runs[wc.run].path,
+        candidate=lambda wc: PLAN.runs[wc.run].candidate,
+        models=sorted(CFG.runs.prices),
+        tasks=sorted(PLAN.tasks),
     log:
         "logs/ingest_run/{run}.log",
     benchmark:
@@ -74,45 +70,45 @@ rule ingest_run:
 
 rule runs_analysis:
     input:
-        statuses=expand("results/runs/ingested/{run}/status.json", run=sorted(RUNS)),
-        records=expand("results/runs/ingested/{run}/record.json", run=sorted(RUNS)),
+        statuses=[LAYOUT.ingested(run, "status.json") for run in sorted(PLAN.runs)],
+        records=[LAYOUT.ingested(run, "record.json") for run in sorted(PLAN.runs)],
         verified=[
-            f"results/compression/verification/{e.task}/{e.candidate}.json"
-            for _, e in sorted(RUNS.items())
+            LAYOUT.verdict(e.task, e.candidate)
+            for _, e in sorted(PLAN.runs.items())
             if e.candidate
         ],
     params:
         code=code("runs_analysis"),
-        runs=[n for n, e in sorted(RUNS.items()) if e.candidate],
+        runs=[n for n, e in sorted(PLAN.runs.items()) if e.candidate],
         settings={
-            **config["runs"]["analysis"],
-            "prices": config["runs"]["prices"],
+            **CFG.runs.analysis.model_dump(mode="json"),
+            "prices": {m: p.model_dump(mode="json") for m, p in CFG.runs.prices.items()},
         },
     output:
         **{
             f"{name}_{kind}": (
                 report(
-                    f"results/tables/runs/{name}.csv",
+                    LAYOUT.run_table(name, "csv"),
                     caption=f"../report/runs/{name}.rst",
                     category="Agent runs",
                     subcategory=sub,
                 )
                 if kind == "csv"
-                else f"results/tables/runs/{name}.{'md' if kind == 'md' else 'provenance.json'}"
+                else LAYOUT.run_table(name, "md" if kind == "md" else "provenance.json")
             )
             for name, sub in RUN_ANALYSES.items()
             for kind in ("csv", "md", "provenance")
         },
         **{
             f"{name}_png": report(
-                f"results/plots/runs/{name}.png",
+                LAYOUT.run_plot(name, "png"),
                 caption=f"../report/runs/{name}.rst",
                 category="Agent runs",
                 subcategory=RUN_ANALYSES[name],
             )
             for name in RUN_PLOTTED
         },
-        **{f"{name}_data": f"results/plots/runs/{name}.csv" for name in RUN_PLOTTED},
+        **{f"{name}_data": LAYOUT.run_plot(name, "csv") for name in RUN_PLOTTED},
     log:
         "logs/tables/runs.log",
     benchmark:

@@ -1,36 +1,40 @@
 # ServerBench (PROTOCOL B): workload, calibration, replays, Table 1, coverage.
 # Only included when the config has a `serving` section.
 
-SERVING_SOURCE = SERVING["source"]
-SERVING_SYSTEMS = {s["server"]: s["concurrency"] for s in SERVING["systems"]}
-# The serving section as the workload, calibration and replay jobs use it: verification
-# settings, the submission directories (serving_verify.smk) and the tables' uncertainty
-# settings do not rerun them.
-SERVING_CORE = {
-    k: v
-    for k, v in SERVING.items()
-    if k not in ("submissions", "verification", "uncertainty")
-}
+SERVING_SOURCE = SERVING.source
+# The serving section as the workload, calibration and replay jobs use it: the verification settings, the
+# submission directories and the tables' uncertainty settings do not rerun them.
+SERVING_CORE = SERVING.core.model_dump(mode="json")
 # Package modules the configured servers run (`{python} -m infbench.serving.starter`): part of the code of
 # the jobs that launch them.
-SERVING_SERVER_MODULES = code_digest.modules_named(SERVING["servers"])
+SERVING_SERVER_MODULES = code_digest.modules_named(SERVING_CORE["servers"])
 SERVING_MODEL = {
-    "model_dir": f"results/sources/{SERVING_SOURCE}/hf",
-    "gguf": f"results/sources/{SERVING_SOURCE}/f16.gguf",
+    "model_dir": LAYOUT.checkpoint(SERVING_SOURCE),
+    "gguf": LAYOUT.source_gguf(SERVING_SOURCE),
 }
+# Scheduler time limits of the serving jobs, from the replay window: one replay (plus server start-up), or
+# one per calibration concurrency and seed.
+SERVING_GPUS = SERVING.deployment.devices if SERVING.deployment.accelerator == "gpu" else 0
+SERVING_REPLAY_MINUTES = int(15 + SERVING.replay_minutes)
+SERVING_CALIBRATE_MINUTES = int(
+    15
+    + SERVING.replay_minutes
+    * (len(SERVING.calibration.concurrencies) + len(SERVING.seeds.calibration))
+)
 
 
-wildcard_constraints:
-    system="|".join(map(re.escape, SERVING_SYSTEMS)),
-    seed="[0-9]+",
+def serving_trace():
+    """The trace the workload is read from: the synthetic one this workflow writes, or the configured file."""
+    trace = SERVING.workload.trace
+    return LAYOUT.synthetic_trace() if trace.format == "synthetic" else trace.path
 
 
 rule serving_synthetic:
     output:
-        "results/serving/trace/synthetic.jsonl",
+        LAYOUT.synthetic_trace(),
     params:
         code=code("serving_synthetic"),
-        synthetic=SERVING["workload"]["synthetic"],
+        synthetic=SERVING.workload.synthetic.model_dump(mode="json"),
     log:
         "logs/serving/synthetic.log",
     benchmark:
@@ -49,12 +53,12 @@ rule serving_workload:
     input:
         trace=serving_trace(),
     output:
-        sessions="results/serving/workload/sessions.jsonl",
-        summary="results/serving/workload/workload.json",
+        sessions=LAYOUT.sessions(),
+        summary=LAYOUT.workload_summary(),
     params:
         code=code("serving_workload"),
-        workload=SERVING["workload"],
-        context_limit=SERVING["deployment"]["context_limit"],
+        workload=SERVING.workload.model_dump(mode="json"),
+        context_limit=SERVING.deployment.context_limit,
     log:
         "logs/serving/workload.log",
     benchmark:
@@ -71,10 +75,10 @@ rule serving_workload:
 
 rule serving_coverage:
     input:
-        sessions="results/serving/workload/sessions.jsonl",
+        sessions=LAYOUT.sessions(),
     output:
-        csv="results/serving/coverage.csv",
-        json="results/serving/coverage.json",
+        csv=LAYOUT.coverage("csv"),
+        json=LAYOUT.coverage("json"),
     params:
         code=code("serving_coverage"),
         serving=SERVING_CORE,
@@ -94,11 +98,11 @@ rule serving_coverage:
 
 rule serving_calibrate:
     input:
-        sessions="results/serving/workload/sessions.jsonl",
+        sessions=LAYOUT.sessions(),
         **SERVING_MODEL,
     output:
-        targets="results/serving/calibration/targets.json",
-        runs=directory("results/serving/calibration/runs"),
+        targets=LAYOUT.targets(),
+        runs=directory(LAYOUT.calibration_runs()),
     params:
         code=code("serving_calibrate", also_modules=SERVING_SERVER_MODULES),
         serving=SERVING_CORE,
@@ -120,16 +124,16 @@ rule serving_calibrate:
 
 rule serving_replay:
     input:
-        sessions="results/serving/workload/sessions.jsonl",
-        targets="results/serving/calibration/targets.json",
+        sessions=LAYOUT.sessions(),
+        targets=LAYOUT.targets(),
         **SERVING_MODEL,
     output:
-        records="results/serving/replays/{system}/seed{seed}.parquet",
-        summary="results/serving/replays/{system}/seed{seed}.json",
+        records=LAYOUT.replay("{system}", "{seed}", "parquet"),
+        summary=LAYOUT.replay("{system}", "{seed}", "json"),
     params:
         code=code("serving_replay", also_modules=SERVING_SERVER_MODULES),
         serving=SERVING_CORE,
-        concurrency=lambda wc: SERVING_SYSTEMS[wc.system],
+        concurrency=lambda wc: PLAN.serving_systems[wc.system],
     log:
         run="logs/serving/replay/{system}_seed{seed}.log",
         server="logs/serving/servers/{system}_seed{seed}.log",
@@ -146,40 +150,32 @@ rule serving_replay:
         "../scripts/serving_replay.py"
 
 
-# The development table replays the development seeds; the final seeds are held out for
-# verification (serving_verify.smk).
-SERVING_REPLAYS = expand(
-    "results/serving/replays/{system}/seed{seed}.json",
-    system=SERVING_SYSTEMS,
-    seed=SERVING["seeds"]["development"],
-)
-
-
 rule serving_table:
     input:
-        sessions="results/serving/workload/sessions.jsonl",
-        targets="results/serving/calibration/targets.json",
-        summaries=SERVING_REPLAYS,
+        sessions=LAYOUT.sessions(),
+        targets=LAYOUT.targets(),
+        # the development seeds' replays; the final seeds are held out for verification (serving_verify.smk)
+        summaries=PLAN.serving_replays,
     output:
         csv=report(
-            "results/tables/serving.csv",
+            LAYOUT.table("serving", "csv"),
             caption="../report/serving_table.rst",
             category="ServerBench",
             subcategory="Table 1",
         ),
-        md="results/tables/serving.md",
-        provenance="results/tables/serving.provenance.json",
+        md=LAYOUT.table("serving", "md"),
+        provenance=LAYOUT.table("serving", "provenance.json"),
         plot=report(
-            "results/plots/serving_value_share.png",
+            LAYOUT.plot("serving_value_share", "png"),
             caption="../report/serving_plot.rst",
             category="ServerBench",
             subcategory="Table 1",
         ),
-        plot_data="results/plots/serving_value_share.csv",
+        plot_data=LAYOUT.plot("serving_value_share", "csv"),
     params:
         code=code("serving_table"),
         serving=SERVING_CORE,
-        uncertainty=SERVING["uncertainty"],
+        uncertainty=SERVING.uncertainty.model_dump(mode="json"),
     log:
         "logs/serving/table.log",
     benchmark:
@@ -192,7 +188,3 @@ rule serving_table:
         "../../envs/pipeline.yaml"
     script:
         "../scripts/serving_table.py"
-
-
-# Server submissions and their verification (PROTOCOL B5).
-include: "serving_verify.smk"

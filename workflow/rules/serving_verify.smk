@@ -1,31 +1,29 @@
-# ServerBench verification (PROTOCOL B5): every server submission (a directory with a
-# submission.yaml under one of serving.submissions) is rebuilt in a fresh copy, replayed on
-# the final (held-out) seeds at its declared c, checked, and torn down; only verified
-# submissions are scored in results/tables/serving_verified.*. Included by serving.smk.
+# ServerBench verification (PROTOCOL B5): every server submission (a directory with a submission.yaml under
+# one of serving.submissions, PLAN.serving_submissions) is rebuilt in a fresh copy, replayed on the final
+# (held-out) seeds at its declared c, checked, and torn down; only verified submissions are scored in the
+# verified table. Probes, held-out questions and fidelity suspects are drawn from the operator's secret,
+# loaded inside the jobs; only its fingerprint is a parameter, so a new secret reruns them.
 
-from infbench import operator_secret
 from infbench.serving.verify import submission as server_submission
 
-SERVING_SUBMISSIONS = server_submission.discover(SERVING["submissions"])
-# Probes, held-out questions and fidelity suspects are drawn from the operator's secret, loaded inside
-# the jobs; only its fingerprint is a parameter, so a new secret reruns them.
-SERVING_SECRET = operator_secret.load(config["operator_secret"]).fingerprint
-wildcard_constraints:
-    submission="|".join(map(re.escape, SERVING_SUBMISSIONS)) or "(?!)",
+
+def submission_files(wildcards):
+    """A submission's files (links never followed): editing one reruns its verification."""
+    return server_submission.files(PLAN.serving_submissions[wildcards.submission])
 
 
 rule serving_verification_reference:
     input:
         model_dir=SERVING_MODEL["model_dir"],
     output:
-        "results/serving/reference/verification.json",
+        LAYOUT.serving_reference(),
     params:
         code=code("serving_verification_reference"),
         source=SERVING_SOURCE,
-        verification=SERVING["verification"],
-        token_id_range=SERVING["workload"]["token_id_range"],
-        answers=config["answers"],
-        secret=SERVING_SECRET,
+        verification=SERVING.verification.model_dump(mode="json"),
+        token_id_range=list(SERVING.workload.token_id_range),
+        answers=CFG.answers.model_dump(mode="json"),
+        secret=SECRET,
     log:
         "logs/serving/verification_reference.log",
     benchmark:
@@ -42,21 +40,25 @@ rule serving_verification_reference:
 
 rule serving_verify:
     input:
-        submission=lambda wc: server_submission.files(SERVING_SUBMISSIONS[wc.submission]),
-        sessions="results/serving/workload/sessions.jsonl",
-        reference="results/serving/reference/verification.json",
+        submission=submission_files,
+        sessions=LAYOUT.sessions(),
+        reference=LAYOUT.serving_reference(),
         **SERVING_MODEL,
     output:
-        record="results/serving/verification/{submission}.json",
-        runs=directory("results/serving/verification/{submission}"),
+        record=LAYOUT.server_verification("{submission}"),
+        runs=directory(LAYOUT.server_verification_runs("{submission}")),
     params:
-        code=lambda wc: code("serving_verify", also_files=server_submission.files(SERVING_SUBMISSIONS[wc.submission]), also_modules=SERVING_SERVER_MODULES),
+        code=lambda wc: code(
+            "serving_verify",
+            also_files=submission_files(wc),
+            also_modules=SERVING_SERVER_MODULES,
+        ),
         serving=SERVING_CORE,
-        verification=SERVING["verification"],
-        answers=config["answers"],
-        sandbox=config["sandbox"],
-        directory=lambda wc: SERVING_SUBMISSIONS[wc.submission],
-        secret=SERVING_SECRET,
+        verification=SERVING.verification.model_dump(mode="json"),
+        answers=CFG.answers.model_dump(mode="json"),
+        sandbox=CFG.sandbox.model_dump(mode="json"),
+        directory=lambda wc: PLAN.serving_submissions[wc.submission],
+        secret=SECRET,
     log:
         run="logs/serving/verify/{submission}.log",
         server="logs/serving/servers/verify_{submission}.log",
@@ -65,7 +67,7 @@ rule serving_verify:
     threads: 2
     resources:
         mem_mb=8000,
-        runtime=SERVING_REPLAY_MINUTES * len(SERVING["seeds"]["final"]) + 30,
+        runtime=SERVING_REPLAY_MINUTES * len(SERVING.seeds.final) + 30,
         gpu=SERVING_GPUS,
     conda:
         "../../envs/pipeline.yaml"
@@ -75,25 +77,22 @@ rule serving_verify:
 
 rule serving_verified_table:
     input:
-        sessions="results/serving/workload/sessions.jsonl",
-        targets="results/serving/calibration/targets.json",
-        records=expand(
-            "results/serving/verification/{submission}.json",
-            submission=SERVING_SUBMISSIONS,
-        ),
+        sessions=LAYOUT.sessions(),
+        targets=LAYOUT.targets(),
+        records=PLAN.serving_records,
     output:
         csv=report(
-            "results/tables/serving_verified.csv",
+            LAYOUT.table("serving_verified", "csv"),
             caption="../report/serving_verified_table.rst",
             category="ServerBench",
             subcategory="Table 1 (verified)",
         ),
-        md="results/tables/serving_verified.md",
-        provenance="results/tables/serving_verified.provenance.json",
+        md=LAYOUT.table("serving_verified", "md"),
+        provenance=LAYOUT.table("serving_verified", "provenance.json"),
     params:
         code=code("serving_verified_table"),
         serving=SERVING_CORE,
-        uncertainty=SERVING["uncertainty"],
+        uncertainty=SERVING.uncertainty.model_dump(mode="json"),
     log:
         "logs/serving/verified_table.log",
     benchmark:

@@ -3,12 +3,12 @@
 
 rule source_model:
     output:
-        checkpoint=directory("results/sources/{source}/hf"),
-        record="results/sources/{source}/source.json",
+        checkpoint=directory(LAYOUT.checkpoint("{source}")),
+        record=LAYOUT.source_record("{source}"),
     params:
         code=code("source_model"),
-        origin=lambda wc: config["sources"][wc.source]["origin"],
-        dtype=lambda wc: config["sources"][wc.source].get("dtype", "bfloat16"),
+        origin=lambda wc: CFG.sources[wc.source].origin.model_dump(mode="json"),
+        dtype=lambda wc: CFG.sources[wc.source].dtype,
     log:
         "logs/source_model/{source}.log",
     benchmark:
@@ -25,13 +25,13 @@ rule source_model:
 
 rule source_gguf:
     input:
-        checkpoint="results/sources/{source}/hf",
-        record="results/sources/{source}/source.json",
+        checkpoint=LAYOUT.checkpoint("{source}"),
+        record=LAYOUT.source_record("{source}"),
     output:
-        "results/sources/{source}/f16.gguf",
+        LAYOUT.source_gguf("{source}"),
     params:
         code=code("source_gguf"),
-        convert_script=config["llama_cpp"]["convert_hf_to_gguf"],
+        convert_script=CFG.llama_cpp.convert_hf_to_gguf,
     log:
         "logs/source_gguf/{source}.log",
     benchmark:

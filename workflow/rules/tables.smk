@@ -1,31 +1,30 @@
-# Tables and plots for readers, with their provenance.
+# The reference tables and plots for readers, with their provenance.
 
 
-rule tables:
+rule reference_table:
     input:
-        records=expand("results/sources/{source}/source.json", source=SOURCES),
-        sampling=expand(
-            "results/likelihood/{source}/{set}/sampling.json", source=SOURCES, set=SETS
-        ),
-        reference=expand(
-            "results/likelihood/{source}/{set}/reference.json", source=SOURCES, set=SETS
-        ),
+        records=[LAYOUT.source_record(s) for s in PLAN.sources],
+        sampling=[LAYOUT.sampling_summary(s, k) for s in PLAN.sources for k in SETS],
+        reference=[LAYOUT.reference_summary(s, k) for s in PLAN.sources for k in SETS],
     output:
         csv=report(
-            "results/tables/reference.csv",
+            LAYOUT.table("reference", "csv"),
             caption="../report/reference_table.rst",
             category="CompressionBench",
             subcategory="BF16 reference",
         ),
-        md="results/tables/reference.md",
-        provenance="results/tables/reference.provenance.json",
+        md=LAYOUT.table("reference", "md"),
+        provenance=LAYOUT.table("reference", "provenance.json"),
     params:
         code=code("reference_table"),
-        config={"sources": config["sources"], "likelihood": config["likelihood"]},
+        config={
+            "sources": {n: s.model_dump(mode="json") for n, s in CFG.sources.items()},
+            "likelihood": CFG.likelihood.model_dump(mode="json"),
+        },
     log:
         "logs/tables/reference.log",
     benchmark:
-        "benchmarks/tables.tsv"
+        "benchmarks/reference_table.tsv"
     threads: 1
     resources:
         mem_mb=1000,
@@ -38,27 +37,19 @@ rule tables:
 
 rule plot_reference:
     input:
-        sampling=expand(
-            "results/likelihood/{source}/{set}/continuations.parquet",
-            source=SOURCES,
-            set=SETS,
-        ),
-        reference=expand(
-            "results/likelihood/{source}/{set}/reference_scores.parquet",
-            source=SOURCES,
-            set=SETS,
-        ),
+        sampling=[LAYOUT.continuations(s, k) for s in PLAN.sources for k in SETS],
+        reference=[LAYOUT.reference_scores(s, k) for s in PLAN.sources for k in SETS],
     output:
         plot=report(
-            "results/plots/reference_ppl.png",
+            LAYOUT.plot("reference_ppl", "png"),
             caption="../report/reference_ppl.rst",
             category="CompressionBench",
             subcategory="BF16 reference",
         ),
-        plot_data="results/plots/reference_ppl.csv",
+        plot_data=LAYOUT.plot("reference_ppl", "csv"),
     params:
         code=code("plot_reference"),
-        labels=[(source, set_) for source in SOURCES for set_ in SETS],
+        labels=[(source, set_) for source in PLAN.sources for set_ in SETS],
     log:
         "logs/tables/reference_plot.log",
     benchmark:

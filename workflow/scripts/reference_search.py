@@ -8,6 +8,7 @@ from infbench.config.model import (
     SandboxSettings,
     VerificationSettings,
 )
+from infbench.layout import LAYOUT
 from infbench.runs import reference_search
 
 reference_search.run(
@@ -16,7 +17,7 @@ reference_search.run(
     checkpoint=snakemake.input.checkpoint,
     task=Task.model_validate(snakemake.params.task),
     search=ReferenceSearchSettings.model_validate(snakemake.params.search),
-    results="results",
+    results=LAYOUT,
     settings=VerificationSettings.model_validate(snakemake.params.settings),
     sandbox=SandboxSettings.model_validate(snakemake.params.sandbox),
     threads=snakemake.threads,

@@ -19,6 +19,7 @@ from infbench.compression.evaluation import EvaluationSettings, measure
 from infbench.compression.records import EvaluationRecord, verdict
 from infbench.compression.tasks import Task
 from infbench.config.model import SandboxSettings, VerificationSettings
+from infbench.layout import Layout
 from infbench.operator_secret import OperatorSecret
 from infbench.sources import read_record
 
@@ -39,17 +40,15 @@ def measure_for_pipeline(package: str, source: str, *, source_checkpoint: str, s
     return measured
 
 
-def reward(package: str, task: Task, *, results: Path, settings: VerificationSettings, sandbox: SandboxSettings,
-           threads: int, log_path: Path,
-           worker_log: str | None = None) -> EvaluationRecord:
-    """Search-time reward ``10 F_s`` (0 unless it runs and both storage limits hold), logged as JSONL."""
-    src = results / "sources" / task.source
-    lk = results / "likelihood" / task.source / "search"
-    record = read_record(src / "source.json")
-    measured = measure("reward", package, task.source, source_checkpoint=str(src / "hf"),
+def reward(package: str, task: Task, *, results: Layout, settings: VerificationSettings, sandbox: SandboxSettings,
+           threads: int, log_path: Path, worker_log: str | None = None) -> EvaluationRecord:
+    """Search-time reward ``10 F_s`` (0 unless it runs and both storage limits hold), logged as JSONL;
+    ``results``: the pipeline's results tree, whose search set only it reads."""
+    record = read_record(results.source_record(task.source))
+    measured = measure("reward", package, task.source, source_checkpoint=results.checkpoint(task.source),
                        n_params=record.n_params, vocab_size=record.vocab_size,
-                       continuations=str(lk / "continuations.parquet"),
-                       reference_scores=str(lk / "reference_scores.parquet"),
+                       continuations=results.continuations(task.source, "search"),
+                       reference_scores=results.reference_scores(task.source, "search"),
                        settings=EvaluationSettings.for_job(settings, sandbox, threads), log_path=worker_log,
                        memory_limit_gib=task.limit_gib)
     judged = verdict(measured, task)

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from infbench.errors import ConfigError
+from infbench.layout import LAYOUT
 
 if TYPE_CHECKING:
     from infbench.config.model import Config, ServingCore, SourceOrigin
@@ -61,7 +62,7 @@ def gguf_converter(cfg: Config, name: str, origin: SourceOrigin) -> None:
         where = f"checkpoint directory {origin.path}"
     if not script:
         raise ConfigError(key, f"source '{name}' is a {where}, not a GGUF file; its F16 GGUF twin "
-                               f"(results/sources/{name}/f16.gguf) is built by llama.cpp's "
+                               f"({LAYOUT.source_gguf(name)}) is built by llama.cpp's "
                                "convert_hf_to_gguf.py: set this key to that script's path "
                                "(docs/paper_scale.md)")
     path = Path(script)

@@ -14,12 +14,14 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from infbench.compression.tasks import Task
+from infbench.config.model import Config
 from infbench.errors import ConfigError
+from infbench.layout import LAYOUT
 from infbench.runs import ingest
 from infbench.runs.schema import Agent
 
 REFERENCE = "reference-search"
-REFERENCE_DIR = f"results/runs/{REFERENCE}"
+REFERENCE_DIR = LAYOUT.reference_search()
 # the scripted reference search (infbench.runs.reference_search) as the agent of its run
 REFERENCE_AGENT = Agent(model="scripted-reference", scaffold="infbench.runs.reference_search")
 NAME = re.compile(r"^[A-Za-z0-9._-]+$")
@@ -38,32 +40,30 @@ class RunEntry(BaseModel):
     label: str | None = None
 
 
-def reference_task(config: dict, tasks: dict[str, Task]) -> Task | None:
-    search = config["runs"]["reference_search"]
-    if not search["enabled"]:
+def reference_task(cfg: Config, tasks: dict[str, Task]) -> Task | None:
+    """The task the scripted reference search searches (the config's start checks made sure there is one)."""
+    search = cfg.runs.reference_search
+    if not search.enabled:
         return None
-    if search["task"] is None:
-        first = sorted(config["sources"])[0]
+    if search.task is None:
+        first = sorted(cfg.sources)[0]
         return min((t for t in tasks.values() if t.source == first), key=lambda t: t.limit_gib)
-    if search["task"] not in tasks:
-        raise ConfigError("runs.reference_search.task", f"unknown task '{search['task']}' (tasks: {', '.join(tasks)})")
-    return tasks[search["task"]]
+    return tasks[search.task]
 
 
 def _label(name: str, model: str, scaffold: str, effort: str | None) -> str:
     return f"run-{name} ({model}, {scaffold}{', ' + effort if effort else ''})"
 
 
-def discover(config: dict, tasks: dict[str, Task]) -> dict[str, RunEntry]:
-    runs_cfg = config["runs"]
-    known = set(runs_cfg["prices"])
+def discover(cfg: Config, tasks: dict[str, Task]) -> dict[str, RunEntry]:
+    known = set(cfg.runs.prices)
     found: dict[str, RunEntry] = {}
-    task = reference_task(config, tasks)
+    task = reference_task(cfg, tasks)
     if task is not None:
         found[REFERENCE] = RunEntry(name=REFERENCE, path=REFERENCE_DIR, inputs=[REFERENCE_DIR], task=task.name, source=task.source,
                                     candidate=f"run-{REFERENCE}", final=f"{REFERENCE_DIR}/final", final_inputs=[REFERENCE_DIR],
                                     label=_label(REFERENCE, REFERENCE_AGENT.model, REFERENCE_AGENT.scaffold, REFERENCE_AGENT.effort))
-    root = Path(runs_cfg["dir"])
+    root = Path(cfg.runs.dir)
     for path in sorted(root.iterdir()) if root.is_dir() else []:
         if not path.is_dir() or path.name.startswith("."):
             continue

@@ -30,6 +30,7 @@ from infbench.config.model import (
     SandboxSettings,
     VerificationSettings,
 )
+from infbench.layout import Layout
 from infbench.runs.discover import REFERENCE_AGENT as AGENT
 from infbench.runs.schema import RunSpec
 
@@ -69,7 +70,7 @@ class _Log:
 
 
 def run(out_dir: str | Path, *, f16_gguf: str, checkpoint: str, task: Task, search: ReferenceSearchSettings,
-        results: str, settings: VerificationSettings, sandbox: SandboxSettings, threads: int,
+        results: Layout, settings: VerificationSettings, sandbox: SandboxSettings, threads: int,
         worker_log: str | None = None) -> str:
     """Search, leaving a run directory at ``out_dir``; returns the name of the best version."""
     plan, budget_hours = search.candidates, search.budget_hours
@@ -95,7 +96,7 @@ def run(out_dir: str | Path, *, f16_gguf: str, checkpoint: str, task: Task, sear
             atomic.write_json(versions / f"{version}.json", {"published_at": _now().isoformat(),
                                                              "local_metrics": {"weight_rel_mse": mse}})
             events.event(type="tool_call", name="infbench reward")
-            record = reward(str(versions / version), task, results=Path(results), settings=settings,
+            record = reward(str(versions / version), task, results=results, settings=settings,
                             sandbox=sandbox, threads=threads, log_path=tmp / "reward_log.jsonl", worker_log=worker_log)
             if record.reward > 0 and (best is None or record.reward > best[0]):
                 best = (record.reward, version)

@@ -10,6 +10,7 @@ import yaml
 from infbench import atomic
 from infbench.compression.submission import MANIFEST, Manifest
 from infbench.errors import InputFileError
+from infbench.layout import Layout
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja")
 
@@ -31,19 +32,19 @@ def write_package(out_dir: str | Path, manifest: Manifest, fill) -> None:
 TEMPLATE_SOURCE = "SOURCE"
 
 
-def from_template(package: str | Path, results: Path, source: str) -> Path:
+def from_template(package: str | Path, results: Layout, source: str) -> Path:
     """``package`` itself, or, for a template (manifest ``source: SOURCE`` and no weights, such as
     examples/starter_submission), the package assembled from it with ``source``'s BF16 checkpoint
-    under ``results/reward/packages/<source>/<name>`` (rebuilt on every call)."""
+    under the results tree's reward packages (:meth:`Layout.reward_package`; rebuilt on every call)."""
     package = Path(package)
     manifest_path = package / MANIFEST
     if not manifest_path.is_file() or yaml.safe_load(manifest_path.read_text()).get("source") != TEMPLATE_SOURCE:
         return package
-    checkpoint = results / "sources" / source / "hf"
+    checkpoint = Path(results.checkpoint(source))
     if not checkpoint.is_dir():
         raise InputFileError(checkpoint, f"the template {package} needs {source}'s checkpoint: run "
                              f"`snakemake --cores all {checkpoint}` first")
-    out = results / "reward" / "packages" / source / package.resolve().name
+    out = Path(results.reward_package(source, package.resolve().name))
     starter(package, checkpoint, source, out)
     return out
 
