@@ -2,7 +2,7 @@
 jobs whose code the edit changed, and their downstream (src/infbench/code_digest.py).
 
 The embedded default's whole workflow is made up to date without doing its work
-(infbench.bench.noop_rerun: each rule's code replaced by one that creates its outputs), in a copy of
+(infbench.perf.noop_rerun: each rule's code replaced by one that creates its outputs), in a copy of
 the repository whose package is the one on PYTHONPATH; each test edits that copy, dry-runs the real
 Snakefile and restores the file."""
 
@@ -15,7 +15,7 @@ import pytest
 from conftest import REPO, planned_jobs
 
 from infbench import code_digest
-from infbench.bench import noop_rerun
+from infbench.perf import noop_rerun
 
 COPIED = ["Snakefile", "workflow", "config", "envs", "examples", "src"]
 VERIFICATION = {"measure_candidate": 7, "verify": 14, "compression_table": 1, "operator_secret": 1}

@@ -149,7 +149,7 @@ def _sessions_grown(root: Path) -> Path:
 def test_bench_far_context_scores_each_server_as_the_check_does(tmp_path, smollm2_source):
     """``infbench bench-far-context`` on a tiny model: the reference's own greedy path never misses its top-1;
     the table has a row per distance band and a column per server."""
-    from infbench.bench import far_context as bench
+    from infbench.perf import far_context as bench
 
     tiny = vh.tiny_model(tmp_path / "tiny", smollm2_source[0] / "hf", seed=0)
     serving = vh.serving_config(1024)

@@ -133,7 +133,7 @@ def public_table(model_dir: Path, sessions_path: Path, serving: dict, concurrenc
     from adversarial_server import prompt_key
     from transformers import AutoModelForCausalLM
 
-    from infbench.bench.far_context import greedy
+    from infbench.perf.far_context import greedy
     from infbench.serving import runs, workload
 
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()

@@ -11,7 +11,7 @@ from infbench.layout import LAYOUT
 
 
 def _bench(args) -> None:
-    from infbench.bench import likelihood as bench
+    from infbench.perf import likelihood as bench
 
     print(bench.run(args.model, contexts=args.contexts, context_tokens=args.context_tokens,
                     continuation_tokens=args.continuation_tokens, batch_sizes=args.batch_sizes,
@@ -21,14 +21,14 @@ def _bench(args) -> None:
 
 
 def _bench_replay(args) -> None:
-    from infbench.bench import replay as bench
+    from infbench.perf import replay as bench
 
     print(bench.run(tuple(args.concurrency), window_s=args.window, input_tokens=args.input_tokens,
                     output_tokens=args.output_tokens, think_time_s=args.think_time, out_md=args.out))
 
 
 def _bench_far_context(args) -> None:
-    from infbench.bench import far_context as bench
+    from infbench.perf import far_context as bench
     from infbench.config import files
     from infbench.errors import ConfigError
 
@@ -39,15 +39,15 @@ def _bench_far_context(args) -> None:
 
 
 def _bench_stages(args) -> None:
-    from infbench.bench import compression_stages as bench
+    from infbench.perf import stages as bench
 
     print(bench.run(args.config, args.out_dir, device=args.device,
-                    origin=json.loads(args.origin) if args.origin else None, contexts_from=args.contexts_from,
-                    compare=args.compare, likelihood_only=args.likelihood_only, threads=args.threads))
+                    origin=json.loads(args.origin) if args.origin else None, compare=args.compare,
+                    likelihood_only=args.likelihood_only, cores=args.cores))
 
 
 def _bench_noop_rerun(args) -> None:
-    from infbench.bench import noop_rerun
+    from infbench.perf import noop_rerun
 
     print(noop_rerun.run(args.workflow, args.config, args.workdir, repeats=args.repeats, out_md=args.out))
 
@@ -313,21 +313,17 @@ def main(argv: list[str] | None = None) -> int:
                    help="prompt ends kept by the truncating servers")
     p.add_argument("--out", default=None, help="also write the table (Markdown) here")
     p.set_defaults(func=_bench_far_context)
-    p = sub.add_parser("bench-stages", help="CompressionBench's stages run directly on one device, timed, and "
-                                           "compared with another run of them")
-    p.add_argument("--config", default="config/config.yaml",
-                   help="the pipeline's YAML, or the config.json a previous run wrote")
+    p = sub.add_parser("bench-stages", help="CompressionBench's stages (the pipeline's rules) on one device, timed, "
+                                           "and compared with another run of them")
+    p.add_argument("--config", default="config/config.yaml", help="the pipeline's config")
     p.add_argument("--out-dir", required=True)
     p.add_argument("--device", required=True, help="cpu or cuda (likelihood, verification and answers)")
     p.add_argument("--origin", default=None, help='JSON replacing every source\'s origin, e.g. '
                                                   '{"type": "local", "path": "model.gguf"}')
-    p.add_argument("--contexts-from", default=None,
-                   help="sample and score these contexts.parquet (another run's: the embedded corpus is the "
-                        "Python build's own standard library) instead of the ones built here")
     p.add_argument("--compare", default=None, help="another run's --out-dir")
     p.add_argument("--likelihood-only", action="store_true",
                    help="stop after the reference likelihood (no answers reference, no verification)")
-    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--cores", type=int, default=2, help="Snakemake's --cores")
     p.set_defaults(func=_bench_stages)
     p = sub.add_parser("bench-noop-rerun", help="seconds `snakemake -n` takes on a working directory that is up to "
                                               "date (made without running the jobs' work)")

@@ -9,30 +9,29 @@ the times of their last run.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pandas as pd
 
 from infbench import atomic
 
-# Stages in the order a run goes through them, each with its rules (every rule of the workflow).
-STAGES: dict[str, tuple[str, ...]] = {
-    "CompressionBench: source, F16 twin, contexts, sampling, scoring, reference table": (
-        "source_model", "source_gguf", "contexts", "sample_continuations", "score_reference", "reference_table",
-        "plot_reference"),
-    "CompressionBench: accuracy reference A(p)": ("answers_reference",),
-    "CompressionBench: baseline packages (BF16, starter, GGUF, released GGUF, GPTQ)": (
-        "bf16_package", "starter_submission", "gguf_baseline", "released_gguf", "gptq_baseline"),
-    "CompressionBench: final verification and table": ("measure_candidate", "verify", "compression_table"),
-    "Agent runs: scripted reference search, ingestion, analyses": ("reference_search", "ingest_run",
-                                                                   "runs_analysis"),
-    "ServerBench: workload, coverage, calibration, replays, table": (
-        "serving_synthetic", "serving_workload", "serving_coverage", "serving_calibrate", "serving_replay",
-        "serving_table"),
-    "ServerBench verification: reference, submissions, table": (
-        "serving_verification_reference", "serving_verify", "serving_verified_table"),
-}
-STAGE_OF = {rule: stage for stage, rules in STAGES.items() for rule in rules}
+WORKFLOW = Path(__file__).resolve().parents[2]
+
+
+def stages(workflow: Path = WORKFLOW) -> dict[str, tuple[str, ...]]:
+    """Each stage (a rule file, ``workflow/rules/<stage>.smk``: one per stage) with its rules, in the order
+    the Snakefile includes them; a stage is named by its file and the first line of its heading comment."""
+    out: dict[str, tuple[str, ...]] = {}
+    for include in re.findall(r'^\s*include: "workflow/rules/(\w+)\.smk"', (workflow / "Snakefile").read_text(),
+                              re.M):
+        text = (workflow / "workflow" / "rules" / f"{include}.smk").read_text()
+        rules = tuple(re.findall(r"^\s*rule (\w+):", text, re.M))
+        if rules:
+            heading = next((line.lstrip("# ").strip() for line in text.splitlines() if line.startswith("#")), "")
+            title = re.split(r"[:(]", heading)[0].strip().rstrip(".,")
+            out[f"{include}: {title}" if title else include] = rules
+    return out
 
 
 def read(benchmarks: str | Path) -> pd.DataFrame:
@@ -48,7 +47,8 @@ def read(benchmarks: str | Path) -> pd.DataFrame:
     if not rows:
         raise FileNotFoundError(f"no benchmark files under {root} (run the pipeline first)")
     frame = pd.DataFrame(rows)
-    frame["stage"] = frame["rule"].map(STAGE_OF).fillna("other")
+    stage_of = {rule: stage for stage, rules in stages().items() for rule in rules}
+    frame["stage"] = frame["rule"].map(stage_of).fillna("other")
     return frame
 
 
@@ -59,7 +59,7 @@ def _summary(frame: pd.DataFrame, by: str) -> pd.DataFrame:
 
 
 def stage_table(frame: pd.DataFrame) -> pd.DataFrame:
-    order = [s for s in [*STAGES, "other"] if s in set(frame["stage"])]
+    order = [s for s in [*stages(), "other"] if s in set(frame["stage"])]
     table = _summary(frame, "stage").loc[order]
     total = pd.DataFrame([{"jobs": len(frame), "seconds": round(frame["s"].sum()),
                            "longest_job_s": round(frame["s"].max()), "max_rss_mb": round(frame["max_rss"].max()),
@@ -68,7 +68,8 @@ def stage_table(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def rule_table(frame: pd.DataFrame) -> pd.DataFrame:
-    order = [r for r in [*STAGE_OF, *sorted(set(frame["rule"]) - set(STAGE_OF))] if r in set(frame["rule"])]
+    known = [rule for rules in stages().values() for rule in rules]
+    order = [r for r in [*known, *sorted(set(frame["rule"]) - set(known))] if r in set(frame["rule"])]
     return _summary(frame, "rule").loc[order]
 
 

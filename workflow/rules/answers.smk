@@ -1,5 +1,5 @@
-# The source's reference accuracy A(p) for the accuracy gate (PROTOCOL A5.2), computed once per source;
-# candidates are compared with it. Its questions are drawn from the operator secret (only the fingerprint is
+# Accuracy reference of each source (PROTOCOL A5.2): A(p), computed once per source; the accuracy
+# gate compares candidates with it. Its questions are drawn from the operator secret (only the fingerprint is
 # a parameter).
 
 

@@ -1,4 +1,4 @@
-# CompressionBench candidates (PROTOCOL A6), final verification (A5) and tables.
+# CompressionBench candidates, final verification and table (PROTOCOL A5, A6).
 
 # The starter code ships with the workflow, wherever the working directory is.
 STARTER_CODE = [

@@ -1,5 +1,5 @@
-# The operator's copy of the secret (src/infbench/operator_secret.py): written once every final
-# verification record of the round exists, both tracks'. The records themselves, and every job that
+# The operator's copy of the secret (src/infbench/operator_secret.py), written once every final verification
+# record of the round exists, both tracks'. The records themselves, and every job that
 # reads them, keep its fingerprint only.
 
 

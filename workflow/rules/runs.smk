@@ -1,5 +1,5 @@
-# Agent runs (PROTOCOL A8, B6; docs/runs.md): the scripted reference search, ingestion of every run
-# directory (PLAN.runs), and the trajectory analyses. A run's final submission is a compression candidate.
+# Agent runs: the scripted reference search, ingestion of every run directory (PLAN.runs), and the
+# trajectory analyses (PROTOCOL A8, B6; docs/runs.md). A run's final submission is a compression candidate.
 from infbench.runs.outputs import ANALYSES as RUN_ANALYSES, PLOTTED as RUN_PLOTTED
 
 REFERENCE_TASK = PLAN.reference_task

@@ -1,5 +1,5 @@
-# ServerBench (PROTOCOL B): workload, calibration, replays, Table 1, coverage.
-# Only included when the config has a `serving` section.
+# ServerBench: workload, coverage, calibration, development replays, Table 1 (PROTOCOL B). Only included
+# when the config has a `serving` section.
 
 SERVING_SOURCE = SERVING.source
 # The serving section as the workload, calibration and replay jobs use it: the verification settings, the

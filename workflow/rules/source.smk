@@ -1,4 +1,4 @@
-# Source model materialization: BF16 safetensors checkpoint, record, F16 GGUF twin.
+# Source models: the BF16 safetensors checkpoint, its record and the F16 GGUF twin.
 
 
 rule source_model:

@@ -1,4 +1,4 @@
-# The reference tables and plots for readers, with their provenance.
+# The reference table and plot: the BF16 reference PPL per source and set, with their provenance.
 
 
 rule reference_table:

@@ -25,7 +25,7 @@ import pandas as pd
 import torch
 
 from infbench import atomic
-from infbench.bench import decode_profile, roofline
+from infbench.perf import decode_profile, roofline
 from infbench.compression import sampling, scoring
 from infbench.compression.device import resolve
 from infbench.compression.hf_runtime import load_causal_lm

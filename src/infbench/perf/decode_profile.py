@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from infbench.bench import roofline
+from infbench.perf import roofline
 from infbench.compression import batched_decoding, sampling
 
 KINDS = (("attention", ("flash", "fmha", "attention", "sdpa", "cudnn", "mem_eff")),

@@ -5,7 +5,7 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from infbench.bench import roofline
+from infbench.perf import roofline
 from infbench.compression.hf_runtime import cache_kwargs
 
 
@@ -72,7 +72,7 @@ def test_sampling_bound_is_prefill_compute_plus_each_decode_step_at_the_bandwidt
 
 
 def test_decode_profile_times_a_step_and_the_draw_against_the_bound():
-    from infbench.bench import decode_profile
+    from infbench.perf import decode_profile
 
     table = decode_profile.profile(_llama(True), batch=3, cached=20, copy_bytes_per_s=1e11, steps=3)
     step, draw = table.iloc[0], table.iloc[-1]

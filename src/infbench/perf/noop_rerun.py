@@ -22,7 +22,7 @@ import pandas as pd
 from infbench import atomic
 
 STUB_SNAKEFILE = "Snakefile.outputs-only"
-_STUB = '''# Every rule of the workflow, its work replaced by creating its outputs empty (infbench.bench.noop_rerun).
+_STUB = '''# Every rule of the workflow, its work replaced by creating its outputs empty (infbench.perf.noop_rerun).
 include: "Snakefile"
 
 from pathlib import Path as _Path

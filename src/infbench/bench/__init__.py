@@ -1,1 +1,0 @@
-"""Benchmarks that print tables (run by `make bench`), never timed unit tests."""
