@@ -164,11 +164,6 @@ def test_reference_search_is_ingested_verified_and_analysed(finished):
         assert (workdir / f"results/plots/runs/{name}.csv").exists()  # the figure's points
 
 
-def test_lint_is_clean(workdir):
-    proc = run_snakemake(workdir, "--lint")
-    assert "Congratulations, your workflow is in a good condition!" in proc.stdout + proc.stderr
-
-
 def test_failing_job_leaves_no_output_and_names_the_key(finished, tmp_path):
     workdir, _ = finished
     shutil.copytree(workdir / "results/sources", tmp_path / "results/sources")
