@@ -132,12 +132,17 @@ class SubmissionProcess:
         self._started = False
         return self
 
-    def _wait_started(self) -> None:
+    def wait_started(self) -> None:
         """The worker's first line, sent once its runtime is imported: awaited by the first request or
         measurement, so that other work (the baseline worker) overlaps the import."""
         if not self._started:
             self._reply("start")
             self._started = True
+
+    def renew_budget(self) -> None:
+        """``timeout_s`` from now: for a worker started ahead of its turn (its import overlapping another
+        worker's work), whose budget counts from when it is used."""
+        self.deadline = time.monotonic() + self.timeout_s
 
     def limit_memory(self, nbytes: int) -> None:
         """The sandbox's hard memory limit, set before the package is loaded (it depends on the baseline
@@ -216,7 +221,7 @@ class SubmissionProcess:
         return reply
 
     def request(self, cmd: str, **args) -> dict:
-        self._wait_started()
+        self.wait_started()
         self.sampler.phase(cmd)
         self._send((json.dumps({"cmd": cmd, **args}) + "\n").encode())
         return self._reply(cmd)
@@ -250,7 +255,7 @@ class SubmissionProcess:
     def stream(self, input_ids: list[int], max_new_tokens: int,
                stop: Callable[[list[int]], bool] | None = None) -> Generation:
         """Greedy tokens, each stamped by this process as it arrives; ``stop(tokens)`` ends it early."""
-        self._wait_started()
+        self.wait_started()
         self.sampler.phase("prefill")
         sent_at = time.perf_counter()
         self._send((json.dumps({"cmd": "generate", "ids": [int(t) for t in input_ids],
@@ -286,7 +291,7 @@ class SubmissionProcess:
     # -- measurements from outside -----------------------------------------------------------------------
     def memory(self) -> meter.MemoryUse:
         """Memory of the sandbox now: its cgroup's charge and mapped package files, or what /proc shows."""
-        self._wait_started()
+        self.wait_started()
         return meter.measure(self.box.pids(), list(self.policy.read_only), self.box.writable_dirs(),
                              mounted_roots=self.box.mounted_dirs(), cgroup=self.box.cgroup)
 

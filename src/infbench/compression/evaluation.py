@@ -158,6 +158,10 @@ def measure(kind: str, package: str | Path, source: str, *, source_checkpoint: s
                                                 n_last=rows.continuations.shape[1], vocab=vocab_size))
             if cap is not None:
                 proc.limit_memory(cap)
+            # The statefulness check's second worker imports its runtime while this one works; it loads the
+            # package only once this one has ended (:func:`_fresh_process_check`).
+            fresh = stack.enter_context(SubmissionProcess(package, **process, memory_limit_bytes=cap)) \
+                if verifying else None
             record.sandbox = proc.sandbox_record
             with step("load", phase="load"):
                 loaded = proc.load()
@@ -175,6 +179,9 @@ def measure(kind: str, package: str | Path, source: str, *, source_checkpoint: s
             if verifying:
                 _verification_checks(proc, logits, vocab_size, record, rows, lp, answered, settings, accuracy_gate,
                                      step, sample_temperature)
+            if fresh is not None:  # idle, waiting for its turn, before decoding is timed
+                fresh.renew_budget()
+                fresh.wait_started()
             with step("decode", phase="decode"):
                 record.decode = measure_decode(proc.generate, vocab_size=vocab_size, seed=settings.seed,
                                                **settings.decode.model_dump())
@@ -196,9 +203,7 @@ def measure(kind: str, package: str | Path, source: str, *, source_checkpoint: s
         record.s_res_gib = record.s_res_bytes / GIB
         if verifying:
             with step("statefulness", phase="statefulness"):
-                fresh = _fresh_process_check(package, {**process, "memory_limit_bytes": cap}, rows, lp, settings,
-                                             secret, source)
-                _insert_after_probes(record.checks, fresh)
+                _insert_after_probes(record.checks, _fresh_process_check(fresh, rows, lp, settings, secret, source))
     except SubmissionError as exc:
         record.failure = str(exc)
         _fail(record, step.now, {"error": str(exc)})
@@ -222,17 +227,18 @@ def measure(kind: str, package: str | Path, source: str, *, source_checkpoint: s
     return record
 
 
-def _fresh_process_check(package: Path, process: dict, rows: _Rows, lp: np.ndarray,
-                         settings: EvaluationSettings, secret: OperatorSecret, source: str) -> Check:
+def _fresh_process_check(fresh: SubmissionProcess, rows: _Rows, lp: np.ndarray, settings: EvaluationSettings,
+                         secret: OperatorSecret, source: str) -> Check:
     """``statefulness``: stitched rows, then their originals, among ordinary rows, answered by a second worker
-    started after the first has ended (nothing of it is left to talk to), compared with the first's scores."""
+    that loads the package after the first has ended (nothing of it is left to talk to; the two sandboxes
+    share no namespace, no writable directory and no package code ran in the second before), compared with
+    the first's scores."""
     schedule = probes.plan_fresh(rows.contexts, rows.continuations, settings.score_batch_size,
                                  settings.integrity.statefulness_rows,
                                  held_out.fresh_process_seed(secret, source, settings.seed))
-    with SubmissionProcess(package, **process) as fresh:
-        fresh.load()
-        _, answered = probes.run(fresh.logits, schedule, rows.continuations,
-                                 progress=False)
+    fresh.renew_budget()
+    fresh.load()
+    _, answered = probes.run(fresh.logits, schedule, rows.continuations, progress=False)
     return probes.statefulness(lp, answered, settings.integrity.tolerance)
 
 
