@@ -1,6 +1,6 @@
 """Rerun guarantees on the tiny pipeline: nothing to do when up to date, exactly the
-downstream jobs after a change, a SIGKILLed run resumes to the same tables, and two
-runs from scratch agree byte for byte."""
+downstream jobs after a change, a SIGKILLed run resumes to the same tables (two runs from
+scratch agreeing byte for byte: tests/test_slurm.py, whose second run goes through sbatch)."""
 
 import json
 import os
@@ -112,14 +112,6 @@ def test_sigkill_mid_job_then_rerun_incomplete_gives_the_same_results(tiny_run, 
     assert planned == {"sample_continuations": 2, "score_reference": 2, "reference_table": 1}
     run_snakemake(tmp_path, "--cores", "2", "--rerun-incomplete", TABLE_TARGET, "--configfile", str(config))
     assert_same_results(baseline, tmp_path)
-
-
-def test_two_runs_from_scratch_give_identical_results(tiny_run, tmp_path):
-    baseline, config = tiny_run
-    run_snakemake(tmp_path, "--cores", "2", TABLE_TARGET, "--configfile", str(config))
-    assert_same_results(baseline, tmp_path)
-    for table in (baseline / "results/tables").glob("*.csv"):
-        assert table.read_bytes() == (tmp_path / "results/tables" / table.name).read_bytes()
 
 
 def test_every_table_carries_its_provenance(tiny_run):

@@ -63,7 +63,10 @@ def test_pipeline_on_slurm_equals_the_local_run(slurm_env, tiny_run, tmp_path):
     proc = run_snakemake(tmp_path, "--profile", str(REPO / "profiles/slurm"), TABLE_TARGET,
                          "--configfile", str(config), env=slurm_env)
     print(f"pipeline on SLURM: {time.monotonic() - start:.0f} s")
+    # A second run from scratch (on other processes, through sbatch) gives the same results and tables.
     assert_same_results(baseline, tmp_path)
+    for table in (baseline / "results/tables").glob("*.csv"):
+        assert table.read_bytes() == (tmp_path / "results/tables" / table.name).read_bytes()
     # Every job went through sbatch: one SLURM log per job, and the job's records name it.
     logs = tmp_path / ".snakemake/slurm_logs"
     for rule in RULES:
