@@ -71,16 +71,13 @@ def real(tmp_path_factory, smollm2_source):
                          ids=[f"last{c[0]}" for c in CASES])
 def test_a_server_keeping_only_the_end_of_each_prompt_fails_far_context(real, keep, context_limit,
                                                                          system_tokens, window_s):
-    from infbench.serving.verify import verdict
-
     root = real["root"] / f"last{keep}"
     sessions = _sessions(root, system_tokens, context_limit)
     directory = vh.adversary(root / "subs", "keep_last", ["--keep", str(keep), "--engine", "llamacpp"],
                              "{gguf}", requires=("torch", "transformers", "llama_cpp"))
     out = root / "out"
-    record = verdict.run_job(str(directory), _serving(context_limit, keep, window_s), vh.answer_settings(),
-                             str(real["hf"]), str(real["gguf"]), str(real["ref"]), str(sessions), str(out),
-                             str(out) + ".json", str(out) + ".server.log", SANDBOX, vh.secret())
+    record = vh.run_job(directory, _serving(context_limit, keep, window_s), vh.answer_settings(), real["hf"],
+                        real["gguf"], real["ref"], sessions, out, SANDBOX, vh.secret())
     checks = {c.name: c for c in record.checks}
     for name in ("complete_prompts", "exact_output_lengths", "session_progress"):
         assert checks[name].passed, (name, checks[name].summary)  # the accounting is all honest

@@ -26,13 +26,10 @@ SANDBOX = {"allow_unsandboxed": False, "tmp_mb": 512}
 
 
 def _run(env, directory, serving=None, model_dir=None, gguf="", ref=None, secret=None):
-    from infbench.serving.verify import verdict
-
     # a directory of its own per call: a later run of the same submission keeps this one's record
     out = Path(tempfile.mkdtemp(prefix="run-", dir=env["root"])) / Path(directory).name
-    return verdict.run_job(str(directory), serving or env["serving"], env["answers"], str(model_dir or env["tiny"]),
-                           gguf, str(ref or env["ref"]), str(env["sessions"]), str(out), str(out) + ".json",
-                           str(out) + ".server.log", SANDBOX, secret or vh.secret())
+    return vh.run_job(directory, serving or env["serving"], env["answers"], model_dir or env["tiny"], gguf,
+                      ref or env["ref"], env["sessions"], out, SANDBOX, secret or vh.secret())
 
 
 def _checks(record):

@@ -149,3 +149,14 @@ def public_table(model_dir: Path, sessions_path: Path, serving: dict, concurrenc
                 table["exact"][prompt_key(prompt)] = out
                 table["by_length"].setdefault(f"{len(prompt)}/{r.output_tokens}", out)
     return table
+
+
+def run_job(directory, serving: dict, answers, model_dir, gguf, reference, sessions, out, sandbox: dict, secret):
+    """The serving_verify rule's entry point on a test-size ``serving`` section (a dict, as in a config file)."""
+    from infbench.config.model import SandboxSettings, ServingSettings
+    from infbench.serving.verify import verdict
+
+    settings = ServingSettings.model_validate(serving)
+    return verdict.run_job(str(directory), settings.core, settings.verification, answers, str(model_dir), str(gguf),
+                           str(reference), str(sessions), str(out), str(out) + ".json", str(out) + ".server.log",
+                           SandboxSettings.model_validate(sandbox), secret)
