@@ -30,7 +30,7 @@ class GpuBudget:
 
 
 def config(cfg: Config, gpus: GpuBudget | None) -> None:
-    """The checks that span sections, in the order ``config_checks`` runs them (the serving section's own,
+    """The checks that span sections, in the order :func:`infbench.config.files.load` runs them (the serving section's own,
     :func:`serving`, run when it is validated, before these)."""
     from infbench.sources import resolve_gguf
 

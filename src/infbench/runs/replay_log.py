@@ -27,7 +27,7 @@ class _Score(BaseModel):
 
 
 class _Summary(BaseModel):
-    """The fields a replay summary (``infbench.serving.runs.RunSummary`` JSON) contributes."""
+    """The fields a replay summary (``infbench.serving.replay_job.RunSummary`` JSON) contributes."""
 
     server: str
     concurrency: int
