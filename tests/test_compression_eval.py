@@ -38,6 +38,25 @@ def test_honest_submission_verifies_with_f_equal_one(honest):
     assert record.decode.tps > 0 and record.s_res_bytes >= 4 * 1_500_000
 
 
+def test_a_package_over_every_limit_is_measured_but_not_checked(tiny_source, tmp_path, honest):
+    """Over the largest limit it is judged under, a package fails storage_package whatever else is measured:
+    its likelihood, memory and decode speed are reported, its integrity checks and gate are not run."""
+    pkg, measured = honest
+    limit_gib = measured.s_pkg_bytes / GIB * 0.5
+
+    def gate(proc):
+        raise AssertionError("the accuracy gate ran")
+
+    record = run(pkg, tiny_source, accuracy_gate=gate, memory_limit_gib=limit_gib)
+    assert record.failure is None and record.f == pytest.approx(measured.f, abs=1e-6)
+    assert [c.name for c in record.checks] == ["logits_shape"]
+    assert "exceeds every storage limit" in record.diagnostics["checks_not_run"]
+    assert record.decode.tps > 0 and record.s_res_bytes > 0
+    judged = verdict(record, Task(name="t", source="tiny", limit_gib=limit_gib))
+    assert judged.failed_check == "storage_package" and judged.score == 0.0
+    assert "checks_not_run" not in measured.diagnostics  # within its limit: every check
+
+
 def test_lazy_full_precision_copy_is_charged(tiny_source, tmp_path, honest):
     code = HONEST.replace("    def logits(self, input_ids, n_last):\n", """    def logits(self, input_ids, n_last):
         if not hasattr(self, "fp64_copy"):
@@ -175,7 +194,7 @@ def test_accuracy_gate_against_other_questions_is_a_record(tiny_source, tmp_path
     reference = driver.evaluate(lambda batch, n, stop: ["42"] * len(batch), other, settings, label="source",
                                 sandbox=SETTINGS.sandbox)
     results.write_json(tmp_path / "reference.json", reference)
-    gate = make_gate(cfg["answers"], tmp_path / "reference.json", tiny_source / "hf", label="c", question_seed=0)
+    gate = make_gate(settings, tmp_path / "reference.json", tiny_source / "hf", label="c", question_seed=0)
     record = run(make_package(tmp_path, tiny_source, HONEST, name="gated"), tiny_source, accuracy_gate=gate)
     judged = verdict(record, Task(name="t", source="tiny", limit_gib=1.0))
     assert judged.failed_check == "accuracy_gate" and "AnswerMismatchError" in record.failure
@@ -198,7 +217,7 @@ def test_accuracy_gate_evidence_keeps_each_answers_outcome(tiny_source, tmp_path
     reference = driver.evaluate(lambda batch, n, stop: ["42"] * len(batch), load_questions(settings, seed=0),
                                 settings, label="source", sandbox=SETTINGS.sandbox)
     results.write_json(tmp_path / "reference.json", reference)
-    gate = make_gate(cfg["answers"], tmp_path / "reference.json", tiny_source / "hf", label="c", question_seed=0)
+    gate = make_gate(settings, tmp_path / "reference.json", tiny_source / "hf", label="c", question_seed=0)
     record = run(make_package(tmp_path, tiny_source, HONEST, name="gated"), tiny_source, accuracy_gate=gate)
     check = next(c for c in record.checks if c.name == "accuracy_gate")
     items = check.evidence["items"]

@@ -189,7 +189,7 @@ def test_a_completion_that_daemonises_and_rewrites_the_record_is_not_counted(tin
     reference = driver.evaluate(lambda batch, n, stop: [""] * len(batch), load_questions(settings, seed=0),
                                 settings, label="source", sandbox=SETTINGS.sandbox)
     results.write_json(tmp_path / "reference.json", reference)
-    gate = make_gate(cfg["answers"], tmp_path / "reference.json", tiny_source / "hf", label="d", question_seed=0)
+    gate = make_gate(settings, tmp_path / "reference.json", tiny_source / "hf", label="d", question_seed=0)
     completion = DAEMON_COMPLETION.replace("TARGET", repr(str(target)))
     pkg = make_package(tmp_path, tiny_source, f"COMPLETION = {completion!r}\n" + JUDGE_ATTACK, name="daemon")
     record = run(pkg, tiny_source, accuracy_gate=gate)

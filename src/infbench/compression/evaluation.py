@@ -141,6 +141,9 @@ def measure(kind: str, package: str | Path, source: str, *, source_checkpoint: s
             record.s_pkg_bytes = package_bytes(package)
         record.s_pkg_gib = record.s_pkg_bytes / GIB
         record.package_bits_per_param = 8 * record.s_pkg_bytes / n_params
+        # A package over every limit it is judged under fails storage_package, the first check, whatever else
+        # is measured: its likelihood, memory and decode speed are reported, its integrity checks not run.
+        checking = verifying and not _over_every_limit(record, memory_limit_gib)
         preload = preload_modules(package, manifest)
         log = stack.enter_context(open(log_path, "ab")) if isinstance(log_path, (str, Path)) else log_path
         process = dict(sandbox=settings.sandbox, preload=preload, device=settings.device, threads=settings.threads,
@@ -161,22 +164,22 @@ def measure(kind: str, package: str | Path, source: str, *, source_checkpoint: s
             # The statefulness check's second worker imports its runtime while this one works; it loads the
             # package only once this one has ended (:func:`_fresh_process_check`).
             fresh = stack.enter_context(SubmissionProcess(package, **process, memory_limit_bytes=cap)) \
-                if verifying else None
+                if checking else None
             record.sandbox = proc.sandbox_record
             with step("load", phase="load"):
                 loaded = proc.load()
                 after_load, device_after_load = proc.memory(), proc.device_memory()
             logits = proc.logits  # every answer (sequences, n_last, the source's vocabulary) or logits_shape
             with step("likelihood", phase="likelihood"):
-                lp, answered = _score(logits, rows, settings, settings.integrity.probe_requests if verifying else 0,
-                                      held_out.probe_seed(secret, source, settings.seed) if verifying else 0)
+                lp, answered = _score(logits, rows, settings, settings.integrity.probe_requests if checking else 0,
+                                      held_out.probe_seed(secret, source, settings.seed) if checking else 0)
             record.checks.append(Check(name="logits_shape", passed=True, evidence={"source_vocab": vocab_size}))
             record.tokens_scored = int(lp.size)
             record.ppl, record.ref_ppl = scoring.perplexity(lp), scoring.perplexity(rows.reference)
             record.f = scoring.ppl_ratio(rows.reference, lp)
             record.f_ci95 = scoring.bootstrap_ppl_ratio(rows.reference, lp, n_resamples=settings.bootstrap_resamples,
                                                         seed=settings.seed)
-            if verifying:
+            if checking:
                 _verification_checks(proc, logits, vocab_size, record, rows, lp, answered, settings, accuracy_gate,
                                      step, sample_temperature)
             if fresh is not None:  # idle, waiting for its turn, before decoding is timed
@@ -201,7 +204,7 @@ def measure(kind: str, package: str | Path, source: str, *, source_checkpoint: s
                 record.diagnostics["in_process_audit"] = proc.access()
         record.s_res_bytes = max(record.s_res_load_bytes, record.s_res_after_inference_bytes)
         record.s_res_gib = record.s_res_bytes / GIB
-        if verifying:
+        if checking:
             with step("statefulness", phase="statefulness"):
                 _insert_after_probes(record.checks, _fresh_process_check(fresh, rows, lp, settings, secret, source))
     except SubmissionError as exc:
@@ -225,6 +228,17 @@ def measure(kind: str, package: str | Path, source: str, *, source_checkpoint: s
                                             "secret": secret.public() if verifying else None},
                                            {"submission": record.content_hash or ""})
     return record
+
+
+def _over_every_limit(record: EvaluationRecord, limit_gib: float | None) -> bool:
+    """Whether the package exceeds ``limit_gib``, the largest limit it is judged under (said in the record)."""
+    if limit_gib is None or record.s_pkg_bytes <= limit_gib * GIB:
+        return False
+    record.diagnostics["checks_not_run"] = (
+        f"the package ({record.s_pkg_gib:.3f} GiB) exceeds every storage limit it is judged under (the largest: "
+        f"{limit_gib:g} GiB), so it fails storage_package whatever else is measured; the integrity checks, the "
+        f"accuracy gate and the statefulness check were not run")
+    return True
 
 
 def _fresh_process_check(fresh: SubmissionProcess, rows: _Rows, lp: np.ndarray, settings: EvaluationSettings,
