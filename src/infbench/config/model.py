@@ -833,25 +833,28 @@ class ServerSpec(Section):
                                                       "engines).")] = True
 
 
-DEFAULT_SERVERS = {
-    "S0": ServerSpec(command=[
-        "{python}", "-m", "infbench.serving.starter", "--model", "{model_dir}", "--host", "{host}",
-        "--port", "{port}", "--served-model-name", "{model_name}", "--threads", "{threads}",
-        "--context-limit", "{context_limit}"]),
-    "llamacpp": ServerSpec(command=[
-        "{python}", "-m", "infbench.serving.llamacpp_server", "--model", "{gguf}", "--host", "{host}",
-        "--port", "{port}", "--served-model-name", "{model_name}", "--threads", "{threads}",
-        "--n-ctx", "{context_limit}"]),
-    "vllm": ServerSpec(command=[
-        "vllm", "serve", "{model_dir}", "--host", "{host}", "--port", "{port}", "--served-model-name",
-        "{model_name}", "--tensor-parallel-size", "{devices}", "--max-model-len", "{context_limit}",
-        "--enable-prefix-caching"], request_fields={"return_token_ids": True}, runnable=False),
-    "sglang": ServerSpec(command=[
-        "python", "-m", "sglang.launch_server", "--model-path", "{model_dir}", "--host", "{host}",
-        "--port", "{port}", "--served-model-name", "{model_name}", "--tp", "{devices}",
-        "--context-length", "{context_limit}"], runnable=False),
-}
-"""The paper's servers: S0 (the starter), llama.cpp, and the GPU engines vLLM and SGLang (dry-run only)."""
+def default_servers() -> dict[str, ServerSpec]:
+    """The paper's servers: S0 (the starter), llama.cpp, and the GPU engines vLLM and SGLang (dry-run only).
+    A function, not a module constant: the code digest counts the modules these commands run as part of what
+    calls it (the serving jobs), not of every job that imports the config models."""
+    return {
+        "S0": ServerSpec(command=[
+            "{python}", "-m", "infbench.serving.starter", "--model", "{model_dir}", "--host", "{host}",
+            "--port", "{port}", "--served-model-name", "{model_name}", "--threads", "{threads}",
+            "--context-limit", "{context_limit}"]),
+        "llamacpp": ServerSpec(command=[
+            "{python}", "-m", "infbench.serving.llamacpp_server", "--model", "{gguf}", "--host", "{host}",
+            "--port", "{port}", "--served-model-name", "{model_name}", "--threads", "{threads}",
+            "--n-ctx", "{context_limit}"]),
+        "vllm": ServerSpec(command=[
+            "vllm", "serve", "{model_dir}", "--host", "{host}", "--port", "{port}", "--served-model-name",
+            "{model_name}", "--tensor-parallel-size", "{devices}", "--max-model-len", "{context_limit}",
+            "--enable-prefix-caching"], request_fields={"return_token_ids": True}, runnable=False),
+        "sglang": ServerSpec(command=[
+            "python", "-m", "sglang.launch_server", "--model-path", "{model_dir}", "--host", "{host}",
+            "--port", "{port}", "--served-model-name", "{model_name}", "--tp", "{devices}",
+            "--context-length", "{context_limit}"], runnable=False),
+    }
 
 
 class ServingCore(Section):
@@ -872,10 +875,10 @@ class ServingCore(Section):
         "\"reference\" for the calibrated concurrency."))] = (SystemSpec(server="S0", concurrency=1),
                                                               SystemSpec(server="sglang",
                                                                          concurrency="reference"))
-    servers: Annotated[dict[str, ServerSpec], Field(description=(
+    servers: Annotated[dict[str, ServerSpec], Field(default_factory=default_servers, description=(
         "Launch specs. command: argv template with {python} {host} {port} {model_dir} {gguf} {model_name} "
         "{threads} {context_limit} {devices}; runnable: false = validated and dry-run only (GPU "
-        "engines)."))] = DEFAULT_SERVERS
+        "engines)."))]
 
     @model_validator(mode="after")
     def _references(self) -> ServingCore:

@@ -60,6 +60,12 @@ class _Unsorted(GenerateJsonSchema):
     def sort(self, value: JsonSchemaValue, parent_key: str | None = None) -> JsonSchemaValue:
         return value
 
+    def get_default_value(self, schema: Any) -> Any:
+        """A default made by a factory (:func:`infbench.config.model.default_servers`) is written out too."""
+        if "default_factory" in schema and not schema.get("default_factory_takes_data"):
+            return schema["default_factory"]()
+        return super().get_default_value(schema)
+
 
 def _shape(node: Any, defs: dict[str, Any]) -> Any:
     """``node`` with refs inlined and pydantic's spellings turned into the ones Snakemake fills from."""
