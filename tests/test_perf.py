@@ -44,8 +44,8 @@ def test_bench_stages_runs_the_pipelines_stages_and_compares_two_runs(tiny_run, 
                  "--likelihood-only", "--compare", str(workdir)]) == 0
     text = capsys.readouterr().out
     assert "likelihood: The BF16 reference likelihood" in text
-    assert re.search(r"search: continuations identical in a and b \(share of contexts\) \|\s+1 \|", text), text
-    assert re.search(r"verification: reference PPL \|\s+([0-9.]+) \|\s+\1 \|", text), text
+    assert re.search(r"search: continuations identical in a and b \(share of contexts\)\s+\|\s+1\s+\|", text), text
+    assert re.search(r"verification: reference PPL\s+\|\s+([0-9.]+)\s+\|\s+\1\s+\|", text), text
     written = yaml.safe_load((out / "config.yaml").read_text())
     assert written["likelihood"]["device"] == "cpu" and "serving" not in written
 
