@@ -28,6 +28,6 @@ if SERVING is not None:
 
 
 rule all:
+    default_target: True
     input:
         PLAN.targets,
-    default_target: True

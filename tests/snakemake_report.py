@@ -99,7 +99,9 @@ def _decode(href: str) -> str:
     return base64.b64decode(data).decode() if head.endswith(";base64") else urllib.parse.unquote(data)
 
 
-async def _read(html: Path, profile: Path, screenshot: Path, screenshot_of: str, viewport: tuple[int, int]) -> ReportView:
+async def _read(
+    html: Path, profile: Path, screenshot: Path, screenshot_of: str, viewport: tuple[int, int]
+) -> ReportView:
     async with Page(profile, *viewport) as page:
         await page.open(html.resolve().as_uri())
         await page.wait_for("document.querySelector('nav ol li a')")
@@ -112,8 +114,15 @@ async def _read(html: Path, profile: Path, screenshot: Path, screenshot_of: str,
                 for path in paths:
                     shown = await page.evaluate(f"{SHOW}({path!r})")
                     if shown["kind"] == "image":
-                        images.append(ShownImage(path=path, category=category, width=shown["width"],
-                                                 height=shown["height"], reachable=shown["reachable"]))
+                        images.append(
+                            ShownImage(
+                                path=path,
+                                category=category,
+                                width=shown["width"],
+                                height=shown["height"],
+                                reachable=shown["reachable"],
+                            )
+                        )
                         if path == screenshot_of:
                             await page.screenshot(screenshot)
                     else:
@@ -124,8 +133,9 @@ async def _read(html: Path, profile: Path, screenshot: Path, screenshot_of: str,
         return ReportView(categories=categories, images=images, tables=tables, captions=captions)
 
 
-def read(html: Path, profile: Path, screenshot: Path, screenshot_of: str,
-         viewport: tuple[int, int] = (1400, 800)) -> ReportView:
+def read(
+    html: Path, profile: Path, screenshot: Path, screenshot_of: str, viewport: tuple[int, int] = (1400, 800)
+) -> ReportView:
     """Everything a reader of ``html`` can open in a window of ``viewport`` pixels (a laptop's by
     default); a screenshot of the figure ``screenshot_of`` shown."""
     return asyncio.run(_read(html, profile, screenshot, screenshot_of, viewport))

@@ -137,16 +137,14 @@ def test_gate_refuses_results_from_other_questions_or_settings(answer_settings, 
         driver.gate(candidate, reference, 0.8)
 
 
-@pytest.mark.parametrize("broken", [lambda b, n, s: b[:-1], lambda b, n, s: [None] * len(b),
-                                    lambda b, n, s: "text"])
+@pytest.mark.parametrize("broken", [lambda b, n, s: b[:-1], lambda b, n, s: [None] * len(b), lambda b, n, s: "text"])
 def test_runtime_breaking_the_contract_is_named(answer_settings, questions, broken):
     with pytest.raises(driver.AnswerRuntimeError, match="generate_fn returned"):
         evaluate(broken, questions, answer_settings)
 
 
 def test_result_files_round_trip_atomically(answer_settings, questions, tmp_path):
-    res = evaluate(Scripted(questions, {questions["gsm8k"].questions[0].id}), questions,
-                          answer_settings, label="x")
+    res = evaluate(Scripted(questions, {questions["gsm8k"].questions[0].id}), questions, answer_settings, label="x")
     results.write_json(tmp_path / "r.json", res)
     results.write_items_parquet(tmp_path / "r.parquet", res)
     assert results.read_json(tmp_path / "r.json") == res
@@ -165,8 +163,13 @@ def test_datasets_loader_on_local_files(tmp_path):
     train_rows = [{"question": "What is 1+1?", "answer": "1+1=2\n#### 2"}] * 5
     for name, rows in (("test", test_rows), ("train", train_rows)):
         (tmp_path / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    spec = DatasetSpec(path="json", name=None, split="test", fewshot_split="train",
-                       data_files={s: str(tmp_path / f"{s}.jsonl") for s in ("test", "train")})
+    spec = DatasetSpec(
+        path="json",
+        name=None,
+        split="test",
+        fewshot_split="train",
+        data_files={s: str(tmp_path / f"{s}.jsonl") for s in ("test", "train")},
+    )
     pool, fewshot, origin = datasets_pool("gsm8k", spec, shots=4)
     assert [q.gold for q in pool] == [(str(i + 1),) for i in range(6)]
     assert len(fewshot) == 4 and fewshot[0].target == "1+1=2\n#### 2"

@@ -16,25 +16,31 @@ def trivia(*aliases: str) -> Question:
     return Question(benchmark="triviaqa", id="q", text="?", target=aliases[0], gold=aliases)
 
 
-@pytest.mark.parametrize("completion,stop,expected", [
-    (" 5+3=8.\n#### 8\n\nQuestion: next", GSM8K_STOP, " 5+3=8.\n#### 8"),
-    (" Paris, France.\nQuestion", ("\n", ".", ","), " Paris"),
-    ("    return x\n# comment\ndef g(): pass", ("\nclass", "\ndef", "\n#", "\nif", "\nprint"), "    return x"),
-    ("no stop here", ("\n",), "no stop here"),
-    ("", ("\n",), ""),
-])
+@pytest.mark.parametrize(
+    "completion,stop,expected",
+    [
+        (" 5+3=8.\n#### 8\n\nQuestion: next", GSM8K_STOP, " 5+3=8.\n#### 8"),
+        (" Paris, France.\nQuestion", ("\n", ".", ","), " Paris"),
+        ("    return x\n# comment\ndef g(): pass", ("\nclass", "\ndef", "\n#", "\nif", "\nprint"), "    return x"),
+        ("no stop here", ("\n",), "no stop here"),
+        ("", ("\n",), ""),
+    ],
+)
 def test_truncate_at_earliest_stop(completion, stop, expected):
     assert judge.truncate_at_stop(completion, stop) == expected
 
 
-@pytest.mark.parametrize("response,expected", [
-    ("The total is $1,000.", "1000"),  # $, comma and trailing period removed
-    ("#### 1,500", "1500"),
-    ("She has -7 left", "-7"),
-    ("2.50 dollars", "2.50"),
-    ("7", "7"),
-    ("no number at all", None),
-])
+@pytest.mark.parametrize(
+    "response,expected",
+    [
+        ("The total is $1,000.", "1000"),  # $, comma and trailing period removed
+        ("#### 1,500", "1500"),
+        ("She has -7 left", "-7"),
+        ("2.50 dollars", "2.50"),
+        ("7", "7"),
+        ("no number at all", None),
+    ],
+)
 def test_gsm8k_flexible_extract(response, expected):
     assert judge.gsm8k_extract(response) == expected
 
@@ -54,15 +60,18 @@ def test_gsm8k_gold_and_prediction_are_cleaned_alike():
     assert judge.judge_text(gsm8k("3"), "three")[1] is False
 
 
-@pytest.mark.parametrize("text,expected", [
-    ("The Eiffel_Tower!", "eiffel tower"),
-    ("\u2018Paris\u2019", "paris"),  # curly quotes
-    ("Caf\u00b4e `Rouge`", "caf e rouge"),  # acute accent and backtick become spaces
-    ("An apple a day", "apple day"),
-    ("Theatre of the Absurd", "theatre of absurd"),  # 'the' only as a word
-    ("  New   York,  USA ", "new york usa"),
-    ("Mt. Everest", "mt everest"),
-])
+@pytest.mark.parametrize(
+    "text,expected",
+    [
+        ("The Eiffel_Tower!", "eiffel tower"),
+        ("\u2018Paris\u2019", "paris"),  # curly quotes
+        ("Caf\u00b4e `Rouge`", "caf e rouge"),  # acute accent and backtick become spaces
+        ("An apple a day", "apple day"),
+        ("Theatre of the Absurd", "theatre of absurd"),  # 'the' only as a word
+        ("  New   York,  USA ", "new york usa"),
+        ("Mt. Everest", "mt everest"),
+    ],
+)
 def test_triviaqa_official_normalisation(text, expected):
     assert judge.triviaqa_normalize(text) == expected
 
@@ -76,8 +85,9 @@ def test_triviaqa_matches_any_alias():
 
 
 def test_humaneval_case_keeps_the_completion_out_of_the_test():
-    q = Question(benchmark="humaneval", id="h", text="def f(x):\n", test="def check(c):\n    assert c(1) == 2\n",
-                 entry_point="f")
+    q = Question(
+        benchmark="humaneval", id="h", text="def f(x):\n", test="def check(c):\n    assert c(1) == 2\n", entry_point="f"
+    )
     case = judge.humaneval_case(q, "    return x + 1")
     assert case.program == "def f(x):\n    return x + 1\n" and case.entry_point == "f"
     assert case.helpers == q.text and case.test == q.test  # the trusted side never sees the completion

@@ -16,9 +16,12 @@ SCHEMA = yaml.safe_load((REPO / "workflow/schemas/config.schema.yaml").read_text
 
 def small(settings, n: int, **max_new_tokens):
     """``n`` questions per benchmark; token budgets capped so the CPU test stays short."""
-    return settings.model_copy(update={
-        b: settings.benchmark(b).model_copy(update={"n_questions": n, "max_new_tokens": max_new_tokens[b]})
-        for b in max_new_tokens})
+    return settings.model_copy(
+        update={
+            b: settings.benchmark(b).model_copy(update={"n_questions": n, "max_new_tokens": max_new_tokens[b]})
+            for b in max_new_tokens
+        }
+    )
 
 
 @pytest.mark.slow
@@ -26,9 +29,16 @@ def test_smollm2_reference_end_to_end(smollm2_source, answer_settings, tmp_path)
     """The real source on 3 questions per benchmark: generate, judge, write the frozen reference, gate."""
     out, _ = smollm2_source
     settings = small(answer_settings, 3, gsm8k=96, humaneval=48, triviaqa=24)
-    ref = compute_reference("smollm2-135m", out / "hf", settings, tmp_path / "reference.json",
-                            tmp_path / "reference_items.parquet", question_seed=settings.seed,
-                            sandbox=SANDBOX, threads=2)
+    ref = compute_reference(
+        "smollm2-135m",
+        out / "hf",
+        settings,
+        tmp_path / "reference.json",
+        tmp_path / "reference_items.parquet",
+        question_seed=settings.seed,
+        sandbox=SANDBOX,
+        threads=2,
+    )
     assert [(b.benchmark, b.n) for b in ref.benchmarks] == [("gsm8k", 3), ("humaneval", 3), ("triviaqa", 3)]
     by_bench = {b.benchmark: b for b in ref.benchmarks}
     # Easy items (seed 0 draws 2 + 3*10 cows, 8 cars * 20 seats; Mars, Everest): a 135M model gets some.
@@ -47,9 +57,14 @@ def test_smollm2_reference_end_to_end(smollm2_source, answer_settings, tmp_path)
     assert results.read_items_parquet(tmp_path / "reference_items.parquet") == ref.items
     assert driver.gate(frozen, frozen, settings.rho).passed
     # a candidate that answers nothing fails the gate against it
-    silent, verdict = driver.gate_candidate(lambda batch, n, stop: [""] * len(batch), settings,
-                                            tmp_path / "reference.json", label="silent",
-                                            question_seed=settings.seed, sandbox=SANDBOX)
+    silent, verdict = driver.gate_candidate(
+        lambda batch, n, stop: [""] * len(batch),
+        settings,
+        tmp_path / "reference.json",
+        label="silent",
+        question_seed=settings.seed,
+        sandbox=SANDBOX,
+    )
     assert silent.mean_accuracy == 0 and not verdict.passed and verdict.reference_accuracy == ref.mean_accuracy
 
 
@@ -70,12 +85,18 @@ def test_reference_rule_is_planned_for_each_source(workdir):
     assert jobs["answers_reference"] == 1
 
 
-@pytest.mark.parametrize("old,new,expected", [
-    ("gsm8k: {n_questions: 26}", "gsm8k: {n_questions: 40}",
-     "config key 'answers.gsm8k.n_questions': 40 questions asked, the question pool has only 26"),
-    ("triviaqa: {n_questions: 26}", "triviaqa: {n_questions: 26, shots: 6}", "config key 'answers.triviaqa.shots'"),
-    ("humaneval: {n_questions: 26}", "humaneval: {n_questions: 26, shots: 3}", "0 was expected"),
-])
+@pytest.mark.parametrize(
+    "old,new,expected",
+    [
+        (
+            "gsm8k: {n_questions: 26}",
+            "gsm8k: {n_questions: 40}",
+            "config key 'answers.gsm8k.n_questions': 40 questions asked, the question pool has only 26",
+        ),
+        ("triviaqa: {n_questions: 26}", "triviaqa: {n_questions: 26, shots: 6}", "config key 'answers.triviaqa.shots'"),
+        ("humaneval: {n_questions: 26}", "humaneval: {n_questions: 26, shots: 3}", "0 was expected"),
+    ],
+)
 def test_bad_answers_config_fails_before_any_job(tmp_path, old, new, expected):
     text = (REPO / "config/config.yaml").read_text()
     assert old in text

@@ -29,8 +29,10 @@ def up_to_date(tmp_path_factory):
     root = tmp_path_factory.mktemp("repo")
     for name in COPIED:
         (shutil.copytree if (REPO / name).is_dir() else shutil.copy2)(
-            REPO / name, root / name, **({"ignore": shutil.ignore_patterns("__pycache__")}
-                                         if (REPO / name).is_dir() else {}))
+            REPO / name,
+            root / name,
+            **({"ignore": shutil.ignore_patterns("__pycache__")} if (REPO / name).is_dir() else {}),
+        )
     workdir = root
     env = {**os.environ, "PYTHONPATH": str(root / "src")}
     noop_rerun.make_up_to_date(root, workdir, root / "config/config.yaml", env)
@@ -57,6 +59,7 @@ def _edited(up_to_date, module: str, edit) -> dict[str, int]:
 
 def _statement_in(function: str, statement: str):
     """An edit that adds ``statement`` before the last statement of top-level ``function``."""
+
     def edit(text: str) -> str:
         node = next(n for n in ast.parse(text).body if getattr(n, "name", None) == function)
         last = node.body[-1]
@@ -77,21 +80,37 @@ def test_an_up_to_date_workflow_plans_nothing(up_to_date):
 
 
 def test_editing_the_scorer_plans_scoring_verification_and_tables_but_not_sampling(up_to_date):
-    planned = _edited(up_to_date, "compression/scoring.py",
-                      _statement_in("score_continuations", "assert batch_size > 0"))
-    assert planned == {"score_reference": 2, "reference_table": 1, "plot_reference": 1, **VERIFICATION, **RUNS, "all": 1}
+    planned = _edited(
+        up_to_date, "compression/scoring.py", _statement_in("score_continuations", "assert batch_size > 0")
+    )
+    assert planned == {
+        "score_reference": 2,
+        "reference_table": 1,
+        "plot_reference": 1,
+        **VERIFICATION,
+        **RUNS,
+        "all": 1,
+    }
 
 
 def test_editing_an_integrity_check_plans_verification_and_what_follows(up_to_date):
-    planned = _edited(up_to_date, "compression/integrity.py",
-                      _statement_in("greedy_matches_argmax", "assert n_new > 0"))
+    planned = _edited(
+        up_to_date, "compression/integrity.py", _statement_in("greedy_matches_argmax", "assert n_new > 0")
+    )
     assert planned == {**VERIFICATION, **RUNS, "all": 1}
 
 
 def test_editing_the_replay_client_plans_the_serving_jobs_that_replay(up_to_date):
     planned = _edited(up_to_date, "serving/replay.py", _statement_in("run", "assert settings is not None"))
-    assert planned == {"serving_calibrate": 1, "serving_replay": 2, "serving_table": 1, "serving_verify": 2,
-                       "serving_verified_table": 1, "operator_secret": 1, "all": 1}
+    assert planned == {
+        "serving_calibrate": 1,
+        "serving_replay": 2,
+        "serving_table": 1,
+        "serving_verify": 2,
+        "serving_verified_table": 1,
+        "operator_secret": 1,
+        "all": 1,
+    }
 
 
 @pytest.mark.parametrize("module", ["compression/scoring.py", "serving/__init__.py"])
@@ -103,9 +122,17 @@ def test_code_added_to_a_docstring_only_package_init_plans_every_job_importing_t
     """serving/__init__.py runs whenever any serving module is imported: its code is part of every job that
     imports one, and of nothing else."""
     planned = _edited(up_to_date, "serving/__init__.py", lambda text: text + "DEFAULT_PORT = 8000\n")
-    serving = {"serving_synthetic": 1, "serving_workload": 1, "serving_coverage": 1, "serving_calibrate": 1,
-               "serving_replay": 2, "serving_table": 1, "serving_verification_reference": 1, "serving_verify": 2,
-               "serving_verified_table": 1}
+    serving = {
+        "serving_synthetic": 1,
+        "serving_workload": 1,
+        "serving_coverage": 1,
+        "serving_calibrate": 1,
+        "serving_replay": 2,
+        "serving_table": 1,
+        "serving_verification_reference": 1,
+        "serving_verify": 2,
+        "serving_verified_table": 1,
+    }
     assert planned == {**serving, "operator_secret": 1, "all": 1}
 
 
@@ -148,8 +175,9 @@ def test_an_import_guarded_by_except_import_error_is_not_required(tmp_path):
 
 def test_servers_launched_by_config_and_a_submissions_files_are_reached(tmp_path):
     plain = code_digest.digest(REPO / "workflow/scripts/serving_replay.py")
-    with_servers = code_digest.digest(REPO / "workflow/scripts/serving_replay.py",
-                                      also_modules=["infbench.serving.instant"])
+    with_servers = code_digest.digest(
+        REPO / "workflow/scripts/serving_replay.py", also_modules=["infbench.serving.instant"]
+    )
     assert plain != with_servers
     server = tmp_path / "server.py"
     server.write_text("from infbench.serving.llamacpp_server import main\nmain()\n")

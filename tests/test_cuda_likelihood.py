@@ -23,8 +23,15 @@ def llama_cuda():
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=4096, hidden_size=256, intermediate_size=704, num_hidden_layers=4,
-                      num_attention_heads=8, num_key_value_heads=2, max_position_embeddings=1024)
+    cfg = LlamaConfig(
+        vocab_size=4096,
+        hidden_size=256,
+        intermediate_size=704,
+        num_hidden_layers=4,
+        num_attention_heads=8,
+        num_key_value_heads=2,
+        max_position_embeddings=1024,
+    )
     cpu = LlamaForCausalLM(cfg).eval()
     cuda = LlamaForCausalLM(cfg).eval()
     cuda.load_state_dict(cpu.state_dict())
@@ -45,8 +52,9 @@ def test_fused_scorer_kernel_matches_the_cpu_arithmetic(dtype):
 
 
 def _sample(model, ctx, indices, **kw):
-    args = dict(set_name="search", n_tokens=300, temperature=1.0, seed=0, batch_size=len(ctx), progress=False,
-                kv_window=64)
+    args = dict(
+        set_name="search", n_tokens=300, temperature=1.0, seed=0, batch_size=len(ctx), progress=False, kv_window=64
+    )
     args.update(kw)
     return sampling.sample_transformers(model, ctx, indices, **args)
 
@@ -97,25 +105,28 @@ def test_exact_decoding_matches_a_full_forward_pass(llama_bf16):
 
 
 @pytest.mark.parametrize("splits", [None, 1])  # here several per row; one, as when the rows fill the device
-@pytest.mark.parametrize("dtype, heads, kv_heads, dim", [
-    (torch.bfloat16, 32, 8, 64), (torch.bfloat16, 8, 8, 128), (torch.float32, 12, 4, 32),
-    (torch.float16, 4, 1, 256)])
+@pytest.mark.parametrize(
+    "dtype, heads, kv_heads, dim",
+    [(torch.bfloat16, 32, 8, 64), (torch.bfloat16, 8, 8, 128), (torch.float32, 12, 4, 32), (torch.float16, 4, 1, 256)],
+)
 def test_decode_kernel_reads_each_rows_own_length(dtype, heads, kv_heads, dim, splits):
     from infbench.compression import cuda_attention
 
     gen = torch.Generator(device="cuda").manual_seed(0)
     batch, slots = 6, 700  # slots: not a multiple of the kernel's split
     lengths = torch.tensor([1, 63, 64, 300, 513, 700], dtype=torch.int32, device="cuda")
-    query, key, value = (torch.randn(shape, generator=gen, device="cuda").to(dtype) for shape in (
-        (batch, heads, 1, dim), (batch, kv_heads, slots, dim), (batch, kv_heads, slots, dim)))
+    query, key, value = (
+        torch.randn(shape, generator=gen, device="cuda").to(dtype)
+        for shape in ((batch, heads, 1, dim), (batch, kv_heads, slots, dim), (batch, kv_heads, slots, dim))
+    )
     key[1, :, 63:] = float("nan")  # slots past a row's length are never read
     out = cuda_attention.decode_attention(query, key, value, lengths, None, splits=splits)
     assert out.shape == (batch, 1, heads, dim) and out.dtype == dtype
     for b, n in enumerate(lengths.tolist()):
         ref = torch.nn.functional.scaled_dot_product_attention(
-            query[b:b + 1].double(), key[b:b + 1, :, :n].double(), value[b:b + 1, :, :n].double(),
-            enable_gqa=True).transpose(1, 2)
-        error = float((out[b:b + 1].double() - ref).norm() / ref.norm())
+            query[b : b + 1].double(), key[b : b + 1, :, :n].double(), value[b : b + 1, :, :n].double(), enable_gqa=True
+        ).transpose(1, 2)
+        error = float((out[b : b + 1].double() - ref).norm() / ref.norm())
         assert error < (1e-5 if dtype == torch.float32 else 1e-2), (b, n, error)
 
 
@@ -172,8 +183,10 @@ def test_nvml_sees_a_known_allocation_of_a_child_process():
         for proc in (child, idle):
             proc.stdin.close()
             proc.wait(timeout=60)
-    print(f"NVML: CUDA context {context / 2**20:.1f} MiB, after a 1 GiB allocation "
-          f"{allocated / 2**20:.1f} MiB (+{(allocated - context) / 2**20:.1f} MiB)")
+    print(
+        f"NVML: CUDA context {context / 2**20:.1f} MiB, after a 1 GiB allocation "
+        f"{allocated / 2**20:.1f} MiB (+{(allocated - context) / 2**20:.1f} MiB)"
+    )
     assert context > 0
     assert 2**30 <= allocated - context <= 2**30 + 8 * 2**20
     assert none == 0

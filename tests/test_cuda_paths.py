@@ -25,7 +25,7 @@ ALLOWANCE = 16 << 20  # verification.runtime_allowance_mib's default
 SANDBOX = SandboxSettings(allow_unsandboxed=True, tmp_mb=1024)
 MIB = 1 << 20
 
-PYTHON_RUNTIME = '''
+PYTHON_RUNTIME = """
 import numpy as np, torch
 from pathlib import Path
 from transformers import AutoModelForCausalLM
@@ -55,7 +55,7 @@ class Model:
 
 def load(package_dir, device):
     return Model(package_dir, device)
-'''
+"""
 
 COPIES = {
     "honest": "",
@@ -69,9 +69,18 @@ def checkpoint(tmp_path_factory) -> tuple[Path, int]:
 
     out = tmp_path_factory.mktemp("cuda_ckpt") / "model"
     torch.manual_seed(0)
-    model = LlamaForCausalLM(LlamaConfig(vocab_size=VOCAB, hidden_size=256, intermediate_size=704,
-                                         num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
-                                         max_position_embeddings=1024, tie_word_embeddings=True))
+    model = LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=VOCAB,
+            hidden_size=256,
+            intermediate_size=704,
+            num_hidden_layers=4,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=1024,
+            tie_word_embeddings=True,
+        )
+    )
     model.to(torch.bfloat16).save_pretrained(out)
     return out, sum(p.numel() * p.element_size() for p in model.parameters())
 
@@ -91,8 +100,13 @@ def package(root: Path, checkpoint: Path, runtime: str, code: str = "") -> Path:
 def resident(pkg: Path) -> dict[str, int]:
     """Device (NVML) and host (outside meter) bytes beyond a baseline worker's, after load and after inference;
     and the worker's own allocator figure."""
-    common = dict(sandbox=SANDBOX, preload=preload_modules(pkg, load_manifest(pkg)), device="cuda",
-                  timeout_s=300, vocab_size=VOCAB)
+    common = dict(
+        sandbox=SANDBOX,
+        preload=preload_modules(pkg, load_manifest(pkg)),
+        device="cuda",
+        timeout_s=300,
+        vocab_size=VOCAB,
+    )
     with SubmissionProcess(None, baseline=True, **common) as empty:
         device0, host0 = empty.device_memory(), empty.memory().counted_bytes
     assert device0 is not None, "NVML gives no per-process device memory here"
@@ -102,8 +116,12 @@ def resident(pkg: Path) -> dict[str, int]:
         proc.logits([[1, 2, 3, 4, 5, 6, 7, 8]], 4)
         proc.generate([1, 2, 3], 8)
         proc.release()
-        out.update(device_after=proc.device_memory() - device0, host_after=proc.memory().counted_bytes - host0,
-                   inprocess=inprocess, sandbox=proc.sandbox_record.kind)
+        out.update(
+            device_after=proc.device_memory() - device0,
+            host_after=proc.memory().counted_bytes - host0,
+            inprocess=inprocess,
+            sandbox=proc.sandbox_record.kind,
+        )
     print(pkg.name, {k: v if isinstance(v, str) else round(v / MIB, 1) for k, v in out.items()})
     return out
 
@@ -116,9 +134,18 @@ def checkpoint_1b(tmp_path_factory) -> tuple[Path, int]:
     out = tmp_path_factory.mktemp("cuda_ckpt_1b") / "model"
     torch.manual_seed(0)
     with torch.device("cuda"):
-        model = LlamaForCausalLM(LlamaConfig(hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
-                                             num_attention_heads=32, num_key_value_heads=8, vocab_size=128256,
-                                             tie_word_embeddings=True, max_position_embeddings=4096))
+        model = LlamaForCausalLM(
+            LlamaConfig(
+                hidden_size=2048,
+                intermediate_size=8192,
+                num_hidden_layers=16,
+                num_attention_heads=32,
+                num_key_value_heads=8,
+                vocab_size=128256,
+                tie_word_embeddings=True,
+                max_position_embeddings=4096,
+            )
+        )
     model.to(torch.bfloat16).save_pretrained(out)
     weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     del model
@@ -149,7 +176,9 @@ def test_resident_bytes_are_the_weights_on_cuda(tmp_path, checkpoint, runtime):
 
 def test_a_lazy_full_precision_copy_on_the_gpu_is_seen_from_outside(tmp_path, checkpoint):
     ckpt, weight_bytes = checkpoint
-    r = resident(package(tmp_path / "gpu_copy", ckpt, "python", PYTHON_RUNTIME.replace("# COPY", COPIES["gpu_fp32_copy"])))
+    r = resident(
+        package(tmp_path / "gpu_copy", ckpt, "python", PYTHON_RUNTIME.replace("# COPY", COPIES["gpu_fp32_copy"]))
+    )
     # an fp32 copy is 2x the bf16 weights; part of it lands in segments the allocator had reserved already
     # (measured: +14.0 MiB for a 15.3 MiB copy)
     assert r["device_after"] - r["device_load"] >= 1.5 * weight_bytes
@@ -158,10 +187,19 @@ def test_a_lazy_full_precision_copy_on_the_gpu_is_seen_from_outside(tmp_path, ch
 def test_decode_timing_on_cuda(tmp_path, checkpoint):
     ckpt, _ = checkpoint
     pkg = package(tmp_path / "hf", ckpt, "hf")
-    with SubmissionProcess(pkg, sandbox=SANDBOX, preload=preload_modules(pkg, load_manifest(pkg)), device="cuda",
-                           timeout_s=300) as proc:
+    with SubmissionProcess(
+        pkg, sandbox=SANDBOX, preload=preload_modules(pkg, load_manifest(pkg)), device="cuda", timeout_s=300
+    ) as proc:
         proc.load()
-        timing = measure_decode(proc.generate, vocab_size=VOCAB, prompt_tokens=256, output_tokens=32, rounds=3,
-                                requests_per_round=3, warmup=1, seed=0)
+        timing = measure_decode(
+            proc.generate,
+            vocab_size=VOCAB,
+            prompt_tokens=256,
+            output_tokens=32,
+            rounds=3,
+            requests_per_round=3,
+            warmup=1,
+            seed=0,
+        )
     assert len(timing.round_means_s) == 3 and timing.tps > 0
     print(f"CUDA decode: {timing.tps:.1f} tok/s (L = {timing.latency_s * 1e3:.2f} ms for 31 tokens)")

@@ -17,9 +17,11 @@ from infbench import code_digest, envs
 ENVIRONMENTS = envs.environments()
 ENV_DIR = REPO / "envs"
 # Imported on a path the config selects, from another env of the same rule.
-OPTIONAL = {("pipeline", "vllm"): "likelihood.backend: vllm runs sampling and scoring in envs/vllm.yaml",
-            ("pipeline", "triton"): "the CUDA kernels (cuda_attention, cuda_draw): Triton ships with "
-                                    "PyTorch's CUDA builds; CPU jobs never import it"}
+OPTIONAL = {
+    ("pipeline", "vllm"): "likelihood.backend: vllm runs sampling and scoring in envs/vllm.yaml",
+    ("pipeline", "triton"): "the CUDA kernels (cuda_attention, cuda_draw): Triton ships with "
+    "PyTorch's CUDA builds; CPU jobs never import it",
+}
 
 
 def _rules() -> dict[str, dict]:
@@ -29,8 +31,11 @@ def _rules() -> dict[str, dict]:
         for block in re.split(r"\n\s*rule ", smk.read_text())[1:]:
             name = block.split(":")[0]
             conda = re.search(r"conda:\n\s+(\S+)", block).group(1)
-            named = ["pipeline", "vllm"] if conda == "LIKELIHOOD_ENV" else \
-                [re.fullmatch(r'"\.\./\.\./envs/([\w-]+)\.yaml"', conda).group(1)]
+            named = (
+                ["pipeline", "vllm"]
+                if conda == "LIKELIHOOD_ENV"
+                else [re.fullmatch(r'"\.\./\.\./envs/([\w-]+)\.yaml"', conda).group(1)]
+            )
             script = re.search(r'script:\n\s+"\.\./scripts/(\w+)\.py"', block)
             rules[name] = {"script": script.group(1) if script else None, "envs": named}
     return rules
@@ -44,8 +49,11 @@ def _rule_imports(rule: str) -> set[str]:
     (the schema's default server commands) and the example server submissions' files."""
     script = REPO / "workflow/scripts" / f"{RULES[rule]['script']}.py"
     also_files = sorted(str(p) for p in (REPO / "examples/servers").rglob("*.py")) if rule == "serving_verify" else []
-    also_modules = ["infbench.serving.starter", "infbench.serving.llamacpp_server"] if rule in (
-        "serving_calibrate", "serving_replay", "serving_verify") else []
+    also_modules = (
+        ["infbench.serving.starter", "infbench.serving.llamacpp_server"]
+        if rule in ("serving_calibrate", "serving_replay", "serving_verify")
+        else []
+    )
     return code_digest.reach(script, also_files=also_files, also_modules=also_modules).third_party
 
 
@@ -86,7 +94,9 @@ def test_llama_cpp_is_compiled_in_every_env_that_imports_it():
         if importers:
             assert any(r.startswith("llama-cpp-python==") for r in env.built), name
             assert not any(r.startswith("llama-cpp-python") for r in env.requirements), name
-            assert "CMAKE_ARGS=-DGGML_NATIVE=OFF python -m pip wheel" in (ENV_DIR / f"{name}.post-deploy.sh").read_text()
+            assert (
+                "CMAKE_ARGS=-DGGML_NATIVE=OFF python -m pip wheel" in (ENV_DIR / f"{name}.post-deploy.sh").read_text()
+            )
 
 
 UV = str(Path(sys.executable).with_name("uv"))
@@ -97,12 +107,31 @@ def _compile(requirements: list[str], tmp: Path, *flags: str) -> set[str]:
     resolver against the package index (seconds; pip's dry run took three minutes for the two envs)."""
     spec, out = tmp / "requirements.in", tmp / "resolved.txt"
     spec.write_text("\n".join(requirements) + "\n")
-    proc = subprocess.run([UV, "pip", "compile", "--quiet", "--python-version", "3.11", "--python-platform",
-                           "x86_64-manylinux_2_28", *flags, str(spec), "-o", str(out)],
-                          capture_output=True, text=True, timeout=1800)
+    proc = subprocess.run(
+        [
+            UV,
+            "pip",
+            "compile",
+            "--quiet",
+            "--python-version",
+            "3.11",
+            "--python-platform",
+            "x86_64-manylinux_2_28",
+            *flags,
+            str(spec),
+            "-o",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    return {_canonical(line.split("==")[0]) for line in out.read_text().splitlines() if "==" in line
-            and not line.startswith("#")}
+    return {
+        _canonical(line.split("==")[0])
+        for line in out.read_text().splitlines()
+        if "==" in line and not line.startswith("#")
+    }
 
 
 @pytest.fixture(scope="session")

@@ -19,9 +19,19 @@ def contexts_file(smollm2_source, tmp_path_factory):
 
     out = tmp_path_factory.mktemp("gptq_contexts")
     src, _ = smollm2_source
-    contexts.build("smollm2-135m", src / "hf", src / "source.json", out / "contexts.parquet", out / "contexts.json",
-                   set_name="search", corpus=CorpusSpec(type="embedded"), contexts_per_set=4, context_tokens=32,
-                   continuation_tokens=8, seed=0)
+    contexts.build(
+        "smollm2-135m",
+        src / "hf",
+        src / "source.json",
+        out / "contexts.parquet",
+        out / "contexts.json",
+        set_name="search",
+        corpus=CorpusSpec(type="embedded"),
+        contexts_per_set=4,
+        context_tokens=32,
+        continuation_tokens=8,
+        seed=0,
+    )
     return out / "contexts.parquet"
 
 
@@ -44,9 +54,18 @@ def untied(smollm2_source, tmp_path_factory):
 
     out = tmp_path_factory.mktemp("untied") / "hf"
     torch.manual_seed(0)
-    LlamaForCausalLM(LlamaConfig(vocab_size=49152, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                                 num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
-                                 tie_word_embeddings=False)).to(torch.bfloat16).save_pretrained(out)
+    LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=49152,
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=256,
+            tie_word_embeddings=False,
+        )
+    ).to(torch.bfloat16).save_pretrained(out)
     AutoTokenizer.from_pretrained(smollm2_source[0] / "hf").save_pretrained(out)
     return out
 
@@ -62,9 +81,21 @@ def test_the_output_head_is_quantized_only_when_the_limit_needs_it(untied, conte
     limit = (q_head[8] + min(bf16_head[8], bf16_head[4])) / 2 / GIB
     assert q_head[8] < limit * GIB < bf16_head[4]
     assert gptq.plans(shapes, limit, [8, 4], 32, extra)[0] == (8, True)
-    result = gptq.package(untied, "untied", limit, tmp_path / "pkg", corpus=CorpusSpec(type="embedded"),
-                          contexts_parquet=str(contexts_file), bit_widths=[8, 4], group_size=32, damp_percent=0.01,
-                          act_order=True, calibration_samples=2, calibration_tokens=32, calibration_seed=0)
+    result = gptq.package(
+        untied,
+        "untied",
+        limit,
+        tmp_path / "pkg",
+        corpus=CorpusSpec(type="embedded"),
+        contexts_parquet=str(contexts_file),
+        bit_widths=[8, 4],
+        group_size=32,
+        damp_percent=0.01,
+        act_order=True,
+        calibration_samples=2,
+        calibration_tokens=32,
+        calibration_seed=0,
+    )
     chosen = result["chosen"]
     assert (chosen["bits"], chosen["head"]) == (8, "GPTQ 8-bit")
     assert chosen["package_bytes"] == package_bytes(tmp_path / "pkg") <= limit * GIB
@@ -81,12 +112,26 @@ def test_quantized_package_fits_and_runs(smollm2_source, contexts_file, tmp_path
     src, _ = smollm2_source
     extra = sum(p.stat().st_size for p in (src / "hf").iterdir() if p.name.startswith("tokenizer"))
     limit = gptq.estimate_bytes(gptq.tensor_shapes(src / "hf"), 4, 128, extra) * 1.02 / GIB
-    result = gptq.package(src / "hf", "smollm2-135m", limit, tmp_path / "pkg",
-                          corpus=CorpusSpec(type="embedded"), contexts_parquet=str(contexts_file), bit_widths=[8, 4, 3, 2],
-                          group_size=128, damp_percent=0.01, act_order=True, calibration_samples=2,
-                          calibration_tokens=32, calibration_seed=0)
+    result = gptq.package(
+        src / "hf",
+        "smollm2-135m",
+        limit,
+        tmp_path / "pkg",
+        corpus=CorpusSpec(type="embedded"),
+        contexts_parquet=str(contexts_file),
+        bit_widths=[8, 4, 3, 2],
+        group_size=128,
+        damp_percent=0.01,
+        act_order=True,
+        calibration_samples=2,
+        calibration_tokens=32,
+        calibration_seed=0,
+    )
     chosen = result["chosen"]
-    assert (chosen["bits"], chosen["head"]) == (4, "none (tied to the embedding)")  # 576-wide rows with group 128: the partial last group is handled
+    assert (chosen["bits"], chosen["head"]) == (
+        4,
+        "none (tied to the embedding)",
+    )  # 576-wide rows with group 128: the partial last group is handled
     assert chosen["package_bytes"] == package_bytes(tmp_path / "pkg") <= limit * GIB
     assert abs(chosen["package_bytes"] - chosen["estimated_bytes"]) / chosen["package_bytes"] < 0.01
     manifest = load_manifest(tmp_path / "pkg")
@@ -108,9 +153,21 @@ def test_generation_dequantizes_once_per_call_and_keeps_nothing(untied, contexts
     from infbench.compression.inprocess_memory import live_cpu_bytes
     from infbench.compression.runtimes import hf
 
-    gptq.package(untied, "untied", 1.0, tmp_path / "pkg", corpus=CorpusSpec(type="embedded"),
-                 contexts_parquet=str(contexts_file), bit_widths=[3], group_size=32, damp_percent=0.01,
-                 act_order=True, calibration_samples=2, calibration_tokens=32, calibration_seed=0)
+    gptq.package(
+        untied,
+        "untied",
+        1.0,
+        tmp_path / "pkg",
+        corpus=CorpusSpec(type="embedded"),
+        contexts_parquet=str(contexts_file),
+        bit_widths=[3],
+        group_size=32,
+        damp_percent=0.01,
+        act_order=True,
+        calibration_samples=2,
+        calibration_tokens=32,
+        calibration_seed=0,
+    )
     runner = HFRunner(tmp_path / "pkg" / "model", "cpu")
     layers = [m for m in runner.model.modules() if type(m).__name__ == "TorchLinear"]
     assert layers and all(m.bits == 3 for m in layers)

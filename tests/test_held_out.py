@@ -21,9 +21,21 @@ def _secret(name: str):
 
 def _build(src, out, set_name, secret, search=None):
     out.mkdir(parents=True, exist_ok=True)
-    return contexts.build("smollm2-135m", src / "hf", src / "source.json", out / "contexts.parquet",
-                          out / "contexts.json", set_name=set_name, corpus=CorpusSpec(type="embedded"), contexts_per_set=6,
-                          context_tokens=32, continuation_tokens=8, seed=0, secret=secret, search_contexts=search)
+    return contexts.build(
+        "smollm2-135m",
+        src / "hf",
+        src / "source.json",
+        out / "contexts.parquet",
+        out / "contexts.json",
+        set_name=set_name,
+        corpus=CorpusSpec(type="embedded"),
+        contexts_per_set=6,
+        context_tokens=32,
+        continuation_tokens=8,
+        seed=0,
+        secret=secret,
+        search_contexts=search,
+    )
 
 
 def test_search_set_is_public_and_verification_set_follows_the_secret(smollm2_source, tmp_path):
@@ -65,8 +77,9 @@ def test_sampling_seed_of_the_verification_set_only_comes_from_the_secret():
 
 
 def test_accuracy_gate_questions_follow_the_secret(answer_settings):
-    drawn = {v: load_questions(answer_settings, seed=held_out.question_seed(_secret(v), answer_settings.seed))
-             for v in "ab"}
+    drawn = {
+        v: load_questions(answer_settings, seed=held_out.question_seed(_secret(v), answer_settings.seed)) for v in "ab"
+    }
     public = load_questions(answer_settings, seed=answer_settings.seed)
     for benchmark in ("gsm8k", "triviaqa", "humaneval"):
         ids = {v: [q.id for q in drawn[v][benchmark].questions] for v in drawn}
@@ -91,8 +104,13 @@ def test_the_secret_is_released_to_its_owner_only(tmp_path):
     out = tmp_path / "operator" / "secret.json"
     operator_secret.write_release(secret, ["b.json", "a.json"], out)
     body = json.loads(out.read_text())
-    assert body == {"kind": "operator", "fingerprint": "fp-r5", "label": "operator secret fp-r5",
-                    "value": "operator-secret-of-round-r5", "records": ["a.json", "b.json"]}
+    assert body == {
+        "kind": "operator",
+        "fingerprint": "fp-r5",
+        "label": "operator secret fp-r5",
+        "value": "operator-secret-of-round-r5",
+        "records": ["a.json", "b.json"],
+    }
     assert out.stat().st_mode & 0o777 == 0o600 and not list(out.parent.glob(".*tmp*"))
 
 
@@ -102,17 +120,32 @@ def test_compression_table_names_the_verification_set_and_marks_unsandboxed_rows
     from infbench.tables import compression
 
     paths = []
-    isolated = {"a": SandboxRecord(kind="bwrap", bwrap_version="bubblewrap 0.8.0"),
-                "b": SandboxRecord(kind="none", reason="bubblewrap (bwrap) is not installed")}
+    isolated = {
+        "a": SandboxRecord(kind="bwrap", bwrap_version="bubblewrap 0.8.0"),
+        "b": SandboxRecord(kind="none", reason="bubblewrap (bwrap) is not installed"),
+    }
     for name, label in [("a", DEMO.label), ("b", _secret("r3").label)]:
-        record = EvaluationRecord(kind="verification", submission=name, task="t", source="s", limit_gib=0.1,
-                                  failed_check="causality", secret_label=label,
-                                  sandbox=isolated[name])
+        record = EvaluationRecord(
+            kind="verification",
+            submission=name,
+            task="t",
+            source="s",
+            limit_gib=0.1,
+            failed_check="causality",
+            secret_label=label,
+            sandbox=isolated[name],
+        )
         paths.append(tmp_path / f"{name}.json")
         paths[-1].write_text(record.model_dump_json())
     (tmp_path / "source.json").write_text("{}")
-    compression.write([str(p) for p in paths], [str(tmp_path / "source.json")], csv_path=str(tmp_path / "t.csv"),
-                      md_path=str(tmp_path / "t.md"), provenance_path=str(tmp_path / "t.json"), config={})
+    compression.write(
+        [str(p) for p in paths],
+        [str(tmp_path / "source.json")],
+        csv_path=str(tmp_path / "t.csv"),
+        md_path=str(tmp_path / "t.md"),
+        provenance_path=str(tmp_path / "t.json"),
+        config={},
+    )
     md = (tmp_path / "t.md").read_text()
     assert "verification set: public demo" in md and "verification set: operator secret fp-r3" in md
     assert "failed: causality" in md

@@ -22,8 +22,12 @@ def test_prompts_of_many_lengths_leave_the_process_as_loaded(smollm2_source, tmp
     src, _ = smollm2_source
     bf16(src / "hf", "smollm2-135m", tmp_path / "pkg")
     pkg = tmp_path / "pkg"
-    process = dict(sandbox=SandboxSettings(allow_unsandboxed=False, tmp_mb=256),
-                   preload=preload_modules(pkg, load_manifest(pkg)), threads=2, timeout_s=600)
+    process = dict(
+        sandbox=SandboxSettings(allow_unsandboxed=False, tmp_mb=256),
+        preload=preload_modules(pkg, load_manifest(pkg)),
+        threads=2,
+        timeout_s=600,
+    )
     rng = np.random.default_rng(0)
     with SubmissionProcess(pkg, **process) as proc:
         proc.load()

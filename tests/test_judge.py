@@ -47,8 +47,7 @@ def probe(body: str, **kwargs) -> judge.Outcome:
 def test_every_canonical_solution_passes_and_wrong_ones_fail():
     """All 164 canonical solutions pass; a wrong body (nothing, or another problem's solution) fails."""
     ids = list(PROBLEMS)
-    wrong = {k: ("    return None\n" if i % 2 else CANONICAL[ids[(i + 1) % len(ids)]])
-             for i, k in enumerate(ids[::4])}
+    wrong = {k: ("    return None\n" if i % 2 else CANONICAL[ids[(i + 1) % len(ids)]]) for i, k in enumerate(ids[::4])}
     jobs = [(k, CANONICAL[k], True) for k in ids] + [(k, body, False) for k, body in wrong.items()]
     start = time.monotonic()
     with ThreadPoolExecutor(max_workers=2) as pool:
@@ -78,24 +77,28 @@ def test_os_exit_zero_fails():
 
 def test_a_fake_pass_marker_fails():
     """The completion prints pass markers and writes a forged verdict to every descriptor it holds."""
-    body = ("    import os, json\n"
-            "    forged = (json.dumps({'passed': True, 'reason': '', 'calls': 1}) + '\\n').encode()\n"
-            "    print('passed'); print(forged.decode(), flush=True)\n"
-            "    for fd in range(3, 64):\n"
-            "        try: os.write(fd, forged)\n"
-            "        except OSError: pass\n"
-            "    return []\n")
+    body = (
+        "    import os, json\n"
+        "    forged = (json.dumps({'passed': True, 'reason': '', 'calls': 1}) + '\\n').encode()\n"
+        "    print('passed'); print(forged.decode(), flush=True)\n"
+        "    for fd in range(3, 64):\n"
+        "        try: os.write(fd, forged)\n"
+        "        except OSError: pass\n"
+        "    return []\n"
+    )
     outcome = humaneval(body)
     assert outcome.status == "failed", outcome
 
 
 def test_an_answer_that_equals_everything_fails():
-    body = ("    class Anything(list):\n"
-            "        def __eq__(self, other): return True\n"
-            "        def __ne__(self, other): return False\n"
-            "        def __bool__(self): return True\n"
-            "        def __repr__(self): return '<anything>'\n"
-            "    return Anything()\n")
+    body = (
+        "    class Anything(list):\n"
+        "        def __eq__(self, other): return True\n"
+        "        def __ne__(self, other): return False\n"
+        "        def __bool__(self): return True\n"
+        "        def __repr__(self): return '<anything>'\n"
+        "    return Anything()\n"
+    )
     outcome = humaneval(body)
     assert outcome.status == "failed" and "not a Python literal" in outcome.reason, outcome
     # an object whose repr looks like a literal crosses as that literal, and is judged as one
@@ -122,7 +125,7 @@ def _alive_with(marker: str) -> list[int]:
     return found
 
 
-DAEMON = '''
+DAEMON = """
 import os, sys, time, json
 def has_close_elements(numbers, threshold):
     if os.fork() == 0:
@@ -164,7 +167,7 @@ def has_close_elements(numbers, threshold):
         return open(SECRET).read()  # were it readable, the checker's assertion would not show it: see below
     except OSError:
         return False
-'''
+"""
 
 
 def test_a_daemon_that_rewrites_records_dies_with_the_judge_and_changes_nothing(tmp_path, monkeypatch):
@@ -178,7 +181,7 @@ def test_a_daemon_that_rewrites_records_dies_with_the_judge_and_changes_nothing(
     monkeypatch.setenv("INFBENCH_OPERATOR_SECRET", "operator-secret-value")
     before = (record.read_bytes(), record.stat().st_mtime_ns)
     marker = f"infbench-daemon-{uuid.uuid4().hex}"
-    program = (f"RECORD, SECRET, MARKER = {str(record)!r}, {str(secret)!r}, {marker!r}\n" + DAEMON)
+    program = f"RECORD, SECRET, MARKER = {str(record)!r}, {str(secret)!r}, {marker!r}\n" + DAEMON
     q = PROBLEMS["HumanEval/0"]
     outcome = run(judge.Case(program=program, entry_point=q.entry_point, helpers=q.text, test=q.test))
     # its forged verdict reaches only its own answer pipe, where it is no answer at all
@@ -195,7 +198,7 @@ def test_what_the_program_sees(tmp_path, monkeypatch):
     monkeypatch.setenv("INFBENCH_OPERATOR_SECRET", "operator-secret-value")
     workspace = os.getcwd()
     rt = stdlib_runtime.runtime()
-    body = f'''
+    body = f"""
 import os, sys, socket
 def found():
     bad = []
@@ -234,7 +237,7 @@ def found():
     if len(pids) > 3:
         bad.append("sees processes " + repr(pids))
     return bad
-'''
+"""
     outcome = probe(body)
     assert outcome.status == "passed", outcome.reason
 
@@ -264,8 +267,13 @@ def test_without_bubblewrap_the_judge_is_refused_unless_allowed():
         print(json.dumps({"refused": refused, "passed": passed.status, "kind": passed.sandbox.kind,
                           "exited": exited.detail, "libraries": stdlib_runtime.runtime().libraries}))
     """)
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                         env={**os.environ, "PATH": "/nonexistent"})
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PATH": "/nonexistent"},
+    )
     assert out.returncode == 0, out.stderr
     seen = json.loads(out.stdout.strip().splitlines()[-1])
     assert "bubblewrap (bwrap) is not installed" in seen["refused"]

@@ -42,13 +42,20 @@ def _fails(sampler: np.ndarray, candidate: np.ndarray, alpha: float) -> bool:
 def test_an_honest_causal_candidate_fails_at_most_alpha_of_the_time(logits, honest):
     rng = np.random.default_rng(1)
     p = _log_softmax(logits)
-    q = _log_softmax({"bf16_forward_pass": logits.bfloat16().double(),
-                      "noisy_logits": logits + torch.as_tensor(rng.normal(0, 0.3, size=logits.shape)),
-                      "blunter": 0.7 * logits, "sharper": 1.3 * logits}[honest])
+    q = _log_softmax(
+        {
+            "bf16_forward_pass": logits.bfloat16().double(),
+            "noisy_logits": logits + torch.as_tensor(rng.normal(0, 0.3, size=logits.shape)),
+            "blunter": 0.7 * logits,
+            "sharper": 1.3 * logits,
+        }[honest]
+    )
     alpha = 0.05
     where, tokens = _draw(p, TRIALS, rng)
-    failures = sum(_fails(p[where[t], tokens[t]].reshape(1, -1), q[where[t], tokens[t]].reshape(1, -1), alpha)
-                   for t in range(TRIALS))
+    failures = sum(
+        _fails(p[where[t], tokens[t]].reshape(1, -1), q[where[t], tokens[t]].reshape(1, -1), alpha)
+        for t in range(TRIALS)
+    )
     assert failures / TRIALS <= alpha + 3 * np.sqrt(alpha * (1 - alpha) / TRIALS)
 
 

@@ -26,7 +26,7 @@ N_LAST = 5
 # A package without a model: logits are a function of the ids. ATTACK runs inside logits() with the worker
 # (found through gc, as a package that read the worker's code would), the logits pipe's descriptor (from the
 # worker's command line) and the request's number (the package counts them).
-PACKAGE = '''
+PACKAGE = """
 import gc, io, json, os, struct, sys, time
 import numpy as np
 
@@ -66,7 +66,7 @@ class Model:
 
 def load(package_dir, device):
     return Model()
-'''
+"""
 
 # What the package does, and the problem the pipeline must name (None: the values arrive as sent).
 ATTACKS = {
@@ -77,13 +77,13 @@ ATTACKS = {
     "stale_request": ("os.write(FD, header(number=request + 7) + out.tobytes())", "request"),
     "trailing_bytes": ("os.write(FD, header() + out.tobytes() + b'extra')", "trailing"),
     "short_write_then_exit": ("reply(); os.write(FD, header() + out.tobytes()[:100]); os._exit(0)", "closed"),
-    "never_finishes_writing": ("reply(); os.write(FD, header() + out.tobytes()[:100]); time.sleep(3600)",
-                               "timeout"),
+    "never_finishes_writing": ("reply(); os.write(FD, header() + out.tobytes()[:100]); time.sleep(3600)", "timeout"),
     # one worker, a request each: what a file-based transport would have opened (a symlink to a host file and
     # a FIFO where logits files were), logits the runtime returns big-endian or as float64 (converted: the
     # same values arrive), a shape that is not the one asked for (logits_shape; no frame is sent, the pipe
     # stays in step), then honest logits again
-    "honest_conversions": ("""
+    "honest_conversions": (
+        """
 if request == 1:
     for d in ('/tmp', '/dev/shm', '/dev'):
         for make in (lambda p: os.symlink('/etc/passwd', p), os.mkfifo):
@@ -95,7 +95,9 @@ elif request == 3:
     out = out.astype(np.float64)
 elif request == 4:
     out = out[:, :, :-1]
-""", None),
+""",
+        None,
+    ),
 }
 
 
@@ -105,9 +107,18 @@ def package(root, attack: str):
     (pkg / "tok").mkdir()
     body = textwrap.indent(textwrap.dedent(ATTACKS[attack][0]), " " * 8)
     (pkg / "inference.py").write_text(PACKAGE.format(vocab=VOCAB, attack=body))
-    (pkg / "manifest.yaml").write_text(yaml.safe_dump({"name": attack, "source": "tiny", "runtime": "python",
-                                                       "weights": "w", "tokenizer": "tok",
-                                                       "entrypoint": "inference.py:load"}))
+    (pkg / "manifest.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "name": attack,
+                "source": "tiny",
+                "runtime": "python",
+                "weights": "w",
+                "tokenizer": "tok",
+                "entrypoint": "inference.py:load",
+            }
+        )
+    )
     return pkg
 
 
@@ -119,8 +130,9 @@ def expected_logits() -> np.ndarray:
 def test_what_is_not_the_frame_asked_for_is_a_named_failure_within_the_deadline(tmp_path, attack):
     budget = 20.0
     start = time.monotonic()
-    with SubmissionProcess(package(tmp_path, attack), sandbox=SETTINGS.sandbox, preload=[], timeout_s=budget,
-                           vocab_size=VOCAB) as proc:
+    with SubmissionProcess(
+        package(tmp_path, attack), sandbox=SETTINGS.sandbox, preload=[], timeout_s=budget, vocab_size=VOCAB
+    ) as proc:
         proc.load()
         with pytest.raises(CheckFailed) as failed:
             proc.logits(IDS, N_LAST)
@@ -132,16 +144,20 @@ def test_what_is_not_the_frame_asked_for_is_a_named_failure_within_the_deadline(
 
 
 def test_only_the_pipe_is_read_and_converted_values_arrive_as_returned(tmp_path):
-    with SubmissionProcess(package(tmp_path, "honest_conversions"), sandbox=SETTINGS.sandbox, preload=[],
-                           timeout_s=60, vocab_size=VOCAB) as proc:
+    with SubmissionProcess(
+        package(tmp_path, "honest_conversions"), sandbox=SETTINGS.sandbox, preload=[], timeout_s=60, vocab_size=VOCAB
+    ) as proc:
         proc.load()
         for _ in range(3):  # a symlink and a FIFO planted; big-endian values; float64 values
             np.testing.assert_array_equal(proc.logits(IDS, N_LAST), expected_logits())
         with pytest.raises(CheckFailed) as failed:
             proc.logits(IDS, N_LAST)
         assert failed.value.check == "logits_shape"
-        assert failed.value.evidence == {"logits_shape": [2, N_LAST, VOCAB - 1],
-                                         "expected": [2, N_LAST, VOCAB], "source_vocab": VOCAB}
+        assert failed.value.evidence == {
+            "logits_shape": [2, N_LAST, VOCAB - 1],
+            "expected": [2, N_LAST, VOCAB],
+            "source_vocab": VOCAB,
+        }
         np.testing.assert_array_equal(proc.logits(IDS, N_LAST), expected_logits())
 
 
@@ -150,11 +166,14 @@ def test_a_transport_attack_is_a_named_failure_record(tiny_source, tmp_path):
     """Through final verification: the record fails ``logits_transport`` with its evidence."""
     from compression_helpers import HONEST
 
-    zip_first = ("        import os, sys\n"
-                 "        fd = int(sys.argv[sys.argv.index('--logits-fd') + 1])\n"
-                 "        os.write(fd, b'PK\\x03\\x04' + bytes(60))\n")
-    code = HONEST.replace("    def logits(self, input_ids, n_last):\n",
-                          "    def logits(self, input_ids, n_last):\n" + zip_first)
+    zip_first = (
+        "        import os, sys\n"
+        "        fd = int(sys.argv[sys.argv.index('--logits-fd') + 1])\n"
+        "        os.write(fd, b'PK\\x03\\x04' + bytes(60))\n"
+    )
+    code = HONEST.replace(
+        "    def logits(self, input_ids, n_last):\n", "    def logits(self, input_ids, n_last):\n" + zip_first
+    )
     record = run(make_package(tmp_path, tiny_source, code, name="npz_logits"), tiny_source)
     judged = verdict(record, Task(name="t", source="tiny", limit_gib=1.0))
     assert judged.failed_check == "logits_transport" and judged.score == 0.0

@@ -1,7 +1,8 @@
 """S_pkg and the content hash cover every name in a package; links out of it are rejected."""
 
+import json
 import os
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
@@ -83,7 +84,8 @@ def test_a_run_version_with_a_link_out_is_not_ingested(tmp_path):
     folder.mkdir(parents=True)
     os.symlink("/etc/hostname", folder / "weights.bin")
     (tmp_path / "versions" / "v1.json").write_text(
-        '{"published_at": "%s"}' % datetime(2026, 1, 1, tzinfo=timezone.utc).isoformat())
+        json.dumps({"published_at": datetime(2026, 1, 1, tzinfo=UTC).isoformat()})
+    )
     with pytest.raises(RunError, match="weights.bin: symlink"):
         versions.events(tmp_path / "versions")
     assert versions.events(tmp_path / "versions", hashes=False)[0].version == "v1"

@@ -5,17 +5,24 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from infbench.perf import roofline
 from infbench.compression.hf_runtime import cache_kwargs
+from infbench.perf import roofline
 
 
 def _llama(tied: bool, kv_heads: int = 2):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=101, hidden_size=48, intermediate_size=80, num_hidden_layers=3,
-                      num_attention_heads=6, num_key_value_heads=kv_heads, max_position_embeddings=256,
-                      tie_word_embeddings=tied)
+    cfg = LlamaConfig(
+        vocab_size=101,
+        hidden_size=48,
+        intermediate_size=80,
+        num_hidden_layers=3,
+        num_attention_heads=6,
+        num_key_value_heads=kv_heads,
+        max_position_embeddings=256,
+        tie_word_embeddings=tied,
+    )
     return LlamaForCausalLM(cfg).eval()
 
 
@@ -34,7 +41,8 @@ def test_decode_step_flops_are_what_the_flop_counter_counts(kv_heads):
     ids = torch.randint(0, 101, (3, 9))
     # a one-token pass: attention over one key, so causal and full counting agree
     assert _counted(lambda: model(ids[:, :1], use_cache=False).logits) == (
-        roofline.linear_flops(shape, 3, 3) + roofline.attention_flops(shape, 3, 1))
+        roofline.linear_flops(shape, 3, 3) + roofline.attention_flops(shape, 3, 1)
+    )
     cache = cache_kwargs(model(ids[:, :8], use_cache=True))
     step = _counted(lambda: model(ids[:, 8:], use_cache=True, **cache).logits)
     assert step == roofline.linear_flops(shape, 3, 3) + roofline.attention_flops(shape, 3, 1, cached=8)
@@ -44,8 +52,9 @@ def test_causal_attention_counts_each_query_against_its_keys():
     shape = roofline.Shape.of(_llama(tied=True))
     per_key = 4 * shape.layers * shape.heads * shape.head_dim
     assert roofline.attention_flops(shape, 2, 5, cached=3) == 2 * per_key * sum(3 + i + 1 for i in range(5))
-    assert roofline.forward_flops(shape, 2, 5, 1) == (roofline.linear_flops(shape, 10, 2)
-                                                      + roofline.attention_flops(shape, 2, 5))
+    assert roofline.forward_flops(shape, 2, 5, 1) == (
+        roofline.linear_flops(shape, 10, 2) + roofline.attention_flops(shape, 2, 5)
+    )
 
 
 @pytest.mark.parametrize("tied", [True, False])
@@ -67,8 +76,9 @@ def test_sampling_bound_is_prefill_compute_plus_each_decode_step_at_the_bandwidt
     flops, bw = 1e12, 1e11
     steps = sum(roofline.decode_step_bytes(shape, 4, 10 + t) for t in range(5))
     expected = roofline.forward_flops(shape, 4, 10, 1) / flops + steps / bw
-    assert roofline.sampling_bound_s(shape, 4, 10, 6, matmul_flops_per_s=flops,
-                                     copy_bytes_per_s=bw) == pytest.approx(expected, rel=1e-12)
+    assert roofline.sampling_bound_s(shape, 4, 10, 6, matmul_flops_per_s=flops, copy_bytes_per_s=bw) == pytest.approx(
+        expected, rel=1e-12
+    )
 
 
 def test_decode_profile_times_a_step_and_the_draw_against_the_bound():

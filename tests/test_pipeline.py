@@ -12,24 +12,37 @@ from conftest import REPO, planned_jobs, run_snakemake
 
 pytestmark = pytest.mark.slow
 
-SMALL = {"contexts_per_set": 4, "context_tokens": 32, "continuation_tokens": 16,
-         "sample_batch_size": 4, "score_batch_size": 4, "bootstrap_resamples": 200}
+SMALL = {
+    "contexts_per_set": 4,
+    "context_tokens": 32,
+    "continuation_tokens": 16,
+    "sample_batch_size": 4,
+    "score_batch_size": 4,
+    "bootstrap_resamples": 200,
+}
 # 2 questions per answer benchmark, token budgets capped (tests/test_answers_model.py covers the real sizes)
-SMALL_ANSWERS = {"gsm8k": {"n_questions": 2, "max_new_tokens": 64},
-                 "humaneval": {"n_questions": 2, "max_new_tokens": 32},
-                 "triviaqa": {"n_questions": 2, "max_new_tokens": 16}}
+SMALL_ANSWERS = {
+    "gsm8k": {"n_questions": 2, "max_new_tokens": 64},
+    "humaneval": {"n_questions": 2, "max_new_tokens": 32},
+    "triviaqa": {"n_questions": 2, "max_new_tokens": 16},
+}
 
 
 # GPTQ runs packed weights through GPTQModel's CPU torch kernel, which dequantizes
 # on every forward pass: too slow for this test; tests/test_gptq.py covers it.
 SMALL_COMPRESSION = {"gguf_types": ["Q4_0"], "gptq": {"enabled": False}}
 # the scripted reference search with two of its candidates (docs/runs.md)
-SMALL_SEARCH = [{"name": "rtn-q4_0", "type": "Q4_0"}, {"name": "mixed-q5_0-embd-q4_0", "type": "Q5_0",
-                                                       "token_embd": "Q4_0"}]
+SMALL_SEARCH = [
+    {"name": "rtn-q4_0", "type": "Q4_0"},
+    {"name": "mixed-q5_0-embd-q4_0", "type": "Q5_0", "token_embd": "Q4_0"},
+]
 REFERENCE_RUN = "run-reference-search (scripted-reference, infbench.runs.reference_search)"
-SMALL_VERIFICATION = {"device": "cpu", "timeout_s": 600, "score_batch_size": 4,
-                      "decode": {"prompt_tokens": 16, "output_tokens": 4, "rounds": 1, "requests_per_round": 2,
-                                 "warmup": 0}}
+SMALL_VERIFICATION = {
+    "device": "cpu",
+    "timeout_s": 600,
+    "score_batch_size": 4,
+    "decode": {"prompt_tokens": 16, "output_tokens": 4, "rounds": 1, "requests_per_round": 2, "warmup": 0},
+}
 
 
 def _config(tmp_path, **likelihood):
@@ -92,8 +105,18 @@ def test_compression_table(finished):
         assert (r.score == r.f_v) if r.verdict == "verified" else r.score == 0
     record = json.loads((workdir / "results/compression/verification/smollm2-135m-0.12gib/gguf-Q4_0.json").read_text())
     names = {c["name"] for c in record["checks"]}
-    assert {"storage_package", "storage_resident", "logits_shape", "causality", "greedy_matches_argmax",
-            "batch_invariance", "determinism", "statefulness", "likelihood_above_source", "accuracy_gate"} <= names
+    assert {
+        "storage_package",
+        "storage_resident",
+        "logits_shape",
+        "causality",
+        "greedy_matches_argmax",
+        "batch_invariance",
+        "determinism",
+        "statefulness",
+        "likelihood_above_source",
+        "accuracy_gate",
+    } <= names
     assert gguf["gate_questions"] == 6 and gguf["accuracy_ci95_low"] <= gguf["accuracy"] <= gguf["accuracy_ci95_high"]
     # the record names the secret; its value is only in the operator's file, written after the round
     assert record["secret_label"] == "public demo" and "secret_value" not in record
@@ -106,12 +129,16 @@ def test_compression_table(finished):
     figure = pd.read_csv(workdir / "results/plots/accuracy_vs_bits.csv")  # its points: one per task x candidate
     assert len(figure) == len(table) and set(figure["candidate"]) == candidates
     merged = figure.merge(table, left_on=["task", "candidate"], right_on=["task", "method"])
-    assert (merged["verdict_x"].where(merged["verdict_x"] == "verified", "failed: " + merged["verdict_x"])
-            == merged["verdict_y"]).all()
+    assert (
+        merged["verdict_x"].where(merged["verdict_x"] == "verified", "failed: " + merged["verdict_x"])
+        == merged["verdict_y"]
+    ).all()
     assert (merged["bits_per_param_x"] - merged["bits_per_param_y"]).abs().max() < 1e-6
     limits = figure.drop_duplicates("task").set_index("limit_gib")["limit_bits_per_param"]
     assert limits[0.1] == pytest.approx(8 * 0.1 * 2**30 / 134_515_008)
-    assert (figure["f_v_ci95_low"] <= figure["f_v"] + 1e-9).all() and (figure["f_v"] <= figure["f_v_ci95_high"] + 1e-9).all()
+    assert (figure["f_v_ci95_low"] <= figure["f_v"] + 1e-9).all() and (
+        figure["f_v"] <= figure["f_v_ci95_high"] + 1e-9
+    ).all()
 
 
 def test_new_submission_reruns_only_its_jobs(finished):
@@ -119,8 +146,13 @@ def test_new_submission_reruns_only_its_jobs(finished):
     shutil.copytree(workdir / "results/candidates/smollm2-135m/gguf-Q4_0", workdir / "submissions/my-q4")
     try:
         proc = run_snakemake(workdir, "-n", "--configfile", str(config))
-        assert planned_jobs(proc) == {"measure_candidate": 1, "verify": 2, "compression_table": 1,
-                                      "operator_secret": 1, "all": 1}
+        assert planned_jobs(proc) == {
+            "measure_candidate": 1,
+            "verify": 2,
+            "compression_table": 1,
+            "operator_secret": 1,
+            "all": 1,
+        }
     finally:
         shutil.rmtree(workdir / "submissions")
 
@@ -134,10 +166,20 @@ def test_second_run_does_nothing(finished):
 def test_seed_change_reruns_sampling_and_downstream_only(finished):
     workdir, _ = finished
     proc = run_snakemake(workdir, "-n", "--configfile", str(_config(workdir, seed=1)))
-    assert planned_jobs(proc) == {"sample_continuations": 2, "score_reference": 2, "reference_table": 1,
-                                  "plot_reference": 1, "measure_candidate": 4, "verify": 8,
-                                  "compression_table": 1, "operator_secret": 1, "reference_search": 1,
-                                  "ingest_run": 1, "runs_analysis": 1, "all": 1}
+    assert planned_jobs(proc) == {
+        "sample_continuations": 2,
+        "score_reference": 2,
+        "reference_table": 1,
+        "plot_reference": 1,
+        "measure_candidate": 4,
+        "verify": 8,
+        "compression_table": 1,
+        "operator_secret": 1,
+        "reference_search": 1,
+        "ingest_run": 1,
+        "runs_analysis": 1,
+        "all": 1,
+    }
 
 
 def test_reference_search_is_ingested_verified_and_analysed(finished):
@@ -152,6 +194,7 @@ def test_reference_search_is_ingested_verified_and_analysed(finished):
     assert status["ingested"] and status["candidate"] == "run-reference-search"
     best = max(rewards, key=lambda r: r["reward"])
     from infbench.compression.submission import content_hash
+
     assert content_hash(run / "final") == best["content_hash"]
     assert len(pd.read_csv(workdir / "results/tables/runs/best_so_far.csv")) == 2
     assert len(pd.read_csv(workdir / "results/tables/runs/ranking_pairs.csv")) == 1
@@ -169,8 +212,15 @@ def test_failing_job_leaves_no_output_and_names_the_key(finished, tmp_path):
     shutil.copytree(workdir / "results/sources", tmp_path / "results/sources")
     # 8000 + 256 tokens is over SmolLM2's 8,192-token limit
     config = _config(tmp_path, context_tokens=8000, continuation_tokens=256)
-    proc = run_snakemake(tmp_path, "results/likelihood/smollm2-135m/search/contexts.parquet", "--cores", "1",
-                         "--configfile", str(config), check=False)
+    proc = run_snakemake(
+        tmp_path,
+        "results/likelihood/smollm2-135m/search/contexts.parquet",
+        "--cores",
+        "1",
+        "--configfile",
+        str(config),
+        check=False,
+    )
     assert proc.returncode != 0
     log = (tmp_path / "logs/contexts/smollm2-135m/search.log").read_text()
     assert "likelihood.context_tokens + likelihood.continuation_tokens" in log
@@ -178,8 +228,12 @@ def test_failing_job_leaves_no_output_and_names_the_key(finished, tmp_path):
 
 
 # caption file of each result marked for the report (workflow/rules/*.smk)
-CAPTIONS = {"results/tables/reference.csv": "reference_table", "results/plots/reference_ppl.png": "reference_ppl",
-            "results/tables/compression.csv": "compression_table", "results/plots/accuracy_vs_bits.png": "accuracy_vs_bits"}
+CAPTIONS = {
+    "results/tables/reference.csv": "reference_table",
+    "results/plots/reference_ppl.png": "reference_ppl",
+    "results/tables/compression.csv": "compression_table",
+    "results/plots/accuracy_vs_bits.png": "accuracy_vs_bits",
+}
 
 
 def test_report_opens_in_a_browser(finished, tmp_path):
@@ -193,22 +247,40 @@ def test_report_opens_in_a_browser(finished, tmp_path):
     assert headless_chromium.executable(), "no chromium on PATH: apt-get install -y chromium (.ci/run does)"
     workdir, config = finished
     report = workdir / "report.html"
-    run_snakemake(workdir, "--configfile", str(config), "--report", str(report),
-                  "--report-stylesheet", str(REPO / "workflow/report/report.css"))
+    run_snakemake(
+        workdir,
+        "--configfile",
+        str(config),
+        "--report",
+        str(report),
+        "--report-stylesheet",
+        str(REPO / "workflow/report/report.css"),
+    )
     screenshot = workdir / "report_screenshot.png"
-    view = snakemake_report.read(report, tmp_path / "chromium-profile", screenshot, "results/plots/accuracy_vs_bits.png")
+    view = snakemake_report.read(
+        report, tmp_path / "chromium-profile", screenshot, "results/plots/accuracy_vs_bits.png"
+    )
 
-    figures = {"results/plots/reference_ppl.png", "results/plots/accuracy_vs_bits.png",
-               *(f"results/plots/runs/{n}.png" for n in PLOTTED)}
-    tables = {"results/tables/reference.csv", "results/tables/compression.csv",
-              *(f"results/tables/runs/{n}.csv" for n in ANALYSES)}
+    figures = {
+        "results/plots/reference_ppl.png",
+        "results/plots/accuracy_vs_bits.png",
+        *(f"results/plots/runs/{n}.png" for n in PLOTTED),
+    }
+    tables = {
+        "results/tables/reference.csv",
+        "results/tables/compression.csv",
+        *(f"results/tables/runs/{n}.csv" for n in ANALYSES),
+    }
     assert view.categories == ["Agent runs", "CompressionBench"]
     assert {i.path for i in view.images} == figures
     for shown in view.images:
         assert (shown.width, shown.height) == Image.open(workdir / shown.path).size and shown.reachable, shown
     assert view.tables == {path: (workdir / path).read_text() for path in tables}
-    captions = CAPTIONS | {f"results/{kind}/runs/{n}.{ext}": f"runs/{n}" for n in ANALYSES
-                           for kind, ext in (("tables", "csv"), ("plots", "png"))}
+    captions = CAPTIONS | {
+        f"results/{kind}/runs/{n}.{ext}": f"runs/{n}"
+        for n in ANALYSES
+        for kind, ext in (("tables", "csv"), ("plots", "png"))
+    }
     assert set(view.captions) == figures | tables
     for path, caption in view.captions.items():
         rst = (REPO / f"workflow/report/{captions[path]}.rst").read_text().replace("``", "")

@@ -30,7 +30,7 @@ def _peeking(model, bonus=8.0):
     def logits(ids, n_last):
         out = honest(ids, n_last)
         if n_last == M:
-            nxt = ids[:, ids.shape[1] - n_last + 1:]
+            nxt = ids[:, ids.shape[1] - n_last + 1 :]
             out[np.arange(len(ids))[:, None], np.arange(n_last - 1)[None, :], nxt] += bonus
         return out
 
@@ -62,10 +62,16 @@ def test_probes_have_the_shape_of_scoring_requests(rows):
 
 def test_honest_model_passes_and_scores_as_the_scorer(tiny_llama, rows):
     contexts, continuations = rows
-    scored, answered = probes.run(_honest(tiny_llama), probes.plan(contexts, continuations, BATCH, 2, seed=3),
-                                  continuations, progress=False)
-    expected = scoring.score_continuations(lambda ids, n: torch.from_numpy(_honest(tiny_llama)(ids.numpy(), n)),
-                                           contexts, continuations, batch_size=BATCH, progress=False)
+    scored, answered = probes.run(
+        _honest(tiny_llama), probes.plan(contexts, continuations, BATCH, 2, seed=3), continuations, progress=False
+    )
+    expected = scoring.score_continuations(
+        lambda ids, n: torch.from_numpy(_honest(tiny_llama)(ids.numpy(), n)),
+        contexts,
+        continuations,
+        batch_size=BATCH,
+        progress=False,
+    )
     np.testing.assert_array_equal(scored, expected)
     checks = {c.name: c for c in probes.checks(scored, answered, tolerance=1e-4)}
     assert set(checks) == {"causality", "batch_invariance", "determinism"}
@@ -74,10 +80,12 @@ def test_honest_model_passes_and_scores_as_the_scorer(tiny_llama, rows):
 
 def test_peeking_only_on_scoring_shaped_calls_fails_causality(tiny_llama, rows):
     contexts, continuations = rows
-    scored, answered = probes.run(_peeking(tiny_llama), probes.plan(contexts, continuations, BATCH, 1, seed=3),
-                                  continuations, progress=False)
-    honest, _ = probes.run(_honest(tiny_llama), probes.plan(contexts, continuations, BATCH, 0, seed=3),
-                           continuations, progress=False)
+    scored, answered = probes.run(
+        _peeking(tiny_llama), probes.plan(contexts, continuations, BATCH, 1, seed=3), continuations, progress=False
+    )
+    honest, _ = probes.run(
+        _honest(tiny_llama), probes.plan(contexts, continuations, BATCH, 0, seed=3), continuations, progress=False
+    )
     assert scored.mean() > honest.mean() + 1  # the peek buys likelihood
     checks = {c.name: c for c in probes.checks(scored, answered, tolerance=0.05)}
     assert not checks["causality"].passed and checks["causality"].evidence["max_abs_logprob_diff"] > 1
@@ -96,8 +104,9 @@ def test_batch_dependence_and_nondeterminism_are_caught(tiny_llama, rows):
         return honest(ids, n_last) + rng.normal(0, 0.5, size=(len(ids), n_last, 97))
 
     for fn, failing in [(batch_dependent, "batch_invariance"), (noisy, "determinism")]:
-        scored, answered = probes.run(fn, probes.plan(contexts, continuations, BATCH, 1, seed=5), continuations,
-                                      progress=False)
+        scored, answered = probes.run(
+            fn, probes.plan(contexts, continuations, BATCH, 1, seed=5), continuations, progress=False
+        )
         assert not {c.name: c for c in probes.checks(scored, answered, tolerance=0.05)}[failing].passed
 
 
@@ -112,7 +121,7 @@ def _memoised_peeking(model, bonus=8.0):
         for b in range(len(ids)):
             for j in range(n_last):
                 pos = width - n_last + j
-                key = ids[b, :pos + 1].tobytes()
+                key = ids[b, : pos + 1].tobytes()
                 if key not in memo:
                     memo[key] = int(ids[b, pos + 1]) if pos + 1 < width else None
                 if memo[key] is not None:
@@ -141,8 +150,9 @@ def test_the_fresh_process_sees_stitched_rows_before_their_originals(rows):
         else:
             assert donor == -1 and same == M - 1 and (first.ids[k] == inputs[row]).all()
     assert (second.ids == inputs[second.rows]).all() and (second.last_same == M - 1).all()
-    assert {tuple(probes.plan_fresh(contexts, continuations, BATCH, 2, seed)[0].rows) for seed in range(4)} != \
-        {tuple(first.rows)}  # the draw follows the seed
+    assert {tuple(probes.plan_fresh(contexts, continuations, BATCH, 2, seed)[0].rows) for seed in range(4)} != {
+        tuple(first.rows)
+    }  # the draw follows the seed
     assert sum(role == "stitched" for role in probes.plan_fresh(contexts, continuations, BATCH, 9, 4)[0].roles) == 2
 
 

@@ -7,10 +7,17 @@ from conftest import REPO
 
 
 def _versions_after(imports: str) -> dict:
-    code = (f"{imports}\nimport json\nfrom infbench import provenance\n"
-            "p = provenance.collect({})\nprint(json.dumps({'versions': p.versions, 'builds': p.builds}))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         env={"PYTHONPATH": str(REPO / "src"), "PATH": ""}).stdout
+    code = (
+        f"{imports}\nimport json\nfrom infbench import provenance\n"
+        "p = provenance.collect({})\nprint(json.dumps({'versions': p.versions, 'builds': p.builds}))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"PYTHONPATH": str(REPO / "src"), "PATH": ""},
+    ).stdout
     import json
 
     return json.loads(out.splitlines()[-1])

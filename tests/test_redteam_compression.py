@@ -21,7 +21,7 @@ pytestmark = [pytest.mark.slow, needs_sandbox()]
 
 STASH = 48 << 20  # more than the runtime allowance (16 MiB) plus any noise
 CHANNEL_STASH = 64 << 20
-LOAD = "        self.model = AutoModelForCausalLM.from_pretrained(Path(package_dir) / \"model\").eval()\n"
+LOAD = '        self.model = AutoModelForCausalLM.from_pretrained(Path(package_dir) / "model").eval()\n'
 
 
 def attack(load_prefix: str = "", *, keep: str = "", load_from: str | None = None) -> str:
@@ -72,11 +72,15 @@ def source_file(src: Path) -> str:
 def test_weights_from_the_source_checkpoint_cannot_be_reached(tiny_source, tmp_path, name):
     src_dir, src_file = str(tiny_source / "hf"), source_file(tiny_source)
     prefix = {
-        "child_process_copy": f"import subprocess\nsubprocess.run(['cp', '-r', {src_dir!r}, '/tmp/stolen'], check=True)",
-        "libc_read": (f"import ctypes\nlibc = ctypes.CDLL('libc.so.6')\nfd = libc.open({src_file.encode()!r}, 0)\n"
-                      "if fd < 0:\n    raise OSError(ctypes.get_errno(), 'open failed')"),
-        "failed_mkdir_then_read": (f"import os\ntry:\n    os.mkdir({src_dir!r})\nexcept FileExistsError:\n    pass\n"
-                                   f"open({src_file!r}, 'rb').read()"),
+        "child_process_copy": f"import subprocess\nsubprocess.run(['cp', '-r', {src_dir!r}, '/tmp/stolen'], check=True)",  # noqa: E501
+        "libc_read": (
+            f"import ctypes\nlibc = ctypes.CDLL('libc.so.6')\nfd = libc.open({src_file.encode()!r}, 0)\n"
+            "if fd < 0:\n    raise OSError(ctypes.get_errno(), 'open failed')"
+        ),
+        "failed_mkdir_then_read": (
+            f"import os\ntry:\n    os.mkdir({src_dir!r})\nexcept FileExistsError:\n    pass\n"
+            f"open({src_file!r}, 'rb').read()"
+        ),
     }[name]
     load_from = "/tmp/stolen" if name == "child_process_copy" else src_dir
     pkg = without_weights(make_package(tmp_path, tiny_source, attack(prefix, load_from=load_from), name=name))
@@ -112,8 +116,10 @@ def test_network_fetch_of_weights_fails_and_reaches_nothing(tiny_source, tmp_pat
     server = http.server.HTTPServer(("127.0.0.1", 0), Weights)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        prefix = (f"import urllib.request\nurllib.request.urlopen('http://127.0.0.1:{server.server_port}/w', "
-                  "timeout=5).read()")
+        prefix = (
+            f"import urllib.request\nurllib.request.urlopen('http://127.0.0.1:{server.server_port}/w', "
+            "timeout=5).read()"
+        )
         record = run(without_weights(make_package(tmp_path, tiny_source, attack(prefix), name="net")), tiny_source)
     finally:
         server.shutdown()
@@ -124,7 +130,10 @@ def test_reading_the_verification_set_or_writing_the_judges_files_fails(tiny_sou
     reference = tiny_source / "verification" / "reference_scores.parquet"
     before = reference.read_bytes()
     for name, prefix in [
-        ("read_verification_set", f"import pyarrow.parquet as pq\nself.answers = pq.read_table({str(tiny_source / 'verification' / 'continuations.parquet')!r})"),
+        (
+            "read_verification_set",
+            f"import pyarrow.parquet as pq\nself.answers = pq.read_table({str(tiny_source / 'verification' / 'continuations.parquet')!r})",  # noqa: E501
+        ),
         ("write_reference_scores", f"open({str(reference)!r}, 'wb').write(b'forged')"),
     ]:
         record = run(make_package(tmp_path, tiny_source, attack(prefix), name=name), tiny_source)
@@ -154,8 +163,10 @@ DAEMON_COMPLETION = """    import os, glob, time
     os._exit(0)
 """
 
-JUDGE_ATTACK = HONEST.replace("""    @torch.inference_mode()
-    def generate(self, input_ids, max_new_tokens):""", """    def generate(self, input_ids, max_new_tokens):
+JUDGE_ATTACK = HONEST.replace(
+    """    @torch.inference_mode()
+    def generate(self, input_ids, max_new_tokens):""",
+    """    def generate(self, input_ids, max_new_tokens):
         from transformers import AutoTokenizer
         tok = AutoTokenizer.from_pretrained(self.model.name_or_path)
         prompt = tok.decode(input_ids)
@@ -165,7 +176,8 @@ JUDGE_ATTACK = HONEST.replace("""    @torch.inference_mode()
         yield from self.honest_generate(input_ids, max_new_tokens)
 
     @torch.inference_mode()
-    def honest_generate(self, input_ids, max_new_tokens):""")
+    def honest_generate(self, input_ids, max_new_tokens):""",
+)
 
 
 def test_a_completion_that_daemonises_and_rewrites_the_record_is_not_counted(tiny_source, tmp_path):
@@ -186,8 +198,13 @@ def test_a_completion_that_daemonises_and_rewrites_the_record_is_not_counted(tin
     for bench, tokens in (("gsm8k", 4), ("humaneval", 384), ("triviaqa", 4)):
         cfg["answers"][bench].update(n_questions=2, max_new_tokens=tokens)
     settings = AnswerSettings.model_validate(cfg["answers"])
-    reference = driver.evaluate(lambda batch, n, stop: [""] * len(batch), load_questions(settings, seed=0),
-                                settings, label="source", sandbox=SETTINGS.sandbox)
+    reference = driver.evaluate(
+        lambda batch, n, stop: [""] * len(batch),
+        load_questions(settings, seed=0),
+        settings,
+        label="source",
+        sandbox=SETTINGS.sandbox,
+    )
     results.write_json(tmp_path / "reference.json", reference)
     gate = make_gate(settings, tmp_path / "reference.json", tiny_source / "hf", label="d", question_seed=0)
     completion = DAEMON_COMPLETION.replace("TARGET", repr(str(target)))
@@ -213,8 +230,18 @@ for obj in gc.get_objects():
 """
 
 
-@pytest.mark.parametrize("how", ["bytes", "bytearray", "ctypes_buffer", "anonymous_mmap", "tmp_file",
-                                 "helper_process", "meter_and_audit_tampering"])
+@pytest.mark.parametrize(
+    "how",
+    [
+        "bytes",
+        "bytearray",
+        "ctypes_buffer",
+        "anonymous_mmap",
+        "tmp_file",
+        "helper_process",
+        "meter_and_audit_tampering",
+    ],
+)
 def test_a_hidden_full_precision_copy_is_charged(tiny_source, tmp_path, honest_record, limit, how):
     keep = {
         "bytes": "self.stash = os.urandom(STASH)",
@@ -222,8 +249,10 @@ def test_a_hidden_full_precision_copy_is_charged(tiny_source, tmp_path, honest_r
         "ctypes_buffer": "self.stash = ctypes.create_string_buffer(os.urandom(STASH), STASH)",
         "anonymous_mmap": "self.stash = mmap.mmap(-1, STASH)\nself.stash.write(os.urandom(STASH))",
         "tmp_file": "open('/tmp/weights.fp32', 'wb').write(os.urandom(STASH))",
-        "helper_process": ("self.helper = os.fork()\nif self.helper == 0:\n    stash = os.urandom(STASH)\n"
-                           "    import time; time.sleep(3600)"),
+        "helper_process": (
+            "self.helper = os.fork()\nif self.helper == 0:\n    stash = os.urandom(STASH)\n"
+            "    import time; time.sleep(3600)"
+        ),
         "meter_and_audit_tampering": TAMPER + "self.stash = os.urandom(STASH)",
     }[how]
     code = attack(keep=f"import ctypes, mmap, os\nSTASH = {STASH}\n{keep}")
@@ -365,8 +394,15 @@ def test_a_memoised_look_ahead_fails_statefulness(tiny_source, tmp_path, target)
 
 # Memory no process of the package maps, each channel holding 64 MiB between calls (the /proc meter of the last
 # round counted each as about 0); /dev itself is read-only, /dev/shm is the sandbox's own and charged.
-UNMAPPED = ["unmapped_memfd", "deleted_tmp_file", "dev_shm_file", "sysv_shm_after_shmdt", "sysv_message_queues",
-            "pipe_buffers", "socketpair_buffers"]
+UNMAPPED = [
+    "unmapped_memfd",
+    "deleted_tmp_file",
+    "dev_shm_file",
+    "sysv_shm_after_shmdt",
+    "sysv_message_queues",
+    "pipe_buffers",
+    "socketpair_buffers",
+]
 REPORT = """
 import errno, os, sys
 seen = open('/proc/self/mountinfo').read()
@@ -386,14 +422,17 @@ print('REPORT', sorted(report.items()), file=sys.stderr, flush=True)
 """
 
 
-def test_memory_no_process_maps_is_charged_and_the_package_sees_no_host_path(tiny_source, tmp_path,
-                                                                                honest_record, limit):
+def test_memory_no_process_maps_is_charged_and_the_package_sees_no_host_path(
+    tiny_source, tmp_path, honest_record, limit
+):
     """One package, built under a workspace's results/, keeps 64 MiB in each channel of UNMAPPED: its S_res
     grows by all of them (its cgroup's charge). It reads its mountinfo (no workspace or results path) and tries
     to seek and truncate its fd 2 (a pipe: the job's log keeps what was written before)."""
     workspace = tmp_path / "workspace"
-    code = attack(REPORT.format(workspace=str(workspace)),
-                  keep=f"import os, time\nSTASH = {CHANNEL_STASH}\n{holder(UNMAPPED)}\nself.kept = hold()")
+    code = attack(
+        REPORT.format(workspace=str(workspace)),
+        keep=f"import os, time\nSTASH = {CHANNEL_STASH}\n{holder(UNMAPPED)}\nself.kept = hold()",
+    )
     pkg = make_package(workspace / "results" / "candidates", tiny_source, code, name="unmapped")
     log = tmp_path / "measure.log"
     log.write_text("pipeline: started\n")
@@ -405,8 +444,10 @@ def test_memory_no_process_maps_is_charged_and_the_package_sees_no_host_path(tin
     assert judged(record, limit).failed_check == "storage_resident"
     text = log.read_text()
     assert text.startswith("pipeline: started\n")
-    assert ("REPORT [('dev', 'EROFS'), ('results', False), ('seek', 'ESPIPE'), ('truncate', 'EINVAL'), "
-            "('workspace', False)]") in text, text[-3000:]
+    assert (
+        "REPORT [('dev', 'EROFS'), ('results', False), ('seek', 'ESPIPE'), ('truncate', 'EINVAL'), "
+        "('workspace', False)]"
+    ) in text, text[-3000:]
 
 
 def _wheel(out: Path, name: str, files: dict[str, bytes]) -> Path:
@@ -416,10 +457,18 @@ def _wheel(out: Path, name: str, files: dict[str, bytes]) -> Path:
     import zipfile
 
     dist = f"{name}-0.1.dist-info"
-    files = {**files, f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.1\n".encode(),
-             f"{dist}/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
-    record = "".join(f"{p},sha256={base64.urlsafe_b64encode(hashlib.sha256(d).digest()).rstrip(b'=').decode()},"
-                     f"{len(d)}\n" for p, d in files.items()) + f"{dist}/RECORD,,\n"
+    files = {
+        **files,
+        f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.1\n".encode(),
+        f"{dist}/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    record = (
+        "".join(
+            f"{p},sha256={base64.urlsafe_b64encode(hashlib.sha256(d).digest()).rstrip(b'=').decode()},{len(d)}\n"
+            for p, d in files.items()
+        )
+        + f"{dist}/RECORD,,\n"
+    )
     wheel = out / f"{name}-0.1-py3-none-any.whl"
     with zipfile.ZipFile(wheel, "w") as z:
         for path, data in {**files, f"{dist}/RECORD": record.encode()}.items():
@@ -436,12 +485,25 @@ def model_in_parts(tiny_source, tmp_path_factory):
 
     weights = Path(source_file(tiny_source)).read_bytes()
     n = len(weights) // 4 + 1
-    files = {f"tiny_twin/model.safetensors.part{i:02d}": weights[i * n:(i + 1) * n] for i in range(4)}
+    files = {f"tiny_twin/model.safetensors.part{i:02d}": weights[i * n : (i + 1) * n] for i in range(4)}
     files["tiny_twin/__init__.py"] = b"from pathlib import Path\nHERE = Path(__file__).parent\n"
     root = tmp_path_factory.mktemp("model_in_parts")
     target = root / "target"
-    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index", "--target",
-                    str(target), str(_wheel(root, "tiny_twin", files))], check=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--no-index",
+            "--target",
+            str(target),
+            str(_wheel(root, "tiny_twin", files)),
+        ],
+        check=True,
+    )
     assert len(list((target / "tiny_twin").glob("model.safetensors.part*"))) == 4
     return target
 
@@ -462,8 +524,7 @@ open("/tmp/twin/model.safetensors", "wb").write(os.read(fd, 1 << 30))
 
 
 @pytest.mark.parametrize("preload", [[], ["tiny_twin"]], ids=["not_preloaded", "preloaded"])
-def test_a_model_installed_in_parts_cannot_be_reached(tiny_source, tmp_path, model_in_parts, monkeypatch,
-                                                       preload):
+def test_a_model_installed_in_parts_cannot_be_reached(tiny_source, tmp_path, model_in_parts, monkeypatch, preload):
     """A package without weights joins a model distribution's parts in a memfd and loads them. The model is
     outside its runtime's closure, so not bound at all; preloaded (a manifest may name any module), its parts
     are bound no more (weight-format names, content): the package fails ``execution``."""
@@ -475,5 +536,7 @@ def test_a_model_installed_in_parts_cannot_be_reached(tiny_source, tmp_path, mod
     assert "tiny_twin" in record.failure and ("No such file" in record.failure or "FileNotFound" in record.failure)
     if preload:
         assert "tiny_twin==0.1" in record.sandbox.distributions
-        assert all(h.endswith(("part00", "part01", "part02", "part03")) for h in record.sandbox.hidden
-                   if "tiny_twin" in h) and len([h for h in record.sandbox.hidden if "tiny_twin" in h]) == 4
+        assert (
+            all(h.endswith(("part00", "part01", "part02", "part03")) for h in record.sandbox.hidden if "tiny_twin" in h)
+            and len([h for h in record.sandbox.hidden if "tiny_twin" in h]) == 4
+        )

@@ -33,10 +33,14 @@ def test_up_to_date_workflow_plans_no_jobs(tiny_run):
     assert planned_jobs(proc) == {}
 
 
-@pytest.mark.parametrize("change, expected", [
-    ({"bootstrap_resamples": 150}, {"score_reference": 2, "reference_table": 1}),
-    ({"context_seed": 1}, {"contexts": 2, "sample_continuations": 2, "score_reference": 2, "reference_table": 1}),
-], ids=["bootstrap_resamples", "context_seed"])
+@pytest.mark.parametrize(
+    "change, expected",
+    [
+        ({"bootstrap_resamples": 150}, {"score_reference": 2, "reference_table": 1}),
+        ({"context_seed": 1}, {"contexts": 2, "sample_continuations": 2, "score_reference": 2, "reference_table": 1}),
+    ],
+    ids=["bootstrap_resamples", "context_seed"],
+)
 def test_one_config_value_reruns_exactly_downstream(tiny_run, tmp_path, change, expected):
     workdir, _ = tiny_run
     proc = run_snakemake(workdir, "-n", TABLE_TARGET, "--configfile", str(tiny_config(tmp_path / "c.yaml", **change)))
@@ -83,9 +87,21 @@ def test_sigkill_mid_job_then_rerun_incomplete_gives_the_same_results(tiny_run, 
     baseline, config = tiny_run
     shutil.copytree(baseline / "results/sources", tmp_path / "results/sources")  # start at the contexts
     proc = subprocess.Popen(
-        [SNAKEMAKE, "--snakefile", str(REPO / "Snakefile"), "--directory", str(tmp_path), "--cores", "1",
-         TABLE_TARGET, "--configfile", str(config)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        [
+            SNAKEMAKE,
+            "--snakefile",
+            str(REPO / "Snakefile"),
+            "--directory",
+            str(tmp_path),
+            "--cores",
+            "1",
+            TABLE_TARGET,
+            "--configfile",
+            str(config),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
     )
     logs = [tmp_path / f"logs/sample_continuations/smollm2-135m/{s}.log" for s in ("search", "verification")]
     try:

@@ -15,21 +15,34 @@ from infbench.errors import ConfigError
 from infbench.resources import GPU_RULES, job_gpus, likelihood_gpus
 
 
-@pytest.mark.parametrize("likelihood, gpus", [
-    ({"backend": "vllm", "device": "cuda", "tensor_parallel": 2}, 2),
-    ({"backend": "vllm", "device": "auto", "tensor_parallel": 1}, 1),
-    ({"backend": "transformers", "device": "cuda", "tensor_parallel": 1}, 1),
-    ({"backend": "transformers", "device": "cuda:0", "tensor_parallel": 1}, 1),
-    ({"backend": "transformers", "device": "cpu", "tensor_parallel": 1}, 0),
-    ({"backend": "transformers", "device": "auto", "tensor_parallel": 1}, 0),
-])
+@pytest.mark.parametrize(
+    "likelihood, gpus",
+    [
+        ({"backend": "vllm", "device": "cuda", "tensor_parallel": 2}, 2),
+        ({"backend": "vllm", "device": "auto", "tensor_parallel": 1}, 1),
+        ({"backend": "transformers", "device": "cuda", "tensor_parallel": 1}, 1),
+        ({"backend": "transformers", "device": "cuda:0", "tensor_parallel": 1}, 1),
+        ({"backend": "transformers", "device": "cpu", "tensor_parallel": 1}, 0),
+        ({"backend": "transformers", "device": "auto", "tensor_parallel": 1}, 0),
+    ],
+)
 def test_likelihood_gpus(likelihood, gpus):
     assert likelihood_gpus(LikelihoodSettings(**likelihood)) == gpus
 
 
 def test_transformers_on_cuda_asks_for_the_gpus_that_hold_the_source():
-    assert likelihood_gpus(LikelihoodSettings(**{"backend": "transformers", "device": "cuda", "tensor_parallel": 1}), devices=2) == 2
-    assert likelihood_gpus(LikelihoodSettings(**{"backend": "transformers", "device": "auto", "tensor_parallel": 1}), devices=2) == 0
+    assert (
+        likelihood_gpus(
+            LikelihoodSettings(**{"backend": "transformers", "device": "cuda", "tensor_parallel": 1}), devices=2
+        )
+        == 2
+    )
+    assert (
+        likelihood_gpus(
+            LikelihoodSettings(**{"backend": "transformers", "device": "auto", "tensor_parallel": 1}), devices=2
+        )
+        == 0
+    )
 
 
 def test_job_gpus_of_the_embedded_default_are_none():
@@ -42,8 +55,10 @@ def test_a_gpu_index_outside_the_allocation_names_the_key():
         likelihood_gpus(LikelihoodSettings(**{"backend": "transformers", "device": "cuda:1", "tensor_parallel": 1}))
 
 
-@pytest.mark.parametrize("backend, device, key", [("transformers", "cuda", "likelihood.device"),
-                                                  ("vllm", "cuda", "likelihood.tensor_parallel")])
+@pytest.mark.parametrize(
+    "backend, device, key",
+    [("transformers", "cuda", "likelihood.device"), ("vllm", "cuda", "likelihood.tensor_parallel")],
+)
 def test_a_job_without_its_gpus_stops_naming_the_key(backend, device, key, monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     with pytest.raises(ConfigError, match=re.escape(key) + ".*CUDA_VISIBLE_DEVICES="):
@@ -64,8 +79,15 @@ def _job_resources(stdout: str) -> dict[str, list[dict[str, str]]]:
 def test_every_rule_declares_memory_and_runtime(workdir):
     proc = run_snakemake(workdir, "-n", "--forceall")
     jobs = _job_resources(proc.stdout)
-    assert set(jobs) >= {"source_model", "source_gguf", "contexts", "sample_continuations", "score_reference",
-                         "reference_table", "plot_reference"}
+    assert set(jobs) >= {
+        "source_model",
+        "source_gguf",
+        "contexts",
+        "sample_continuations",
+        "score_reference",
+        "reference_table",
+        "plot_reference",
+    }
     for rule, found in jobs.items():
         if rule == "all":
             continue
@@ -79,13 +101,24 @@ PAPER_SOURCES = {"qwen3.5-122b-a10b": (122e9, 2), "nemotron-3.5-120b-a12b": (120
 H200_BYTES = 141e9
 PAPER_PROFILE = yaml.safe_load((REPO / "profiles/paper/config.yaml").read_text())
 # Rules whose runtime follows the config (verification.timeout_s, serving.replay), not the profile.
-RUNTIME_FROM_CONFIG = {"measure_candidate", "reference_search", "serving_calibrate", "serving_replay",
-                       "serving_verify"}
+RUNTIME_FROM_CONFIG = {"measure_candidate", "reference_search", "serving_calibrate", "serving_replay", "serving_verify"}
 # Rules that hold the whole BF16 source (on their GPUs, and at some point in host memory).
-HOLD_THE_SOURCE = ["source_model", "sample_continuations", "score_reference", "answers_reference",
-                   "measure_candidate", "gptq_baseline"]
-OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-           "HTTP_PROXY": "http://127.0.0.1:9", "HTTPS_PROXY": "http://127.0.0.1:9", "NO_PROXY": ""}
+HOLD_THE_SOURCE = [
+    "source_model",
+    "sample_continuations",
+    "score_reference",
+    "answers_reference",
+    "measure_candidate",
+    "gptq_baseline",
+]
+OFFLINE = {
+    "HF_HUB_OFFLINE": "1",
+    "HF_DATASETS_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "HTTP_PROXY": "http://127.0.0.1:9",
+    "HTTPS_PROXY": "http://127.0.0.1:9",
+    "NO_PROXY": "",
+}
 
 
 @pytest.mark.parametrize("paper", sorted(PAPER_SOURCES))
@@ -94,14 +127,23 @@ def test_job_gpus_follow_the_paper_configs(paper, tmp_path, monkeypatch):
     config = load_config(REPO / f"config/paper/{paper}.yaml")
     devices = PAPER_SOURCES[paper][1]
     per_source = {rule: job_gpus(config, rule, paper) for rule in GPU_RULES if not rule.startswith("serving_")}
-    assert per_source == {"sample_continuations": devices, "score_reference": devices, "gptq_baseline": 1,
-                          "answers_reference": devices, "measure_candidate": devices, "reference_search": devices}
+    assert per_source == {
+        "sample_continuations": devices,
+        "score_reference": devices,
+        "gptq_baseline": 1,
+        "answers_reference": devices,
+        "measure_candidate": devices,
+        "reference_search": devices,
+    }
     assert job_gpus(config, "source_model", paper) == 0
 
 
 def _workflow_rules() -> set[str]:
-    return {m.group(1) for f in (REPO / "workflow/rules").glob("*.smk")
-            for m in re.finditer(r"^\s*rule (\w+):", f.read_text(), re.MULTILINE)}
+    return {
+        m.group(1)
+        for f in (REPO / "workflow/rules").glob("*.smk")
+        for m in re.finditer(r"^\s*rule (\w+):", f.read_text(), re.MULTILINE)
+    }
 
 
 def test_the_paper_profile_sizes_every_rule():
@@ -138,14 +180,26 @@ def test_slurm_paper_dry_run_asks_for_the_sources_gpus(paper, tmp_path):
     config = yaml.safe_load(configfile.read_text())
     assert config["sources"][paper]["devices"] == devices and config["likelihood"]["tensor_parallel"] == devices
     # A dry run caps threads at --cores (1 without it); a SLURM run gives each job its rule's threads.
-    proc = run_snakemake(with_llama_cpp(tmp_path), "-n", "--cores", "128", "--profile", str(REPO / "profiles/slurm"),
-                         "--workflow-profile", str(REPO / "profiles/paper"), "--configfile", str(configfile),
-                         env={**os.environ, **OFFLINE})
+    proc = run_snakemake(
+        with_llama_cpp(tmp_path),
+        "-n",
+        "--cores",
+        "128",
+        "--profile",
+        str(REPO / "profiles/slurm"),
+        "--workflow-profile",
+        str(REPO / "profiles/paper"),
+        "--configfile",
+        str(configfile),
+        env={**os.environ, **OFFLINE},
+    )
     jobs = _dry_run_jobs(proc.stdout)
     assert not (tmp_path / "results").exists()
-    assert {r: len(j) for r, j in jobs.items() if r in ("sample_continuations", "score_reference", "gptq_baseline",
-                                                       "answers_reference")} == \
-        {"sample_continuations": 2, "score_reference": 2, "gptq_baseline": 2, "answers_reference": 1}
+    assert {
+        r: len(j)
+        for r, j in jobs.items()
+        if r in ("sample_continuations", "score_reference", "gptq_baseline", "answers_reference")
+    } == {"sample_continuations": 2, "score_reference": 2, "gptq_baseline": 2, "answers_reference": 1}
     assert len(jobs["measure_candidate"]) == 6  # bf16, starter, Q4_0, IQ3_S, a GPTQ package per task
     profile = PAPER_PROFILE["set-resources"]
     for rule, found in jobs.items():
@@ -167,17 +221,40 @@ def test_slurm_paper_dry_run_asks_for_the_sources_gpus(paper, tmp_path):
             assert int(res["gpu"]) == devices, rule
             assert int(res["gpu"]) * H200_BYTES >= bf16, f"{rule}: the BF16 source does not fit its GPUs"
     assert all(int(r["gpu"]) == 1 for r in jobs["gptq_baseline"])  # one layer at a time
-    for rule in ["source_model", "source_gguf", "contexts", "gguf_baseline", "bf16_package", "reference_table", "verify"]:
+    for rule in [
+        "source_model",
+        "source_gguf",
+        "contexts",
+        "gguf_baseline",
+        "bf16_package",
+        "reference_table",
+        "verify",
+    ]:
         assert all(int(r.get("gpu", 0)) == 0 for r in jobs[rule]), rule
 
 
-@pytest.mark.parametrize("override, key", [("measure_candidate:gpu=0", "verification.device"),
-                                           ("sample_continuations:gpu=1", "likelihood.tensor_parallel"),
-                                           ("gptq_baseline:gpu=0", "compression.gptq.device")])
+@pytest.mark.parametrize(
+    "override, key",
+    [
+        ("measure_candidate:gpu=0", "verification.device"),
+        ("sample_continuations:gpu=1", "likelihood.tensor_parallel"),
+        ("gptq_baseline:gpu=0", "compression.gptq.device"),
+    ],
+)
 def test_a_profile_that_takes_a_cuda_rules_gpus_stops_at_start(override, key, tmp_path):
-    proc = run_snakemake(with_llama_cpp(tmp_path), "-n", "--profile", str(REPO / "profiles/slurm"),
-                         "--workflow-profile", str(REPO / "profiles/paper"), "--set-resources", override,
-                         "--configfile", str(REPO / "config/paper/qwen3.5-122b-a10b.yaml"), check=False)
+    proc = run_snakemake(
+        with_llama_cpp(tmp_path),
+        "-n",
+        "--profile",
+        str(REPO / "profiles/slurm"),
+        "--workflow-profile",
+        str(REPO / "profiles/paper"),
+        "--set-resources",
+        override,
+        "--configfile",
+        str(REPO / "config/paper/qwen3.5-122b-a10b.yaml"),
+        check=False,
+    )
     assert proc.returncode != 0
     rule = override.split(":")[0]
     assert f"config key '{key}': rule {rule} (source 'qwen3.5-122b-a10b') needs" in proc.stdout + proc.stderr

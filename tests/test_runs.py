@@ -25,8 +25,10 @@ from infbench.runs.jsonl import RunError
 from infbench.runs.schema import RunRecord, RunSpec, RunStatus, TokenUsage, ToolCall
 
 MODELS = {"claude-sonnet-4-5-20250929", "gpt-5-codex", "scripted-reference"}
-PRICES = {"claude-sonnet-4-5-20250929": {"input": 3, "cache_write": 3.75, "cached": 0.3, "output": 15},
-          "gpt-5-codex": {"input": 1.25, "cached": 0.125, "output": 10}}
+PRICES = {
+    "claude-sonnet-4-5-20250929": {"input": 3, "cache_write": 3.75, "cached": 0.3, "output": 15},
+    "gpt-5-codex": {"input": 1.25, "cached": 0.125, "output": 10},
+}
 
 
 def load(run):
@@ -35,9 +37,17 @@ def load(run):
 
 # schema -------------------------------------------------------------------------------------
 
+
 def test_run_spec_needs_utc_times_and_known_fields():
-    spec = {"agent": {"model": "m", "scaffold": "s"}, "track": "compression", "task": "t", "budget_hours": 1,
-            "start": "2026-01-05T09:00:00Z", "end": "2026-01-05T10:00:00Z", "final_submission": "final"}
+    spec = {
+        "agent": {"model": "m", "scaffold": "s"},
+        "track": "compression",
+        "task": "t",
+        "budget_hours": 1,
+        "start": "2026-01-05T09:00:00Z",
+        "end": "2026-01-05T10:00:00Z",
+        "final_submission": "final",
+    }
     assert RunSpec.model_validate(spec).schema_version == 1
     with pytest.raises(ValidationError, match="UTC offset"):
         RunSpec.model_validate({**spec, "start": "2026-01-05T09:00:00"})
@@ -54,23 +64,38 @@ def test_record_round_trips_through_json(tmp_path):
 
 # adapters -----------------------------------------------------------------------------------
 
+
 def test_reward_log_lines_become_reward_calls(tmp_path):
-    path = write_jsonl(tmp_path / "reward_log.jsonl", [reward_line(1, "a", "h1", 7.0, 38.0),
-                                                       reward_line(2, "b", "h2", 0.0, 30.0)])
+    path = write_jsonl(
+        tmp_path / "reward_log.jsonl", [reward_line(1, "a", "h1", 7.0, 38.0), reward_line(2, "b", "h2", 0.0, 30.0)]
+    )
     calls = reward_log.events(path)
-    assert [(c.submission, c.reward, c.failed_check) for c in calls] == [("a", 7.0, None), ("b", 0.0, "storage_package")]
+    assert [(c.submission, c.reward, c.failed_check) for c in calls] == [
+        ("a", 7.0, None),
+        ("b", 0.0, "storage_package"),
+    ]
 
 
-@pytest.mark.parametrize("mangle, message", [
-    (lambda text: text[:-40], "reward_log.jsonl:2: truncated line"),
-    (lambda text: text.replace('"finished_at": "2026-01-05T09:02:00+00:00"', '"finished_at": null'),
-     "reward_log.jsonl:2: a reward record needs 'finished_at'"),
-    (lambda text: text.replace("09:02:00", "08:59:00"), "reward_log.jsonl:2: event out of order"),
-    (lambda text: text.replace('"wall_s": 42.0', '"wall_s": "slow"', 1), "reward_log.jsonl:1: not a reward record: field 'wall_s'"),
-], ids=["truncated", "no-time", "out-of-order", "bad-field"])
+@pytest.mark.parametrize(
+    "mangle, message",
+    [
+        (lambda text: text[:-40], "reward_log.jsonl:2: truncated line"),
+        (
+            lambda text: text.replace('"finished_at": "2026-01-05T09:02:00+00:00"', '"finished_at": null'),
+            "reward_log.jsonl:2: a reward record needs 'finished_at'",
+        ),
+        (lambda text: text.replace("09:02:00", "08:59:00"), "reward_log.jsonl:2: event out of order"),
+        (
+            lambda text: text.replace('"wall_s": 42.0', '"wall_s": "slow"', 1),
+            "reward_log.jsonl:1: not a reward record: field 'wall_s'",
+        ),
+    ],
+    ids=["truncated", "no-time", "out-of-order", "bad-field"],
+)
 def test_malformed_reward_log_names_file_and_line(tmp_path, mangle, message):
-    path = write_jsonl(tmp_path / "reward_log.jsonl", [reward_line(1, "a", "h1", 7.0, 38.0),
-                                                       reward_line(2, "b", "h2", 6.0, 40.0)])
+    path = write_jsonl(
+        tmp_path / "reward_log.jsonl", [reward_line(1, "a", "h1", 7.0, 38.0), reward_line(2, "b", "h2", 6.0, 40.0)]
+    )
     path.write_text(mangle(path.read_text()))
     with pytest.raises(RunError, match=message.replace("(", r"\(")):
         reward_log.events(path)
@@ -88,33 +113,74 @@ def test_claude_code_counts_each_message_once_and_its_tool_calls(tmp_path):
 def test_codex_uses_last_usage_or_the_difference_of_totals(tmp_path):
     found = transcripts.codex(write_jsonl(tmp_path / "rollout.jsonl", codex_lines()))
     usage = [e for e in found if isinstance(e, TokenUsage)]
-    assert [(u.model, u.input, u.cached, u.output) for u in usage] == [("gpt-5-codex", 800, 200, 80),
-                                                                      ("gpt-5-codex", 1000, 1000, 20)]
+    assert [(u.model, u.input, u.cached, u.output) for u in usage] == [
+        ("gpt-5-codex", 800, 200, 80),
+        ("gpt-5-codex", 1000, 1000, 20),
+    ]
     assert [e.name for e in found if isinstance(e, ToolCall)] == ["shell"]
 
 
-@pytest.mark.parametrize("reader, lines, edit, message", [
-    (transcripts.claude_code, claude_code_lines, lambda ls: ls[:2] + ["{\"type\": \"assistant\", \"mess"], "s.jsonl:3: truncated line"),
-    (transcripts.claude_code, claude_code_lines, lambda ls: [ls[0], {**ls[2], "timestamp": "yesterday"}],
-     "s.jsonl:2: 'timestamp' is 'yesterday'"),
-    (transcripts.claude_code, claude_code_lines,
-     lambda ls: [ls[2], {**ls[4], "message": {**ls[4]["message"], "usage": {"input_tokens": -1, "output_tokens": 1}}}],
-     "s.jsonl:2: usage field 'input_tokens' is -1"),
-    (transcripts.codex, codex_lines, lambda ls: [ls[1], ls[3], ls[4] | {"timestamp": at(2)}], "s.jsonl:3: event out of order"),
-    (transcripts.codex, codex_lines,
-     lambda ls: [ls[1], {**ls[4], "payload": {"type": "token_count", "info": {"last_token_usage": {
-         "input_tokens": 5, "cached_input_tokens": 9, "output_tokens": 1}}}}], "s.jsonl:2: cached_input_tokens 9 exceed"),
-], ids=["claude-truncated", "claude-bad-time", "claude-negative", "codex-order", "codex-cached"])
+@pytest.mark.parametrize(
+    "reader, lines, edit, message",
+    [
+        (
+            transcripts.claude_code,
+            claude_code_lines,
+            lambda ls: ls[:2] + ['{"type": "assistant", "mess'],
+            "s.jsonl:3: truncated line",
+        ),
+        (
+            transcripts.claude_code,
+            claude_code_lines,
+            lambda ls: [ls[0], {**ls[2], "timestamp": "yesterday"}],
+            "s.jsonl:2: 'timestamp' is 'yesterday'",
+        ),
+        (
+            transcripts.claude_code,
+            claude_code_lines,
+            lambda ls: [
+                ls[2],
+                {**ls[4], "message": {**ls[4]["message"], "usage": {"input_tokens": -1, "output_tokens": 1}}},
+            ],
+            "s.jsonl:2: usage field 'input_tokens' is -1",
+        ),
+        (
+            transcripts.codex,
+            codex_lines,
+            lambda ls: [ls[1], ls[3], ls[4] | {"timestamp": at(2)}],
+            "s.jsonl:3: event out of order",
+        ),
+        (
+            transcripts.codex,
+            codex_lines,
+            lambda ls: [
+                ls[1],
+                {
+                    **ls[4],
+                    "payload": {
+                        "type": "token_count",
+                        "info": {"last_token_usage": {"input_tokens": 5, "cached_input_tokens": 9, "output_tokens": 1}},
+                    },
+                },
+            ],
+            "s.jsonl:2: cached_input_tokens 9 exceed",
+        ),
+    ],
+    ids=["claude-truncated", "claude-bad-time", "claude-negative", "codex-order", "codex-cached"],
+)
 def test_malformed_transcripts_name_file_and_line(tmp_path, reader, lines, edit, message):
     path = tmp_path / "s.jsonl"
     edited = edit(lines())
-    path.write_text("".join((x if isinstance(x, str) else json.dumps(x)) + "\n" for x in edited).rstrip("\n")
-                    + ("" if isinstance(edited[-1], str) else "\n"))
+    path.write_text(
+        "".join((x if isinstance(x, str) else json.dumps(x)) + "\n" for x in edited).rstrip("\n")
+        + ("" if isinstance(edited[-1], str) else "\n")
+    )
     with pytest.raises(RunError, match=message):
         reader(path)
 
 
 # ingestion ----------------------------------------------------------------------------------
+
 
 def test_compression_run_ingests_every_source(tmp_path):
     record = load(compression_run(tmp_path / "r"))
@@ -125,22 +191,46 @@ def test_compression_run_ingests_every_source(tmp_path):
 
 def _ingest(run, tmp_path):
     out = tmp_path / "out"
-    return ingest.ingest(run, run.name, known_models=MODELS, tasks={TASK}, candidate=None,
-                         status_path=str(out / "status.json"), record_path=str(out / "record.json"),
-                         events_path=str(out / "events.parquet")), out
+    return ingest.ingest(
+        run,
+        run.name,
+        known_models=MODELS,
+        tasks={TASK},
+        candidate=None,
+        status_path=str(out / "status.json"),
+        record_path=str(out / "record.json"),
+        events_path=str(out / "events.parquet"),
+    ), out
 
 
-@pytest.mark.parametrize("damage, reason", [
-    (lambda r: __import__("shutil").rmtree(r / "final"), "run.yaml: field 'final_submission': no manifest.yaml in final"),
-    (lambda r: (r / "reward_log.jsonl").write_text((r / "reward_log.jsonl").read_text()[:-30]),
-     "reward_log.jsonl:4: truncated line"),
-    (lambda r: (r / "events.jsonl").write_text((r / "events.jsonl").read_text().replace(at(100), at(20))),
-     "events.jsonl:3: event out of order"),
-    (lambda r: (r / "run.yaml").write_text((r / "run.yaml").read_text().replace("claude-sonnet-4-5-20250929", "gpt-9")),
-     "run.yaml: field 'agent.model': unknown agent 'gpt-9'"),
-    (lambda r: (r / "run.yaml").write_text((r / "run.yaml").read_text().replace(at(120), at(80))),
-     "is outside the run's start..end"),
-], ids=["missing-final", "truncated-log", "out-of-order", "unknown-agent", "after-end"])
+@pytest.mark.parametrize(
+    "damage, reason",
+    [
+        (
+            lambda r: __import__("shutil").rmtree(r / "final"),
+            "run.yaml: field 'final_submission': no manifest.yaml in final",
+        ),
+        (
+            lambda r: (r / "reward_log.jsonl").write_text((r / "reward_log.jsonl").read_text()[:-30]),
+            "reward_log.jsonl:4: truncated line",
+        ),
+        (
+            lambda r: (r / "events.jsonl").write_text((r / "events.jsonl").read_text().replace(at(100), at(20))),
+            "events.jsonl:3: event out of order",
+        ),
+        (
+            lambda r: (r / "run.yaml").write_text(
+                (r / "run.yaml").read_text().replace("claude-sonnet-4-5-20250929", "gpt-9")
+            ),
+            "run.yaml: field 'agent.model': unknown agent 'gpt-9'",
+        ),
+        (
+            lambda r: (r / "run.yaml").write_text((r / "run.yaml").read_text().replace(at(120), at(80))),
+            "is outside the run's start..end",
+        ),
+    ],
+    ids=["missing-final", "truncated-log", "out-of-order", "unknown-agent", "after-end"],
+)
 def test_bad_run_is_reported_not_ingested_with_the_reason(tmp_path, damage, reason):
     import pyarrow.parquet as pq
 
@@ -165,10 +255,18 @@ def test_ingested_run_writes_status_record_and_events_table(tmp_path):
 
 # compression analyses -----------------------------------------------------------------------
 
-@pytest.mark.parametrize("reward, best, expected", [
-    (7.0, None, "new best"), (7.003, 7.0, "new best"), (7.002, 7.0, "same as best"), (6.998, 7.0, "same as best"),
-    (6.99, 7.0, "worse"), (0.0, 7.0, "worse"),
-])
+
+@pytest.mark.parametrize(
+    "reward, best, expected",
+    [
+        (7.0, None, "new best"),
+        (7.003, 7.0, "new best"),
+        (7.002, 7.0, "same as best"),
+        (6.998, 7.0, "same as best"),
+        (6.99, 7.0, "worse"),
+        (0.0, 7.0, "worse"),
+    ],
+)
 def test_outcome_classes(reward, best, expected):
     assert ca.outcome(reward, best, 0.002) == expected
 
@@ -181,7 +279,9 @@ def test_compression_analyses_on_the_fixture_run(tmp_path):
     assert rows == {1: (1, 0, 1), 2: (0, 1, 0), 3: (1, 0, 0), 4: (0, 0, 0)}
     pairs = ca.ranking_pairs([record], 0.002)
     assert [(p.before, p.after, p.local_prefers, p.verdict) for p in pairs] == [
-        ("v1", "v2", "v2", "reversed"), ("v2", "v3", "v3", "confirmed")]
+        ("v1", "v2", "v2", "reversed"),
+        ("v2", "v3", "v3", "confirmed"),
+    ]
     stop = ca.stopping([record])[0]
     assert stop.first_completion_h == pytest.approx(50 / 60) and stop.last_weight_change_h == pytest.approx(1.0)
     assert stop.declared_before_last_change and stop.gap_h == pytest.approx(10 / 60)
@@ -206,12 +306,23 @@ def test_stopping_without_completion_or_versions(tmp_path):
 
 # serving analyses ---------------------------------------------------------------------------
 
-@pytest.mark.parametrize("values, expected", [
-    ([], "never tuned"), ([4], "never tuned"), ([4, 4], "never tuned"),
-    ([1, 2, 4], "raise & hold"), ([1, 8], "raise & hold"),
-    ([1, 8, 4], "retreat"), ([8, 4, 2], "retreat"), ([1, 4, 8, 4, 2], "retreat"),
-    ([1, 8, 4, 8], "oscillate"), ([8, 4, 8], "oscillate"), ([1, 4, 2, 4, 2], "oscillate"),
-])
+
+@pytest.mark.parametrize(
+    "values, expected",
+    [
+        ([], "never tuned"),
+        ([4], "never tuned"),
+        ([4, 4], "never tuned"),
+        ([1, 2, 4], "raise & hold"),
+        ([1, 8], "raise & hold"),
+        ([1, 8, 4], "retreat"),
+        ([8, 4, 2], "retreat"),
+        ([1, 4, 8, 4, 2], "retreat"),
+        ([1, 8, 4, 8], "oscillate"),
+        ([8, 4, 8], "oscillate"),
+        ([1, 4, 2, 4, 2], "oscillate"),
+    ],
+)
 def test_concurrency_path_classes(values, expected):
     assert sa.classify(values) == expected
 
@@ -243,6 +354,7 @@ def test_retreating_serving_run(tmp_path):
 
 # cost ---------------------------------------------------------------------------------------
 
+
 def test_cost_prices_each_transcript_model(tmp_path):
     record = load(compression_run(tmp_path / "r"))
     row = cost_analysis.cost([record], PRICES)[0]
@@ -269,9 +381,13 @@ def test_report_writes_every_table_and_plot(tmp_path):
     records.append(str(out / "record.json"))
     tables = {n: {k: str(tmp_path / f"t/{n}.{k}") for k in ("csv", "md", "provenance")} for n in outputs.ANALYSES}
     plots = {n: {"png": str(tmp_path / f"p/{n}.png"), "csv": str(tmp_path / f"p/{n}.csv")} for n in outputs.PLOTTED}
-    data = report.write(statuses, records, {}, tables=tables,
-                        settings={"outcome_tolerance": 0.002, "size_band_gib": 0.01, "idle_gap_minutes": 10,
-                                  "prices": PRICES})
+    data = report.write(
+        statuses,
+        records,
+        {},
+        tables=tables,
+        settings={"outcome_tolerance": 0.002, "size_band_gib": 0.01, "idle_gap_minutes": 10, "prices": PRICES},
+    )
     figures.write(data, plots)
     assert all((tmp_path / f"p/{n}.png").stat().st_size > 0 for n in outputs.PLOTTED)
     paths = pd.read_csv(tmp_path / "p/concurrency_paths.csv")  # the plotted points, each with its run's class
@@ -299,8 +415,17 @@ def test_replay_log_cli_appends_a_line_the_adapter_reads(tmp_path, capsys):
     from infbench.runs import replay_log
 
     summary = tmp_path / "seed1000.json"
-    summary.write_text(json.dumps({"server": "S0", "concurrency": 2, "seed": 1000, "records": "x.parquet",
-                                   "score": {"D": 0.1, "G": 0.3, "f": 1 / 3, "completed": 7, "window_s": 30}}))
+    summary.write_text(
+        json.dumps(
+            {
+                "server": "S0",
+                "concurrency": 2,
+                "seed": 1000,
+                "records": "x.parquet",
+                "score": {"D": 0.1, "G": 0.3, "f": 1 / 3, "completed": 7, "window_s": 30},
+            }
+        )
+    )
     server = tmp_path / "server"
     server.mkdir()
     (server / "launch.sh").write_text("#!/bin/sh\n")

@@ -66,9 +66,19 @@ def test_vllm_backend_without_the_extra_names_it():
     pytest.importorskip("torch")
     try:
         import vllm  # noqa: F401
+
         pytest.skip("vllm is installed")
     except ImportError:
         pass
     with pytest.raises(ConfigError, match="likelihood.backend.*pip install -e '.\\[vllm\\]'"):
-        sampling.sample_vllm("x", np.zeros((1, 2), dtype=np.int32), [0], set_name="search", n_tokens=2,
-                             temperature=1.0, seed=0, dtype="bfloat16", tensor_parallel=1)
+        sampling.sample_vllm(
+            "x",
+            np.zeros((1, 2), dtype=np.int32),
+            [0],
+            set_name="search",
+            n_tokens=2,
+            temperature=1.0,
+            seed=0,
+            dtype="bfloat16",
+            tensor_parallel=1,
+        )

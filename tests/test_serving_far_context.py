@@ -24,24 +24,49 @@ def _sessions(root: Path, system_tokens: int, context_limit: int) -> Path:
     from infbench.serving import synthetic, workload
 
     p = synthetic.SyntheticParams(
-        sessions=12, block_size=16, system_tokens=system_tokens,
-        first_user_tokens={"median": 48, "sigma": 0.3}, main_turns_mean=1, max_main_turns=1,
-        tool_result_tokens={"median": 16, "sigma": 0.1}, output_tokens={"median": 4, "sigma": 0.0},
-        max_output_tokens=4, think_time_s={"median": 0.05, "sigma": 0.1},
-        subagent_prob=0.0, max_fanout=1, subagent_turns_mean=1, background_prob=0.0, nominal_decode_tps=50)
+        sessions=12,
+        block_size=16,
+        system_tokens=system_tokens,
+        first_user_tokens={"median": 48, "sigma": 0.3},
+        main_turns_mean=1,
+        max_main_turns=1,
+        tool_result_tokens={"median": 16, "sigma": 0.1},
+        output_tokens={"median": 4, "sigma": 0.0},
+        max_output_tokens=4,
+        think_time_s={"median": 0.05, "sigma": 0.1},
+        subagent_prob=0.0,
+        max_fanout=1,
+        subagent_turns_mean=1,
+        background_prob=0.0,
+        nominal_decode_tps=50,
+    )
     root.mkdir(parents=True, exist_ok=True)
     synthetic.generate(p, 0, root / "trace.jsonl")
-    workload.prepare(str(root / "trace.jsonl"), "weka", length_scale=1.0, context_limit=context_limit,
-                     block_size=16, out_sessions=str(root / "sessions.jsonl"),
-                     out_summary=str(root / "workload.json"))
+    workload.prepare(
+        str(root / "trace.jsonl"),
+        "weka",
+        length_scale=1.0,
+        context_limit=context_limit,
+        block_size=16,
+        out_sessions=str(root / "sessions.jsonl"),
+        out_summary=str(root / "workload.json"),
+    )
     return root / "sessions.jsonl"
 
 
 def _serving(context_limit: int, keep: int, window_s: float) -> dict:
     """Only what the check needs: no context or EOS probes, no questions, one fidelity suspect."""
-    serving = vh.serving_config(context_limit, context_probes=0, eos_probes=0, eos_candidates=1, answers_n=0,
-                                fidelity_max_suspects=0, fidelity_sampled_suspects=1, fidelity_proxy_pool=0,
-                                far_context_checks=10)
+    serving = vh.serving_config(
+        context_limit,
+        context_probes=0,
+        eos_probes=0,
+        eos_candidates=1,
+        answers_n=0,
+        fidelity_max_suspects=0,
+        fidelity_sampled_suspects=1,
+        fidelity_proxy_pool=0,
+        far_context_checks=10,
+    )
     serving["workload"]["far_context"]["min_distance"] = keep + 64
     serving["replay"].update({"warmup_s": 0.0, "window_s": window_s, "request_timeout_s": 60.0})
     return serving
@@ -56,28 +81,50 @@ def real(tmp_path_factory, smollm2_source):
     root = tmp_path_factory.mktemp("far_context")
     hf = smollm2_source[0] / "hf"
     gguf = root / "f16.gguf"
-    gguf_twin.twin_from_gguf(sources.SourceRecord.model_validate_json(
-        (smollm2_source[0] / "source.json").read_text()).origin_gguf, gguf)
+    gguf_twin.twin_from_gguf(
+        sources.SourceRecord.model_validate_json((smollm2_source[0] / "source.json").read_text()).origin_gguf, gguf
+    )
     serving = _serving(1024, 64, 10.0)
     ref = root / "reference.json"
-    reference.compute("smollm2-135m", str(hf), vh.answer_settings(),
-                      VerifySettings.model_validate(serving["verification"]), (1000, 30000), str(ref),
-                      vh.secret())
+    reference.compute(
+        "smollm2-135m",
+        str(hf),
+        vh.answer_settings(),
+        VerifySettings.model_validate(serving["verification"]),
+        (1000, 30000),
+        str(ref),
+        vh.secret(),
+    )
     return {"root": root, "hf": hf, "gguf": gguf, "ref": ref}
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("keep, context_limit, system_tokens, window_s", CASES,
-                         ids=[f"last{c[0]}" for c in CASES])
-def test_a_server_keeping_only_the_end_of_each_prompt_fails_far_context(real, keep, context_limit,
-                                                                         system_tokens, window_s):
+@pytest.mark.parametrize("keep, context_limit, system_tokens, window_s", CASES, ids=[f"last{c[0]}" for c in CASES])
+def test_a_server_keeping_only_the_end_of_each_prompt_fails_far_context(
+    real, keep, context_limit, system_tokens, window_s
+):
     root = real["root"] / f"last{keep}"
     sessions = _sessions(root, system_tokens, context_limit)
-    directory = vh.adversary(root / "subs", "keep_last", ["--keep", str(keep), "--engine", "llamacpp"],
-                             "{gguf}", requires=("torch", "transformers", "llama_cpp"))
+    directory = vh.adversary(
+        root / "subs",
+        "keep_last",
+        ["--keep", str(keep), "--engine", "llamacpp"],
+        "{gguf}",
+        requires=("torch", "transformers", "llama_cpp"),
+    )
     out = root / "out"
-    record = vh.run_job(directory, _serving(context_limit, keep, window_s), vh.answer_settings(), real["hf"],
-                        real["gguf"], real["ref"], sessions, out, SANDBOX, vh.secret())
+    record = vh.run_job(
+        directory,
+        _serving(context_limit, keep, window_s),
+        vh.answer_settings(),
+        real["hf"],
+        real["gguf"],
+        real["ref"],
+        sessions,
+        out,
+        SANDBOX,
+        vh.secret(),
+    )
     checks = {c.name: c for c in record.checks}
     for name in ("complete_prompts", "exact_output_lengths", "session_progress"):
         assert checks[name].passed, (name, checks[name].summary)  # the accounting is all honest
@@ -109,21 +156,21 @@ def test_held_out_prompts_come_from_the_secret_and_keep_the_prefix_structure(tmp
     a, b = vh.secret("operator round 1", tmp_path), vh.secret("operator round 2", tmp_path)
     (ba, pa, drawn), (_, pa2, _), (bb, pb, _) = prompts(a), prompts(a), prompts(b)
     assert pa == pa2 and pa.keys() == pb.keys()
-    assert all(pa[k][16:48] != pb[k][16:48] for k in pa)          # no id in common beyond chance
-    assert prompts(None)[1] == prompts(None)[1] != pa               # development: public, not the secret's
+    assert all(pa[k][16:48] != pb[k][16:48] for k in pa)  # no id in common beyond chance
+    assert prompts(None)[1] == prompts(None)[1] != pa  # development: public, not the secret's
     carriers_a, carriers_b = set(), set()
     for i, session in enumerate(drawn):
         blocks: dict[int, list[int]] = {}
         for r in session.requests:
             p = pa[(i, r.id)]
             assert len(p) == r.input_tokens
-            for j, h in enumerate(r.hash_ids[1:-1], start=1):        # full blocks after the marker's
-                assert blocks.setdefault(h, p[j * 16:(j + 1) * 16]) == p[j * 16:(j + 1) * 16]
+            for j, h in enumerate(r.hash_ids[1:-1], start=1):  # full blocks after the marker's
+                assert blocks.setdefault(h, p[j * 16 : (j + 1) * 16]) == p[j * 16 : (j + 1) * 16]
             for builder, found in ((ba, carriers_a), (bb, carriers_b)):
                 c = builder.carrier(session, i, r.id)
                 if c:
                     q = p if builder is ba else pb[(i, r.id)]
-                    assert q[c.cue:] == q[c.source:c.source + c.span] and c.distance >= 64
+                    assert q[c.cue :] == q[c.source : c.source + c.span] and c.distance >= 64
                     found.add((i, r.id, c.source))
     assert len(carriers_a) >= 5 and carriers_a != carriers_b
 
@@ -132,14 +179,32 @@ def _sessions_grown(root: Path) -> Path:
     from infbench.serving import synthetic, workload
 
     p = synthetic.SyntheticParams(
-        sessions=6, block_size=16, system_tokens=128, first_user_tokens={"median": 48, "sigma": 0.3},
-        main_turns_mean=4, max_main_turns=6, tool_result_tokens={"median": 48, "sigma": 0.3},
-        output_tokens={"median": 8, "sigma": 0.3}, max_output_tokens=16,
+        sessions=6,
+        block_size=16,
+        system_tokens=128,
+        first_user_tokens={"median": 48, "sigma": 0.3},
+        main_turns_mean=4,
+        max_main_turns=6,
+        tool_result_tokens={"median": 48, "sigma": 0.3},
+        output_tokens={"median": 8, "sigma": 0.3},
+        max_output_tokens=16,
         think_time_s={"median": 0.1, "sigma": 0.1},
-        subagent_prob=0.3, max_fanout=2, subagent_turns_mean=2, background_prob=0.0, nominal_decode_tps=50)
+        subagent_prob=0.3,
+        max_fanout=2,
+        subagent_turns_mean=2,
+        background_prob=0.0,
+        nominal_decode_tps=50,
+    )
     synthetic.generate(p, 0, root / "trace.jsonl")
-    workload.prepare(str(root / "trace.jsonl"), "weka", length_scale=1.0, context_limit=1024, block_size=16,
-                     out_sessions=str(root / "sessions.jsonl"), out_summary=str(root / "workload.json"))
+    workload.prepare(
+        str(root / "trace.jsonl"),
+        "weka",
+        length_scale=1.0,
+        context_limit=1024,
+        block_size=16,
+        out_sessions=str(root / "sessions.jsonl"),
+        out_summary=str(root / "workload.json"),
+    )
     return root / "sessions.jsonl"
 
 

@@ -10,10 +10,17 @@ from serving_helpers import instant_server, settings
 from infbench.serving import replay, servers, workload
 from infbench.serving.traces import weka
 
-SESSION = weka.session({"id": "f", "block_size": 4, "requests": [
-    {"t": 0, "in": 8, "out": 4, "hash_ids": [0, 1], "think_time": 0},
-    {"t": 1, "in": 12, "out": 4, "hash_ids": [0, 1, 2], "think_time": 0.05},
-    {"t": 2, "in": 16, "out": 4, "hash_ids": [0, 1, 2, 3], "think_time": 0.05}]})
+SESSION = weka.session(
+    {
+        "id": "f",
+        "block_size": 4,
+        "requests": [
+            {"t": 0, "in": 8, "out": 4, "hash_ids": [0, 1], "think_time": 0},
+            {"t": 1, "in": 12, "out": 4, "hash_ids": [0, 1, 2], "think_time": 0.05},
+            {"t": 2, "in": 16, "out": 4, "hash_ids": [0, 1, 2, 3], "think_time": 0.05},
+        ],
+    }
+)
 
 
 def _port_closed(base: str) -> bool:
@@ -23,18 +30,21 @@ def _port_closed(base: str) -> bool:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("mode, error", [
-    ("die", "Error"),                      # connection refused / reset once the process is gone
-    ("hang", "timed out after"),
-    ("malformed", "JSONDecodeError"),
-    ("short", "3 output tokens, 4 prescribed"),
-    ("bad_usage", "usage.completion_tokens=5 but 4 token ids streamed"),
-    # the client's own limits: neither its memory nor its time is the server's to take
-    ("endless_line", "ResponseTooLarge: response larger than"),
-    ("trickle", "timed out after"),
-    ("oversize", "ResponseTooLarge: response larger than"),
-    ("endless_tokens", "more token ids streamed than max_tokens=4"),
-])
+@pytest.mark.parametrize(
+    "mode, error",
+    [
+        ("die", "Error"),  # connection refused / reset once the process is gone
+        ("hang", "timed out after"),
+        ("malformed", "JSONDecodeError"),
+        ("short", "3 output tokens, 4 prescribed"),
+        ("bad_usage", "usage.completion_tokens=5 but 4 token ids streamed"),
+        # the client's own limits: neither its memory nor its time is the server's to take
+        ("endless_line", "ResponseTooLarge: response larger than"),
+        ("trickle", "timed out after"),
+        ("oversize", "ResponseTooLarge: response larger than"),
+        ("endless_tokens", "more token ids streamed than max_tokens=4"),
+    ],
+)
 def test_misbehaving_server(tmp_path, mode, error):
     window, timeout = 2.0, 1.5
     with instant_server(tmp_path / "server.log", "--mode", mode, "--after", "1") as base:
@@ -43,10 +53,10 @@ def test_misbehaving_server(tmp_path, mode, error):
         elapsed = time.monotonic() - t
     assert _port_closed(base)
     assert elapsed <= window + timeout + 1.5
-    assert recs[0].ok and recs[0].request_id == "main/0"          # the first request was served properly
+    assert recs[0].ok and recs[0].request_id == "main/0"  # the first request was served properly
     bad = [r for r in recs if not r.ok]
     assert bad and all(error in r.error for r in bad), {r.error for r in bad}
-    assert all(r.ok or (r.ttft != r.ttft and r.tpot != r.tpot) for r in recs)   # failures carry no latency
+    assert all(r.ok or (r.ttft != r.ttft and r.tpot != r.tpot) for r in recs)  # failures carry no latency
 
 
 def test_server_that_does_not_start(tmp_path):
@@ -63,8 +73,9 @@ def test_server_that_does_not_start(tmp_path):
 
 
 def test_spec_placeholders_are_checked():
-    spec = servers.ServerSpec(command=["vllm", "serve", "{model_dir}", "--port", "{port}", "--tp", "{gpus}"],
-                              runnable=False)
+    spec = servers.ServerSpec(
+        command=["vllm", "serve", "{model_dir}", "--port", "{port}", "--tp", "{gpus}"], runnable=False
+    )
     with pytest.raises(Exception, match="serving.servers.vllm.command.*gpus"):
         servers.dry_run("vllm", spec, servers.LaunchVars(model_dir="m"))
     ok = servers.ServerSpec(command=["{python}", "-m", "x", "--port", "{port}"])
@@ -91,15 +102,19 @@ def test_a_token_arrives_with_its_id():
     stream.receive(b'data: {"choices": [{"text": " ", "token_ids": []}]}\n\n', 0.01)
     stream.receive(b'data: {"choices": [{"text": "a", "token_ids": [7]}]}\n\n', 0.8)
     stream.receive(b'data: {"choices": [{"text": "", "token_ids": [8]}]}\n\n', 0.9)
-    stream.receive(b'data: {"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 2}}\n\n'
-                   b'data: [DONE]\n\n', 0.95)
+    stream.receive(
+        b'data: {"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 2}}\n\ndata: [DONE]\n\n', 0.95
+    )
     assert (stream.first, stream.last) == (0.8, 0.9) and stream.text_without_ids == 1 and stream.id_chunks == 2
     assert replay._check(stream, 3, 2) == (2, "")
 
-    lying = replay._Stream(max_tokens=5, byte_limit=1 << 16)   # no ids: one text chunk claims 5 tokens; counted by usage, unverified
+    lying = replay._Stream(
+        max_tokens=5, byte_limit=1 << 16
+    )  # no ids: one text chunk claims 5 tokens; counted by usage, unverified
     lying.receive(b'data: {"choices": [{"text": "abcde"}]}\n\n', 0.5)
-    lying.receive(b'data: {"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 5}}\n\n'
-                  b'data: [DONE]\n\n', 0.5)
+    lying.receive(
+        b'data: {"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 5}}\n\ndata: [DONE]\n\n', 0.5
+    )
     assert not lying.saw_ids and lying.first == lying.last == 0.5 and replay._check(lying, 3, 5) == (5, "")
 
 
@@ -110,24 +125,34 @@ def test_context_overflows_are_marked_and_invalidate_the_run(tmp_path):
     from infbench.config.model import Deployment
     from infbench.serving.value import Targets, score
 
-    with instant_server(tmp_path / "server.log", "--context-limit", "18") as base:   # main/2 needs 16 + 4
+    with instant_server(tmp_path / "server.log", "--context-limit", "18") as base:  # main/2 needs 16 + 4
         recs = replay.run(workload.draw([SESSION], 0), settings(base, window_s=1.5))
     frame = replay.write_records(recs, str(tmp_path / "records.parquet"))
     over = [r for r in recs if r.context_overflow]
     assert over and all(r.request_id == "main/2" and not r.ok and "maximum context length" in r.error for r in over)
     assert not any(r.context_overflow for r in recs if r.request_id != "main/2")
-    dep = Deployment(name="d", devices=1, accelerator="cpu", usd_per_device_hour=1.0, input_usd_per_mtok=1.0,
-                     output_usd_per_mtok=1.0, context_limit=18)
+    dep = Deployment(
+        name="d",
+        devices=1,
+        accelerator="cpu",
+        usd_per_device_hour=1.0,
+        input_usd_per_mtok=1.0,
+        output_usd_per_mtok=1.0,
+        context_limit=18,
+    )
     s = score(frame, dep, 1.5, 0.01, Targets(tau_first_s=10.0, tau_token_s=10.0))
     assert not s.valid and s.D == 0.0 and s.context_overflows == len(over) and "overflowed" in s.invalid_reason
 
 
-@pytest.mark.parametrize("mode, error", [
-    ("endless_line", "ResponseTooLarge: response larger than 69760 bytes"),   # 64 KiB + 16 x 8 + 4 KiB
-    ("trickle", "StreamTimeout: stream still open after 1.5 s"),
-    ("oversize", "ResponseTooLarge"),
-    ("endless_tokens", "ResponseTooLarge"),
-])
+@pytest.mark.parametrize(
+    "mode, error",
+    [
+        ("endless_line", "ResponseTooLarge: response larger than 69760 bytes"),  # 64 KiB + 16 x 8 + 4 KiB
+        ("trickle", "StreamTimeout: stream still open after 1.5 s"),
+        ("oversize", "ResponseTooLarge"),
+        ("endless_tokens", "ResponseTooLarge"),
+    ],
+)
 def test_a_probe_stays_within_its_limits(tmp_path, mode, error):
     """The verifier's probes read a stream as the replay does: bounded in bytes, and in time whatever the
     server trickles (a read timeout alone would wait forever on a byte every 0.2 s)."""

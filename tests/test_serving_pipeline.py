@@ -28,14 +28,25 @@ def test_embedded_plan(tmp_path):
     proc = run_snakemake(tmp_path, "-n", *SERVING_TARGETS, "--configfile", str(_config(tmp_path)))
     jobs = planned_jobs(proc)
     assert {k: v for k, v in jobs.items() if k.startswith("serving")} == {
-        "serving_synthetic": 1, "serving_workload": 1, "serving_coverage": 1, "serving_calibrate": 1,
-        "serving_replay": 2, "serving_table": 1}
+        "serving_synthetic": 1,
+        "serving_workload": 1,
+        "serving_coverage": 1,
+        "serving_calibrate": 1,
+        "serving_replay": 2,
+        "serving_table": 1,
+    }
 
 
 def test_the_development_table_replays_the_development_seeds_only(tmp_path):
     """Final seeds are held out for verification: the development table's replays never use them."""
-    config = _config(tmp_path, **{"serving.seeds.development": [3, 4], "serving.seeds.final": [1000, 1001],
-                                  "serving.submissions": [str(REPO / "examples/servers")]})
+    config = _config(
+        tmp_path,
+        **{
+            "serving.seeds.development": [3, 4],
+            "serving.seeds.final": [1000, 1001],
+            "serving.submissions": [str(REPO / "examples/servers")],
+        },
+    )
     proc = run_snakemake(tmp_path, "-n", "results/tables/serving.md", "--configfile", str(config))
     replays = set(re.findall(r"results/serving/replays/(\w+)/seed(\d+)\.json", proc.stdout))
     assert replays == {(s, d) for s in ("S0", "llamacpp") for d in ("3", "4")}
@@ -43,26 +54,42 @@ def test_the_development_table_replays_the_development_seeds_only(tmp_path):
     assert "results/serving/replays/" not in proc.stdout and planned_jobs(proc)["serving_verify"] == 2
 
 
-@pytest.mark.parametrize("changes, message", [
-    ({"serving.calibration.reference": "tgi"}, "config key 'serving.calibration.reference': unknown server 'tgi'"),
-    ({"serving.seeds.final": [0]}, "config key 'serving.seeds."),
-    ({"serving.servers": {"S0": {"command": ["x", "{nope}"]}, "llamacpp": {"command": ["y"]}}},
-     "config key 'serving.servers.S0.command': bad placeholder"),
-    ({"serving.source": "gpt"}, "config key 'serving.source': unknown source 'gpt'"),
-    ({"serving.replay.start_ratio": [0.8, 0.2]}, "config key 'serving.replay.start_ratio': [0.8, 0.2] is not a range"),
-])
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        ({"serving.calibration.reference": "tgi"}, "config key 'serving.calibration.reference': unknown server 'tgi'"),
+        ({"serving.seeds.final": [0]}, "config key 'serving.seeds."),
+        (
+            {"serving.servers": {"S0": {"command": ["x", "{nope}"]}, "llamacpp": {"command": ["y"]}}},
+            "config key 'serving.servers.S0.command': bad placeholder",
+        ),
+        ({"serving.source": "gpt"}, "config key 'serving.source': unknown source 'gpt'"),
+        (
+            {"serving.replay.start_ratio": [0.8, 0.2]},
+            "config key 'serving.replay.start_ratio': [0.8, 0.2] is not a range",
+        ),
+    ],
+)
 def test_bad_serving_config_stops_before_any_job(tmp_path, changes, message):
-    proc = run_snakemake(tmp_path, "-n", *SERVING_TARGETS, "--configfile", str(_config(tmp_path, **changes)),
-                         check=False)
+    proc = run_snakemake(
+        tmp_path, "-n", *SERVING_TARGETS, "--configfile", str(_config(tmp_path, **changes)), check=False
+    )
     assert proc.returncode != 0 and message in proc.stdout + proc.stderr
 
 
 @pytest.mark.slow
 def test_tiny_serving_run(tmp_path):
-    config = _config(tmp_path, **{
-        "serving.replay.warmup_s": 1, "serving.replay.window_s": 8, "serving.replay.request_timeout_s": 6,
-        "serving.seeds.calibration": [2000, 2001], "serving.calibration.concurrencies": [1, 2],
-        "serving.workload.synthetic.sessions": 16})
+    config = _config(
+        tmp_path,
+        **{
+            "serving.replay.warmup_s": 1,
+            "serving.replay.window_s": 8,
+            "serving.replay.request_timeout_s": 6,
+            "serving.seeds.calibration": [2000, 2001],
+            "serving.calibration.concurrencies": [1, 2],
+            "serving.workload.synthetic.sessions": 16,
+        },
+    )
     run_snakemake(tmp_path, "--cores", "2", *SERVING_TARGETS, "--configfile", str(config))
     targets = json.loads((tmp_path / "results/serving/calibration/targets.json").read_text())
     assert targets["targets"]["tau_first_s"] >= max(r["p90_ttft_s"] for r in targets["runs"]) > 0
@@ -71,7 +98,7 @@ def test_tiny_serving_run(tmp_path):
     assert list(table["system"]) == ["llamacpp (calibration baseline)", "S0", "llamacpp"]
     assert (table["d_ci95_low"] <= table["d_ci95_high"]).all() and (table["g_ci95_low"] <= table["g_ci95_high"]).all()
     assert (table["d_ci95_high"] <= table["g_ci95_high"] + 1e-12).all() and (table["counts"] == "token ids").all()
-    shown = table["D"].notna()   # a D only with enough completed timed requests; the row says why otherwise
+    shown = table["D"].notna()  # a D only with enough completed timed requests; the row says why otherwise
     assert (table.loc[shown, "completed_timed_requests"] >= 30).all()
     assert table.loc[~shown, "D_at_c"].str.startswith("too few requests").all()
     assert (tmp_path / "results/plots/serving_value_share.png").stat().st_size > 5_000
@@ -80,7 +107,7 @@ def test_tiny_serving_run(tmp_path):
     assert list(points["completed_requests"]) == list(table["completed_timed_requests"])
     assert 0 <= table["f"][0] <= 1  # the baseline's share (mean over its seeds of D / G)
     cov = pd.read_csv(tmp_path / "results/serving/coverage.csv")
-    assert (cov["seed_set"] == "scan").sum() == 128 and cov["pct_input_tokens"].notna().sum() == 4   # 1 + 1 + 2 seeds
+    assert (cov["seed_set"] == "scan").sum() == 128 and cov["pct_input_tokens"].notna().sum() == 4  # 1 + 1 + 2 seeds
     for log in ["servers/calibrate.log", "servers/S0_seed0.log", "servers/llamacpp_seed0.log"]:  # development seed
         assert (tmp_path / "logs/serving" / log).stat().st_size > 0
     proc = run_snakemake(tmp_path, "-n", *SERVING_TARGETS, "--configfile", str(config))
@@ -100,6 +127,7 @@ def test_paper_defaults_plan_gpu_engines(tmp_path):
     assert jobs["serving_replay"] == 2 * 5 and jobs["serving_calibrate"] == 1 and "serving_synthetic" not in jobs
 
     from infbench.serving import servers
+
     schema = yaml.safe_load((REPO / "workflow/schemas/config.schema.yaml").read_text())
     specs = schema["properties"]["serving"]["properties"]["servers"]["default"]
     launch = servers.LaunchVars(model_dir="/m", devices=2, context_limit=1048576)
@@ -109,5 +137,6 @@ def test_paper_defaults_plan_gpu_engines(tmp_path):
         with pytest.raises(Exception, match="validated only"):
             with servers.launched(name, spec, launch, tmp_path / f"{name}.log"):
                 pass
-    assert "--tensor-parallel-size 2" in servers.dry_run("vllm", servers.ServerSpec.model_validate(specs["vllm"]),
-                                                         launch)
+    assert "--tensor-parallel-size 2" in servers.dry_run(
+        "vllm", servers.ServerSpec.model_validate(specs["vllm"]), launch
+    )

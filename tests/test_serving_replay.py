@@ -11,18 +11,34 @@ from infbench.serving import replay, workload
 from infbench.serving.traces import weka
 
 BS = 4
-HAND = {"id": "hand", "block_size": BS, "requests": [
-    {"t": 0, "in": 8, "out": 3, "hash_ids": [0, 1], "think_time": 0},                 # main/0
-    {"type": "subagent", "requests": [                                                # main.s0: fan-out 1
-        {"t": 1, "in": 8, "out": 2, "hash_ids": [0, 2], "think_time": 0.2},
-        {"t": 2, "in": 10, "out": 2, "hash_ids": [0, 2, 3], "think_time": 0.1}]},
-    {"type": "subagent", "requests": [                                                # main.s1: fan-out 2
-        {"t": 1, "in": 8, "out": 2, "hash_ids": [0, 4], "think_time": 0.3}]},
-    {"t": 3, "in": 12, "out": 3, "hash_ids": [0, 1, 5], "think_time": 0.5},          # main/1 joins both
-    {"t": 40, "in": 16, "out": 2, "hash_ids": [0, 1, 5, 6], "think_time": 30.0},     # main/2 after a 30 s gap
-    {"type": "subagent", "requests": [                                                # main.s2: background
-        {"t": 41, "in": 8, "out": 2, "hash_ids": [0, 7], "think_time": 0.1}]},
-]}
+HAND = {
+    "id": "hand",
+    "block_size": BS,
+    "requests": [
+        {"t": 0, "in": 8, "out": 3, "hash_ids": [0, 1], "think_time": 0},  # main/0
+        {
+            "type": "subagent",
+            "requests": [  # main.s0: fan-out 1
+                {"t": 1, "in": 8, "out": 2, "hash_ids": [0, 2], "think_time": 0.2},
+                {"t": 2, "in": 10, "out": 2, "hash_ids": [0, 2, 3], "think_time": 0.1},
+            ],
+        },
+        {
+            "type": "subagent",
+            "requests": [  # main.s1: fan-out 2
+                {"t": 1, "in": 8, "out": 2, "hash_ids": [0, 4], "think_time": 0.3}
+            ],
+        },
+        {"t": 3, "in": 12, "out": 3, "hash_ids": [0, 1, 5], "think_time": 0.5},  # main/1 joins both
+        {"t": 40, "in": 16, "out": 2, "hash_ids": [0, 1, 5, 6], "think_time": 30.0},  # main/2 after a 30 s gap
+        {
+            "type": "subagent",
+            "requests": [  # main.s2: background
+                {"t": 41, "in": 8, "out": 2, "hash_ids": [0, 7], "think_time": 0.1}
+            ],
+        },
+    ],
+}
 SPT = 0.05  # the server's seconds per output token, so requests take measurable time
 
 
@@ -82,15 +98,19 @@ def test_hand_trace_replay(tmp_path):
 
     # prompts: what the server received is what the builder makes; equal hash ids give equal blocks
     builder = st.prompt_builder()
-    built = {(r.instance, r.request_id): builder.build(session, r.instance, req)
-             for r in recs for req in session.requests if req.id == r.request_id}
+    built = {
+        (r.instance, r.request_id): builder.build(session, r.instance, req)
+        for r in recs
+        for req in session.requests
+        if req.id == r.request_id
+    }
     assert sorted(map(json.dumps, built.values())) == sorted(json.dumps(x["prompt"]) for x in received)
     p = {rid: built[(0, rid)] for _, rid in built if _ == 0}
-    block = lambda ids, i: ids[i * BS:(i + 1) * BS]  # noqa: E731
-    assert block(p["main/0"], 1) == block(p["main/1"], 1) == block(p["main/2"], 1)       # hash 1
-    assert block(p["main.s0/0"], 1) == block(p["main.s0/1"], 1)                         # hash 2
-    assert block(p["main.s0/0"], 1) != block(p["main.s1/0"], 1)                         # hash 2 vs 4
-    assert block(p["main/1"], 2) == block(p["main/2"], 2)                               # hash 5
+    block = lambda ids, i: ids[i * BS : (i + 1) * BS]  # noqa: E731
+    assert block(p["main/0"], 1) == block(p["main/1"], 1) == block(p["main/2"], 1)  # hash 1
+    assert block(p["main.s0/0"], 1) == block(p["main.s0/1"], 1)  # hash 2
+    assert block(p["main.s0/0"], 1) != block(p["main.s1/0"], 1)  # hash 2 vs 4
+    assert block(p["main/1"], 2) == block(p["main/2"], 2)  # hash 5
     assert all(len(p[r.id]) == r.input_tokens for r in session.requests)
     # one marker per session instance: shared inside it, different from the next instance, whose blocks are
     # drawn anew (a second instance of a session shares its structure, not its ids: nothing to answer from
@@ -126,9 +146,14 @@ def test_concurrency_bounds_top_level_sessions(tmp_path):
 def test_a_lane_reuses_its_keep_alive_connection(tmp_path):
     """Sequential requests of one lane travel over one connection (a response read only up to [DONE]
     used to close it, so every request paid a new TCP handshake inside its TTFT)."""
-    chain = {"id": "chain", "block_size": 16,
-             "requests": [{"t": 0.0, "in": 32 * (k + 1), "out": 4, "hash_ids": list(range(2 * (k + 1))),
-                           "think_time": 0.05 * (k > 0)} for k in range(6)]}
+    chain = {
+        "id": "chain",
+        "block_size": 16,
+        "requests": [
+            {"t": 0.0, "in": 32 * (k + 1), "out": 4, "hash_ids": list(range(2 * (k + 1))), "think_time": 0.05 * (k > 0)}
+            for k in range(6)
+        ],
+    }
     with instant_server(tmp_path / "server.log") as base:
         recs = replay.run(workload.draw([weka.session(chain)], 0), settings(base, window_s=1.0))
         received = httpx.get(base + "/debug/requests").json()
@@ -148,11 +173,11 @@ def test_replay_records_have_a_declared_schema(tmp_path):
 
 def test_lane_start_skips_what_was_recorded_before_the_sampled_point():
     s = weka.session(HAND)
-    start = workload.lane_start(s, 0.5)           # main chain main/0, main/1, main/2: floor(0.5 * 3) = 1
+    start = workload.lane_start(s, 0.5)  # main chain main/0, main/1, main/2: floor(0.5 * 3) = 1
     assert start.t_star == 3 and start.skipped == {"main/0", "main.s0/0", "main.s0/1", "main.s1/0"}
     assert [r.id for r in s.requests if start.ready(r)] == ["main/1"]
     assert workload.initial_streams(s, start) == 1
-    assert workload.lane_start(s, 0.99).skipped == {r.id for r in s.requests if r.t < 40}   # never past the last
+    assert workload.lane_start(s, 0.99).skipped == {r.id for r in s.requests if r.t < 40}  # never past the last
     assert not workload.lane_start(s, 0.0).skipped
     assert workload.initial_streams(s, workload.FROM_BEGINNING) == 1
     fractions = [workload.start_fraction(7, lane, (0.25, 0.75)) for lane in range(50)]
@@ -166,8 +191,9 @@ def test_a_lane_starts_its_first_session_at_the_sampled_point(tmp_path):
     """start_ratio (0.5, 0.5): the lane's first instance sends main/1 at once with its full grown prompt (what came
     before counts as done), then the rest; the lane's next instance starts from main/0."""
     with instant_server(tmp_path / "server.log") as base:
-        recs = replay.run(workload.draw([weka.session(HAND)], 0),
-                          settings(base, window_s=3.0, idle_cap_s=0.2, start_ratio=(0.5, 0.5)))
+        recs = replay.run(
+            workload.draw([weka.session(HAND)], 0), settings(base, window_s=3.0, idle_cap_s=0.2, start_ratio=(0.5, 0.5))
+        )
     first = [r for r in recs if r.instance == 0]
     assert [r.request_id for r in first] == ["main/1", "main/2", "main.s2/0"]
     assert first[0].send_time < 0.5 and first[0].input_tokens == 12
@@ -181,18 +207,35 @@ def test_coverage_counts_the_streams_ready_at_the_lanes_start_points():
 
     s = weka.session(HAND)
     at_start = coverage.draw_stats([s], seed=3, n=4, concurrency=2, start_ratio=(0.0, 0.0), seed_set="x")
-    assert at_start.initial_streams == 2 and at_start.requests == 4 * 7   # one main chain ready per lane
+    assert at_start.initial_streams == 2 and at_start.requests == 4 * 7  # one main chain ready per lane
     # fraction 0.4: main request floor(0.4 * 3) = 1 at t* = 3, after the fan-out: main/1 alone is ready
     mid = coverage.draw_stats([s], seed=3, n=4, concurrency=2, start_ratio=(0.4, 0.4), seed_set="x")
     assert mid.initial_streams == 2
-    fanout = weka.session({"id": "fan", "block_size": BS, "requests": [
-        {"t": 0, "in": 8, "out": 2, "hash_ids": [0, 1], "think_time": 0},
-        {"type": "subagent", "requests": [{"t": 1, "in": 8, "out": 2, "hash_ids": [0, 2], "think_time": 0},
-                                          {"t": 5, "in": 8, "out": 2, "hash_ids": [0, 2], "think_time": 0}]},
-        {"type": "subagent", "requests": [{"t": 1, "in": 8, "out": 2, "hash_ids": [0, 3], "think_time": 0},
-                                          {"t": 5, "in": 8, "out": 2, "hash_ids": [0, 3], "think_time": 0}]},
-        {"t": 4, "in": 12, "out": 2, "hash_ids": [0, 1, 4], "think_time": 0},
-        {"t": 9, "in": 12, "out": 2, "hash_ids": [0, 1, 4], "think_time": 0}]})
+    fanout = weka.session(
+        {
+            "id": "fan",
+            "block_size": BS,
+            "requests": [
+                {"t": 0, "in": 8, "out": 2, "hash_ids": [0, 1], "think_time": 0},
+                {
+                    "type": "subagent",
+                    "requests": [
+                        {"t": 1, "in": 8, "out": 2, "hash_ids": [0, 2], "think_time": 0},
+                        {"t": 5, "in": 8, "out": 2, "hash_ids": [0, 2], "think_time": 0},
+                    ],
+                },
+                {
+                    "type": "subagent",
+                    "requests": [
+                        {"t": 1, "in": 8, "out": 2, "hash_ids": [0, 3], "think_time": 0},
+                        {"t": 5, "in": 8, "out": 2, "hash_ids": [0, 3], "think_time": 0},
+                    ],
+                },
+                {"t": 4, "in": 12, "out": 2, "hash_ids": [0, 1, 4], "think_time": 0},
+                {"t": 9, "in": 12, "out": 2, "hash_ids": [0, 1, 4], "think_time": 0},
+            ],
+        }
+    )
     # starting at main/1 (t* = 4): both branches' second requests are still to come and ready, main/1 waits for them
     start = workload.lane_start(fanout, 0.5)
     assert start.t_star == 4 and workload.initial_streams(fanout, start) == 2
@@ -204,8 +247,9 @@ def test_a_window_ending_while_the_loop_computes_its_wait_ends_the_replay():
     event heap: IndexError, a crashed verification of an honest server)."""
     import asyncio
 
-    session = weka.session({"id": "one", "block_size": BS, "requests": [
-        {"t": 0, "in": 8, "out": 2, "hash_ids": [0, 1], "think_time": 0}]})
+    session = weka.session(
+        {"id": "one", "block_size": BS, "requests": [{"t": 0, "in": 8, "out": 2, "hash_ids": [0, 1], "think_time": 0}]}
+    )
     st = settings("http://127.0.0.1:9", window_s=5.0, request_timeout_s=1.0)
 
     class LateClock(replay.Replay):

@@ -14,14 +14,36 @@ pytestmark = pytest.mark.slow
 
 def test_s0_streams_greedy_token_ids_with_usage(tmp_path, smollm2_source):
     out, _ = smollm2_source
-    spec = servers.ServerSpec(command=["{python}", "-m", "infbench.serving.starter", "--model", "{model_dir}",
-                                       "--port", "{port}", "--dtype", "float32", "--threads", "1",
-                                       "--context-limit", "{context_limit}"], startup_timeout_s=300)
+    spec = servers.ServerSpec(
+        command=[
+            "{python}",
+            "-m",
+            "infbench.serving.starter",
+            "--model",
+            "{model_dir}",
+            "--port",
+            "{port}",
+            "--dtype",
+            "float32",
+            "--threads",
+            "1",
+            "--context-limit",
+            "{context_limit}",
+        ],
+        startup_timeout_s=300,
+    )
     prompt = list(range(2000, 2024))
-    with servers.launched("S0", spec, servers.LaunchVars(model_dir=str(out / "hf"), context_limit=64),
-                          tmp_path / "s0.log") as base:
-        body = {"prompt": prompt, "max_tokens": 6, "temperature": 0, "stream": True, "ignore_eos": True,
-                "stream_options": {"include_usage": True}}
+    with servers.launched(
+        "S0", spec, servers.LaunchVars(model_dir=str(out / "hf"), context_limit=64), tmp_path / "s0.log"
+    ) as base:
+        body = {
+            "prompt": prompt,
+            "max_tokens": 6,
+            "temperature": 0,
+            "stream": True,
+            "ignore_eos": True,
+            "stream_options": {"include_usage": True},
+        }
         chunks = []
         with httpx.stream("POST", base + "/v1/completions", json=body, timeout=120) as r:
             for line in r.iter_lines():
@@ -33,12 +55,13 @@ def test_s0_streams_greedy_token_ids_with_usage(tmp_path, smollm2_source):
     assert too_long.status_code == 400 and "context limit 64" in too_long.text
 
     from transformers import AutoModelForCausalLM
+
     model = AutoModelForCausalLM.from_pretrained(out / "hf", dtype=torch.float32).eval()
     seq = list(prompt)
     with torch.inference_mode():
-        for _ in range(6):   # plain greedy decoding, EOS not special
+        for _ in range(6):  # plain greedy decoding, EOS not special
             seq.append(int(model(torch.tensor([seq])).logits[0, -1].argmax()))
-    assert ids == seq[len(prompt):]
+    assert ids == seq[len(prompt) :]
     assert "Uvicorn running" in (tmp_path / "s0.log").read_text() or (tmp_path / "s0.log").stat().st_size > 0
 
 

@@ -30,20 +30,32 @@ def _req(t, n_in, out, ids, think=0.0):
 
 
 def _builder():
-    return workload.PromptBuilder(token_low=10, token_high=100, marker_tokens=1, content_seed=0,
-                                  concurrency=1)
+    return workload.PromptBuilder(token_low=10, token_high=100, marker_tokens=1, content_seed=0, concurrency=1)
 
 
 # --- Weka ------------------------------------------------------------------------------------------
 
+
 def test_weka_nested_subagents_and_background(tmp_path):
-    obj = {"id": "a", "block_size": 2, "requests": [
-        _req(0, 4, 1, [0, 1]),
-        {"type": "subagent", "requests": [
-            _req(1, 4, 1, [0, 2], 0.5),
-            {"type": "subagent", "requests": [_req(2, 4, 1, [0, 3], 0.1)]},     # nested, joined by its parent's next
-            _req(3, 6, 1, [0, 2, 4], 0.2)]},
-        {"type": "subagent", "requests": [_req(1, 4, 1, [0, 5])]}]}          # no later main request: background
+    obj = {
+        "id": "a",
+        "block_size": 2,
+        "requests": [
+            _req(0, 4, 1, [0, 1]),
+            {
+                "type": "subagent",
+                "requests": [
+                    _req(1, 4, 1, [0, 2], 0.5),
+                    {
+                        "type": "subagent",
+                        "requests": [_req(2, 4, 1, [0, 3], 0.1)],
+                    },  # nested, joined by its parent's next
+                    _req(3, 6, 1, [0, 2, 4], 0.2),
+                ],
+            },
+            {"type": "subagent", "requests": [_req(1, 4, 1, [0, 5])]},
+        ],
+    }  # no later main request: background
     (s,) = weka.read(_write(tmp_path / "t.jsonl", [obj]))
     deps = {r.id: r.depends_on for r in s.requests}
     assert deps["main.s0/0"] == ["main/0"] and deps["main.s0.s0/0"] == ["main.s0/0"]
@@ -60,36 +72,76 @@ MODEL, SMALL = "claude-opus-4-5-20251101", "claude-haiku-4-5-20251001"
 
 def _call(t, kind, n_in, out, ids, think, api, **extra):
     """A request with every field the Weka format defines."""
-    return {"t": t, "type": kind, "model": MODEL, "in": n_in, "out": out, "hash_ids": ids,
-            "input_types": ["tool_result"], "output_types": ["text", "tool_use"], "stop": "tool_use",
-            "api_time": api, "think_time": think, **extra}
+    return {
+        "t": t,
+        "type": kind,
+        "model": MODEL,
+        "in": n_in,
+        "out": out,
+        "hash_ids": ids,
+        "input_types": ["tool_result"],
+        "output_types": ["text", "tool_use"],
+        "stop": "tool_use",
+        "api_time": api,
+        "think_time": think,
+        **extra,
+    }
 
 
 def _subagent(t, agent, requests, **extra):
-    return {"t": t, "type": "subagent", "agent_id": agent, "subagent_type": "Explore", "duration_ms": 4000,
-            "total_tokens": 900, "tool_use_count": 3, "status": "completed", "models": [SMALL],
-            "tool_tokens": 120, "system_tokens": 40, "requests": requests, **extra}
+    return {
+        "t": t,
+        "type": "subagent",
+        "agent_id": agent,
+        "subagent_type": "Explore",
+        "duration_ms": 4000,
+        "total_tokens": 900,
+        "tool_use_count": 3,
+        "status": "completed",
+        "models": [SMALL],
+        "tool_tokens": 120,
+        "system_tokens": 40,
+        "requests": requests,
+        **extra,
+    }
 
 
 def _weka_dir(tmp_path):
     """Two pretty-printed session files as the harness reads them, and one JSON Lines file."""
     d = tmp_path / "weka"
     d.mkdir()
-    first = {"id": "sess-1", "models": [MODEL, SMALL], "block_size": 64, "hash_id_scope": "local",
-             "tool_tokens": 120, "system_tokens": 40, "totals": {"requests": 5, "input_tokens": 1500},
-             "colour": "ignored: not a field of the format",
-             "requests": [
-                 _call(100.0, "n", 200, 30, [1, 2, 3, 4], None, 1.0),
-                 # absolute inner times (current captures); its second request's think time is not recorded
-                 _subagent(102.0, "agent_001", [
-                     _call(102.5, "s", 150, 20, [1, 2, 9], 0.5, 0.4, ttft=0.2),
-                     _call(104.0, "n", 190, 0, [1, 2, 9], None, 0.5)]),   # out 0 is sent as 1
-                 _subagent(102.0, "agent_002", []),                          # no requests: skipped
-                 _call(107.0, "s", 400, 40, [1, 2, 3, 4, 5, 6, 7], 0.5, 1.5, ttft=0.7),
-                 _subagent(110.0, "agent_003", [_call(0.5, "n", 100, 10, [1, 2], 0.0, None)]),  # relative t
-             ]}
-    second = {"id": "sess-2", "models": [MODEL], "block_size": 64, "hash_id_scope": "global",
-              "requests": [_call(0.0, "n", 64, 8, [1], 0.0, None), _call(2.0, "n", 128, 8, [1, 2], None, 0.3)]}
+    first = {
+        "id": "sess-1",
+        "models": [MODEL, SMALL],
+        "block_size": 64,
+        "hash_id_scope": "local",
+        "tool_tokens": 120,
+        "system_tokens": 40,
+        "totals": {"requests": 5, "input_tokens": 1500},
+        "colour": "ignored: not a field of the format",
+        "requests": [
+            _call(100.0, "n", 200, 30, [1, 2, 3, 4], None, 1.0),
+            # absolute inner times (current captures); its second request's think time is not recorded
+            _subagent(
+                102.0,
+                "agent_001",
+                [
+                    _call(102.5, "s", 150, 20, [1, 2, 9], 0.5, 0.4, ttft=0.2),
+                    _call(104.0, "n", 190, 0, [1, 2, 9], None, 0.5),
+                ],
+            ),  # out 0 is sent as 1
+            _subagent(102.0, "agent_002", []),  # no requests: skipped
+            _call(107.0, "s", 400, 40, [1, 2, 3, 4, 5, 6, 7], 0.5, 1.5, ttft=0.7),
+            _subagent(110.0, "agent_003", [_call(0.5, "n", 100, 10, [1, 2], 0.0, None)]),  # relative t
+        ],
+    }
+    second = {
+        "id": "sess-2",
+        "models": [MODEL],
+        "block_size": 64,
+        "hash_id_scope": "global",
+        "requests": [_call(0.0, "n", 64, 8, [1], 0.0, None), _call(2.0, "n", 128, 8, [1, 2], None, 0.3)],
+    }
     (d / "a.json").write_text(json.dumps(first, indent=2))
     (d / "b.json").write_text(json.dumps(second, indent=2))
     _write(d / "c.jsonl", [{"id": "sess-3", "block_size": 64, "requests": [_req(0, 64, 4, [1])]}])
@@ -114,10 +166,10 @@ def test_weka_directory_with_every_field_of_the_format(tmp_path):
     chains = {c.id: c for c in one.chains}
     assert chains["main.s0"].joined_by == "main/1" and chains["main.s2"].background and "main.s1" not in chains
     (_, late) = two.requests
-    assert late.delay_s == 2.0   # null think time, no api_time recorded: counted as 0
+    assert late.delay_s == 2.0  # null think time, no api_time recorded: counted as 0
     b = _builder()
     p0, p1 = b.build(one, 0, r["main/0"]), b.build(one, 0, r["main/1"])
-    assert p1[:200] == p0 and len(p1) == 400      # the shared context is shared exactly
+    assert p1[:200] == p0 and len(p1) == 400  # the shared context is shared exactly
 
 
 def test_weka_directory_rejects_a_duplicate_id_across_files(tmp_path):
@@ -131,18 +183,32 @@ def test_weka_directory_rejects_a_duplicate_id_across_files(tmp_path):
         weka.read(empty)
 
 
-@pytest.mark.parametrize("line, needle", [
-    ('{"id": "x", "block_size": 64, "requests": [{"t": 0, "in": 4,', "line 2: malformed JSON (truncated line?)"),
-    ({"id": "x", "block_size": 4, "requests": [_req(0, 4, 1, [0], think=-1.0)]}, "requests.0.request.think_time"),
-    ({"id": "x", "block_size": 4, "requests": [{"t": 0, "in": 4, "hash_ids": [0]}]}, "requests.0.request.out: Field "
-                                                                                         "required"),
-    ({"id": "x", "block_size": 4, "requests": [_req(0, 4, 1, [0]), {"type": "subagent", "requests": [
-        {"t": 1, "in": 4, "out": 1, "hash_ids": "zero"}]}]}, "requests.1.subagent.requests.0.request.hash_ids"),
-    ({"id": "x", "block_size": 4, "requests": [_req(0, 4, 1, [0, 1, 2])]}, "3 hash ids for 4 input tokens"),
-    ({"id": "x", "requests": [_req(0, 4, 1, [0])]}, "block_size: Field required"),
-    ({"id": "x", "block_size": 4, "hash_id_scope": "galaxy", "requests": [_req(0, 4, 1, [0])]}, "hash_id_scope"),
-    ([1, 2], "expected a JSON object"),
-])
+@pytest.mark.parametrize(
+    "line, needle",
+    [
+        ('{"id": "x", "block_size": 64, "requests": [{"t": 0, "in": 4,', "line 2: malformed JSON (truncated line?)"),
+        ({"id": "x", "block_size": 4, "requests": [_req(0, 4, 1, [0], think=-1.0)]}, "requests.0.request.think_time"),
+        (
+            {"id": "x", "block_size": 4, "requests": [{"t": 0, "in": 4, "hash_ids": [0]}]},
+            "requests.0.request.out: Field required",
+        ),
+        (
+            {
+                "id": "x",
+                "block_size": 4,
+                "requests": [
+                    _req(0, 4, 1, [0]),
+                    {"type": "subagent", "requests": [{"t": 1, "in": 4, "out": 1, "hash_ids": "zero"}]},
+                ],
+            },
+            "requests.1.subagent.requests.0.request.hash_ids",
+        ),
+        ({"id": "x", "block_size": 4, "requests": [_req(0, 4, 1, [0, 1, 2])]}, "3 hash ids for 4 input tokens"),
+        ({"id": "x", "requests": [_req(0, 4, 1, [0])]}, "block_size: Field required"),
+        ({"id": "x", "block_size": 4, "hash_id_scope": "galaxy", "requests": [_req(0, 4, 1, [0])]}, "hash_id_scope"),
+        ([1, 2], "expected a JSON object"),
+    ],
+)
 def test_weka_bad_input_names_file_line_and_field(tmp_path, line, needle):
     good = {"id": "ok", "block_size": 4, "requests": [_req(0, 4, 1, [0])]}
     path = _write(tmp_path / "bad.jsonl", [good, line])
@@ -161,26 +227,37 @@ def test_weka_broken_pretty_printed_file_names_its_line(tmp_path):
 
 # --- Mooncake --------------------------------------------------------------------------------------
 
+
 def test_mooncake_single_request_rows(tmp_path):
-    path = _write(tmp_path / "m.jsonl", [
-        {"timestamp": 0, "input_length": 600, "output_length": 10, "hash_ids": [0, 1]},
-        {"timestamp": 1500, "input_length": 1100, "output_length": 5, "hash_ids": [0, 1, 2]}])
+    path = _write(
+        tmp_path / "m.jsonl",
+        [
+            {"timestamp": 0, "input_length": 600, "output_length": 10, "hash_ids": [0, 1]},
+            {"timestamp": 1500, "input_length": 1100, "output_length": 5, "hash_ids": [0, 1, 2]},
+        ],
+    )
     assert traces.detect(path) == "mooncake"
     s = traces.read_trace(path, "mooncake")
     assert [len(x.requests) for x in s] == [1, 1] and s[0].prefix_scope == "global"
     b = _builder()
     p0, p1 = b.build(s[0], 0, s[0].requests[0]), b.build(s[1], 0, s[1].requests[0])
-    assert p0[1:512] == p1[1:512] and len(p1) == 1100   # global hash ids: shared across lines
+    assert p0[1:512] == p1[1:512] and len(p1) == 1100  # global hash ids: shared across lines
 
 
 def test_mooncake_multi_turn_sessions_grow_their_context(tmp_path):
     rows = [
-        {"session_id": "s1", "input_length": 1000, "output_length": 50, "hash_ids": [0, 1], "timestamp": 0.0,
-         "group_id": 3},
+        {
+            "session_id": "s1",
+            "input_length": 1000,
+            "output_length": 50,
+            "hash_ids": [0, 1],
+            "timestamp": 0.0,
+            "group_id": 3,
+        },
         {"session_id": "s2", "input_length": 600, "output_length": 20, "hash_ids": [0, 7], "timestamp": 900.0},
         {"session_id": "s1", "input_length": 300, "output_length": 40, "hash_ids": [8], "delay": 2500.0},
         {"session_id": "s1", "input_length": 700, "output_length": 10, "hash_ids": [9, 10], "delay": 0},
-        {"timestamp": 4000, "input_length": 100, "output_length": 3},             # no session id: one request
+        {"timestamp": 4000, "input_length": 100, "output_length": 3},  # no session id: one request
     ]
     (s1, s2, single) = mooncake.read(_write(tmp_path / "mt.jsonl", rows), block_size=512)
     assert (s1.id, s2.id, single.id) == ("s1", "s2", "mt:5")
@@ -190,22 +267,29 @@ def test_mooncake_multi_turn_sessions_grow_their_context(tmp_path):
     assert [r.depends_on for r in s1.requests] == [[], ["main/0"], ["main/1"]]
     ids = [r.hash_ids for r in s1.requests]
     assert ids[0] == [0, 1] and ids[1][:2] == [0, 1] and ids[2][:3] == ids[1] and len(ids[2]) == 5
-    assert min(ids[1][2:] + ids[2][3:]) > 10     # new blocks never reuse a named block
+    assert min(ids[1][2:] + ids[2][3:]) > 10  # new blocks never reuse a named block
     b = _builder()
     p = [b.build(s1, 0, r) for r in s1.requests]
-    assert p[1][:1000] == p[0] and p[2][:1350] == p[1]    # each turn starts with the previous prompt exactly
-    assert b.build(s2, 1, s2.requests[0])[1:512] == p[0][1:512]   # turn 0's global blocks are shared
+    assert p[1][:1000] == p[0] and p[2][:1350] == p[1]  # each turn starts with the previous prompt exactly
+    assert b.build(s2, 1, s2.requests[0])[1:512] == p[0][1:512]  # turn 0's global blocks are shared
 
 
-@pytest.mark.parametrize("row, needle", [
-    ('{"session_id": "a", "input_length": 10, "output_len', "line 2: malformed JSON (truncated line?)"),
-    ({"session_id": "a", "input_length": 10, "output_length": 5, "delay": -20}, "line 2: delay: Input should be "
-                                                                                 "greater than or equal to 0"),
-    ({"session_id": "a", "input_length": 10, "hash_ids": [1]}, "line 2: output_length: Field required"),
-    ({"session_id": "a", "text_input": "hello", "output_length": 5}, "line 2: input_length: required; a row given "
-                                                                       "as text_input"),
-    ({"session_id": "a", "input_length": 10, "output_length": 5, "timestamp": "noon"}, "line 2: timestamp"),
-])
+@pytest.mark.parametrize(
+    "row, needle",
+    [
+        ('{"session_id": "a", "input_length": 10, "output_len', "line 2: malformed JSON (truncated line?)"),
+        (
+            {"session_id": "a", "input_length": 10, "output_length": 5, "delay": -20},
+            "line 2: delay: Input should be greater than or equal to 0",
+        ),
+        ({"session_id": "a", "input_length": 10, "hash_ids": [1]}, "line 2: output_length: Field required"),
+        (
+            {"session_id": "a", "text_input": "hello", "output_length": 5},
+            "line 2: input_length: required; a row given as text_input",
+        ),
+        ({"session_id": "a", "input_length": 10, "output_length": 5, "timestamp": "noon"}, "line 2: timestamp"),
+    ],
+)
 def test_mooncake_bad_rows_name_file_line_and_field(tmp_path, row, needle):
     good = {"session_id": "a", "input_length": 10, "output_length": 5, "timestamp": 0}
     path = _write(tmp_path / "bad.jsonl", [good, row])
@@ -221,6 +305,7 @@ def test_mooncake_first_turn_names_more_blocks_than_its_prompt(tmp_path):
 
 
 # --- the AgentX harness's generator ------------------------------------------------------------------
+
 
 def _uv(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "uv", *args], capture_output=True, text=True, timeout=timeout)
@@ -249,8 +334,13 @@ def test_generator_traces_read_as_its_own_statistics(aiperf, tmp_path):
     """Sessions, turns, prompt and output tokens and delays read from ``aiperf synthesize agentic-code``
     output equal the generator's manifest and quality report (means are reported to 2 decimals)."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    subprocess.run([str(aiperf), "synthesize", "agentic-code", "--num-sessions", "40", "--seed", "42",
-                    "--output", str(tmp_path)], check=True, capture_output=True, env=env, timeout=600)
+    subprocess.run(
+        [str(aiperf), "synthesize", "agentic-code", "--num-sessions", "40", "--seed", "42", "--output", str(tmp_path)],
+        check=True,
+        capture_output=True,
+        env=env,
+        timeout=600,
+    )
     (dataset,) = tmp_path.glob("*/dataset.jsonl")
     manifest = json.loads((dataset.parent / "manifest.json").read_text())
     quality = json.loads((dataset.parent / "quality.json").read_text())
@@ -271,25 +361,34 @@ def test_generator_traces_read_as_its_own_statistics(aiperf, tmp_path):
     assert len(turns) == observed["generation_length"]["count"]
     assert mean([r.output_tokens for r in turns]) == pytest.approx(observed["generation_length"]["mean"], abs=0.005)
     assert mean([s.requests[0].input_tokens for s in sessions]) == pytest.approx(
-        observed["initial_context"]["mean"], abs=0.005)
+        observed["initial_context"]["mean"], abs=0.005
+    )
     assert len(new_tokens) == observed["new_tokens_per_turn"]["count"]
     assert mean(new_tokens) == pytest.approx(observed["new_tokens_per_turn"]["mean"], abs=0.005)
-    assert mean([r.delay_s * 1000 for _, r in later]) == pytest.approx(observed["inter_turn_delay_ms"]["mean"],
-                                                                       abs=0.005)
+    assert mean([r.delay_s * 1000 for _, r in later]) == pytest.approx(
+        observed["inter_turn_delay_ms"]["mean"], abs=0.005
+    )
     # the whole prompt of every turn, in blocks, as the generator's cache model has it
     cache = json.loads((dataset.parent / "cache_structure.json").read_text())
     blocks = {c["session_id"]: [t["num_blocks"] for t in c["turns"]] for c in cache["sessions"]}
     assert {s.id: [len(r.hash_ids) for r in s.requests] for s in sessions} == blocks
     assert max(r.input_tokens for r in turns) <= manifest["generation_params"]["max_prompt_tokens"]
-    for s in sessions:      # every turn's blocks start with the previous turn's
+    for s in sessions:  # every turn's blocks start with the previous turn's
         for prev, r in zip(s.requests, s.requests[1:]):
             assert r.hash_ids[: len(prev.hash_ids)] == prev.hash_ids
 
 
 def test_workload_prepares_a_weka_directory(tmp_path):
     d = _weka_dir(tmp_path)
-    summary = workload.prepare(str(d), "weka", length_scale=1.0, context_limit=10_000, block_size=512,
-                               out_sessions=str(tmp_path / "w.jsonl"), out_summary=str(tmp_path / "w.json"))
+    summary = workload.prepare(
+        str(d),
+        "weka",
+        length_scale=1.0,
+        context_limit=10_000,
+        block_size=512,
+        out_sessions=str(tmp_path / "w.jsonl"),
+        out_summary=str(tmp_path / "w.json"),
+    )
     assert summary.sessions_read == 3 and len(workload.load(tmp_path / "w.jsonl")) == 3
     inputs = json.loads((tmp_path / "w.json").read_text())["provenance"]["inputs"]
-    assert {Path(p).name for p in inputs} == {"a.json", "b.json", "c.jsonl", "notes.txt"}   # the directory's files
+    assert {Path(p).name for p in inputs} == {"a.json", "b.json", "c.jsonl", "notes.txt"}  # the directory's files

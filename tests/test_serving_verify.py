@@ -28,8 +28,18 @@ SANDBOX = {"allow_unsandboxed": False, "tmp_mb": 512}
 def _run(env, directory, serving=None, model_dir=None, gguf="", ref=None, secret=None):
     # a directory of its own per call: a later run of the same submission keeps this one's record
     out = Path(tempfile.mkdtemp(prefix="run-", dir=env["root"])) / Path(directory).name
-    return vh.run_job(directory, serving or env["serving"], env["answers"], model_dir or env["tiny"], gguf,
-                      ref or env["ref"], env["sessions"], out, SANDBOX, secret or vh.secret())
+    return vh.run_job(
+        directory,
+        serving or env["serving"],
+        env["answers"],
+        model_dir or env["tiny"],
+        gguf,
+        ref or env["ref"],
+        env["sessions"],
+        out,
+        SANDBOX,
+        secret or vh.secret(),
+    )
 
 
 def _checks(record):
@@ -49,11 +59,27 @@ def env(tmp_path_factory, smollm2_source):
     serving = vh.serving_config(CONTEXT)
     answers = vh.answer_settings()
     ref = root / "reference.json"
-    record = reference.compute("smollm2-135m", str(tiny), answers, VerifySettings.model_validate(serving["verification"]),
-                               (1000, 30000), str(ref), vh.secret())
+    record = reference.compute(
+        "smollm2-135m",
+        str(tiny),
+        answers,
+        VerifySettings.model_validate(serving["verification"]),
+        (1000, 30000),
+        str(ref),
+        vh.secret(),
+    )
     assert len(record.eos_probes) == 2 and all(len(p.expected) == 5 for p in record.eos_probes)
-    return {"root": root, "tiny": tiny, "other": other, "context_sensitive": context_sensitive, "serving": serving, "answers": answers, "ref": ref,
-            "sessions": vh.small_sessions(root, CONTEXT), "hf": hf}
+    return {
+        "root": root,
+        "tiny": tiny,
+        "other": other,
+        "context_sensitive": context_sensitive,
+        "serving": serving,
+        "answers": answers,
+        "ref": ref,
+        "sessions": vh.small_sessions(root, CONTEXT),
+        "hf": hf,
+    }
 
 
 # (mode, the check that targets it, checks that must still pass: the rejection is specific)
@@ -66,13 +92,19 @@ ADVERSARIES = [
     ("crash_prefix", ["session_progress", "server_alive"], []),
     ("no_eos", ["natural_stopping"], ["complete_prompts", "exact_output_lengths", "fidelity"]),
     # a whitespace chunk without ids when the stream opens: not a token (TTFT stays honest), and rejected
-    ("fake_first", ["streaming_consistency"], ["complete_prompts", "exact_output_lengths", "session_progress",
-                                               "fidelity"]),
+    (
+        "fake_first",
+        ["streaming_consistency"],
+        ["complete_prompts", "exact_output_lengths", "session_progress", "fidelity"],
+    ),
     # one text chunk, no ids, usage claiming every token: the counts cannot be checked, so they are not taken
     ("usage_lies", ["streaming_consistency", "fidelity"], ["complete_prompts", "exact_output_lengths"]),
     # answers only the probes the public config used to determine honestly: the secret's probes are not those
-    ("probe_aware", ["context_probes", "natural_stopping"], ["complete_prompts", "exact_output_lengths",
-                                                             "streaming_consistency"]),
+    (
+        "probe_aware",
+        ["context_probes", "natural_stopping"],
+        ["complete_prompts", "exact_output_lengths", "streaming_consistency"],
+    ),
 ]
 
 
@@ -147,11 +179,18 @@ def test_a_table_precomputed_from_the_public_workload_fails_under_a_real_secret(
 
     operator = vh.secret("operator round 9", tmp_path)
     ref = tmp_path / "reference.json"
-    reference.compute("smollm2-135m", str(env["tiny"]), env["answers"],
-                      VerifySettings.model_validate(env["serving"]["verification"]), (1000, 30000), str(ref),
-                      operator)
-    held_out = _run(env, shutil.copytree(directory, directory.with_name("adv_table_held_out")), ref=ref,
-                    secret=operator)
+    reference.compute(
+        "smollm2-135m",
+        str(env["tiny"]),
+        env["answers"],
+        VerifySettings.model_validate(env["serving"]["verification"]),
+        (1000, 30000),
+        str(ref),
+        operator,
+    )
+    held_out = _run(
+        env, shutil.copytree(directory, directory.with_name("adv_table_held_out")), ref=ref, secret=operator
+    )
     served = Path(held_out.server_log).read_text()
     checks = _checks(held_out)
     assert "table exact" not in served and served.count("table by_length") >= 10
@@ -169,10 +208,18 @@ def test_no_check_passes_by_default(env, tmp_path):
     ref = json.loads(Path(env["ref"]).read_text())
     ref["eos_probes"] = []
     (tmp_path / "reference.json").write_text(json.dumps(ref))
-    spec = {"command": ["{python}", "-m", "infbench.serving.instant", "--port", "{port}"], "model": "smollm2-135m",
-            "concurrency": 1}
-    record = _run(env, vh.submission_dir(tmp_path / "subs", "instant_ok", spec), serving=serving,
-                  model_dir=tmp_path / "no-tokenizer", ref=tmp_path / "reference.json")
+    spec = {
+        "command": ["{python}", "-m", "infbench.serving.instant", "--port", "{port}"],
+        "model": "smollm2-135m",
+        "concurrency": 1,
+    }
+    record = _run(
+        env,
+        vh.submission_dir(tmp_path / "subs", "instant_ok", spec),
+        serving=serving,
+        model_dir=tmp_path / "no-tokenizer",
+        ref=tmp_path / "reference.json",
+    )
     checks = _checks(record)
     for name in ("streaming_consistency", "held_out_answers"):
         assert not checks[name].passed and "could not be loaded" in checks[name].summary, checks[name].summary
@@ -193,13 +240,24 @@ def test_quiet_truncation_caught_by_fidelity(env):
 @pytest.mark.slow
 def test_s0_on_a_tiny_model_passes_every_check(env):
     record = _run(env, vh.example(env["root"] / "subs", "S0", startup_timeout_s=120))
-    assert record.verified, [(c.name, c.summary, c.evidence.get("traceback")) for c in record.checks
-                             if not c.passed]
+    assert record.verified, [(c.name, c.summary, c.evidence.get("traceback")) for c in record.checks if not c.passed]
     names = [c.name for c in record.checks]
-    assert names == ["submission_files", "submission_spec", "requirements", "launch", "complete_prompts",
-                     "exact_output_lengths",
-                     "streaming_consistency", "session_progress", "context_probes", "natural_stopping",
-                     "held_out_answers", "server_alive", "fidelity", "far_context"]
+    assert names == [
+        "submission_files",
+        "submission_spec",
+        "requirements",
+        "launch",
+        "complete_prompts",
+        "exact_output_lengths",
+        "streaming_consistency",
+        "session_progress",
+        "context_probes",
+        "natural_stopping",
+        "held_out_answers",
+        "server_alive",
+        "fidelity",
+        "far_context",
+    ]
     assert _checks(record)["far_context"].evidence["with_clear_positions"] > 0
     assert _checks(record)["session_progress"].evidence["completed"] > 0
     assert record.replays[0].score.completed > 0 and record.provenance.params["submission"] == "S0"
@@ -217,23 +275,37 @@ def test_s0_and_llamacpp_pass_on_the_real_model(env, tmp_path):
     from infbench.serving.verify import reference
 
     gguf = tmp_path / "f16.gguf"
-    gguf_twin.twin_from_gguf(sources.SourceRecord.model_validate_json(
-        (env["hf"].parent / "source.json").read_text()).origin_gguf, gguf)
+    gguf_twin.twin_from_gguf(
+        sources.SourceRecord.model_validate_json((env["hf"].parent / "source.json").read_text()).origin_gguf, gguf
+    )
     serving = vh.serving_config(CONTEXT, answers_n=2, eos_probes=1, fidelity_max_suspects=2)
     # every answered request counts, and the window leaves a slow machine time to answer carriers (under
     # load S0 on the real model once answered one request, inside the warm-up, in a 4 s window)
     serving["replay"].update({"warmup_s": 0.0, "window_s": 10.0})
     ref = tmp_path / "reference.json"
     from infbench.config.model import VerifySettings
-    rec = reference.compute("smollm2-135m", str(env["hf"]), env["answers"],
-                            VerifySettings.model_validate(serving["verification"]), (1000, 30000), str(ref),
-                            vh.secret())
+
+    rec = reference.compute(
+        "smollm2-135m",
+        str(env["hf"]),
+        env["answers"],
+        VerifySettings.model_validate(serving["verification"]),
+        (1000, 30000),
+        str(ref),
+        vh.secret(),
+    )
     assert rec.eos_probes, "the real model reaches EOS on a chat prompt"
     for name in ("S0", "llamacpp"):
-        record = _run(env, vh.example(tmp_path / "subs", name, startup_timeout_s=300), serving=serving,
-                      model_dir=env["hf"], gguf=str(gguf), ref=ref)
+        record = _run(
+            env,
+            vh.example(tmp_path / "subs", name, startup_timeout_s=300),
+            serving=serving,
+            model_dir=env["hf"],
+            gguf=str(gguf),
+            ref=ref,
+        )
         assert record.verified, (name, [(c.name, c.summary) for c in record.checks if not c.passed])
-        far = _checks(record)["far_context"].evidence   # the real model's clear top-1s streamed
+        far = _checks(record)["far_context"].evidence  # the real model's clear top-1s streamed
         assert far["clear_positions"] > 0, far
 
 
@@ -243,8 +315,11 @@ def test_server_that_dies_or_hangs_during_the_checks(env, mode, failing):
     serving = vh.serving_config(CONTEXT, probe_timeout_s=3)
     serving["replay"]["request_timeout_s"] = 3
     serving["replay"]["window_s"] = 8.0  # the hung request times out while the replay still sends
-    spec = {"command": ["{python}", "-m", "infbench.serving.instant", "--port", "{port}", "--mode", mode,
-                        "--after", "3"], "model": "smollm2-135m", "concurrency": 1}
+    spec = {
+        "command": ["{python}", "-m", "infbench.serving.instant", "--port", "{port}", "--mode", mode, "--after", "3"],
+        "model": "smollm2-135m",
+        "concurrency": 1,
+    }
     t = time.monotonic()
     record = _run(env, vh.submission_dir(env["root"] / "subs", f"instant_{mode}", spec), serving=serving)
     checks = _checks(record)
@@ -256,26 +331,52 @@ def test_server_that_dies_or_hangs_during_the_checks(env, mode, failing):
 
 # Bad input: a record naming the cause, no process left behind.
 
+
 def _fake_env(tmp_path):
-    return {"root": tmp_path, "serving": vh.serving_config(CONTEXT), "answers": vh.answer_settings(),
-            "tiny": tmp_path / "no-model", "ref": tmp_path / "no-ref.json", "sessions": tmp_path / "no-sessions"}
+    return {
+        "root": tmp_path,
+        "serving": vh.serving_config(CONTEXT),
+        "answers": vh.answer_settings(),
+        "tiny": tmp_path / "no-model",
+        "ref": tmp_path / "no-ref.json",
+        "sessions": tmp_path / "no-sessions",
+    }
 
 
 SLEEPER = ["{python}", "-c", "import time; time.sleep(600)", "infbench-test-sleeper-{port}"]
 
 
-@pytest.mark.parametrize("spec, check, cause", [
-    ({"command": ["x"], "model": "smollm2-135m"}, "submission_spec", "submission.yaml: field 'concurrency': Field required"),
-    ({"command": ["x", "{nope}"], "model": "smollm2-135m", "concurrency": 1}, "submission_spec",
-     "field 'command': bad placeholder 'nope'"),
-    ({"command": ["x"], "model": "gpt", "concurrency": 1}, "submission_spec", "field 'model': serves 'gpt'"),
-    ({"command": ["x"], "model": "smollm2-135m", "concurrency": 1, "requires": ["no_such_module_xyz"]},
-     "requirements", "not importable: no_such_module_xyz"),
-    ({"command": ["/nonexistent/server", "{port}"], "model": "smollm2-135m", "concurrency": 1}, "launch",
-     "launch command failed: [Errno 2] No such file or directory: '/nonexistent/server'"),
-    ({"command": ["{python}", "-c", "import sys; sys.exit(7)"], "model": "smollm2-135m", "concurrency": 1}, "launch",
-     "exited with 7 before it was healthy"),
-])
+@pytest.mark.parametrize(
+    "spec, check, cause",
+    [
+        (
+            {"command": ["x"], "model": "smollm2-135m"},
+            "submission_spec",
+            "submission.yaml: field 'concurrency': Field required",
+        ),
+        (
+            {"command": ["x", "{nope}"], "model": "smollm2-135m", "concurrency": 1},
+            "submission_spec",
+            "field 'command': bad placeholder 'nope'",
+        ),
+        ({"command": ["x"], "model": "gpt", "concurrency": 1}, "submission_spec", "field 'model': serves 'gpt'"),
+        (
+            {"command": ["x"], "model": "smollm2-135m", "concurrency": 1, "requires": ["no_such_module_xyz"]},
+            "requirements",
+            "not importable: no_such_module_xyz",
+        ),
+        (
+            {"command": ["/nonexistent/server", "{port}"], "model": "smollm2-135m", "concurrency": 1},
+            "launch",
+            "launch command failed: [Errno 2] No such file or directory: '/nonexistent/server'",
+        ),
+        (
+            {"command": ["{python}", "-c", "import sys; sys.exit(7)"], "model": "smollm2-135m", "concurrency": 1},
+            "launch",
+            "exited with 7 before it was healthy",
+        ),
+    ],
+)
 def test_bad_submission_gives_a_record_naming_the_cause(tmp_path, spec, check, cause):
     record = _run(_fake_env(tmp_path), vh.submission_dir(tmp_path / "subs", "bad", spec))
     assert not record.verified and record.failing_check == check and cause in record.cause
@@ -302,14 +403,20 @@ def _linking(tmp_path, how: str) -> tuple[Path, str]:
     if how == "hard link":
         os.link(outside / "reference.json", name)
         return sub, "data.json: hard link with 2 names, 1 of them in the package"
-    target = {"reference": outside / "reference.json", "record": outside / "verification" / "earlier.json",
-              "environ": "/proc/self/environ", "zero": "/dev/zero", "directory": outside}[how]
+    target = {
+        "reference": outside / "reference.json",
+        "record": outside / "verification" / "earlier.json",
+        "environ": "/proc/self/environ",
+        "zero": "/dev/zero",
+        "directory": outside,
+    }[how]
     name.symlink_to(target)
     return sub, f"data.json: symlink to {target} points outside the package"
 
 
-@pytest.mark.parametrize("how", ["reference", "record", "environ", "zero", "directory", "hard link", "fifo",
-                                 "linked directory"])
+@pytest.mark.parametrize(
+    "how", ["reference", "record", "environ", "zero", "directory", "hard link", "fifo", "linked directory"]
+)
 def test_a_name_reaching_out_of_the_submission_is_refused_before_any_file_is_read(tmp_path, how):
     """Links to the verification reference, an earlier record, the job's own environment or /dev/zero (which
     a host-side copy would read forever), a linked directory, a hard link, a FIFO: the record names the file,
@@ -348,8 +455,13 @@ def test_a_health_path_naming_another_host_is_refused(tmp_path):
         s.listen()
         s.settimeout(0.5)
         port = s.getsockname()[1]
-        spec = {"command": SLEEPER, "model": "smollm2-135m", "concurrency": 1, "startup_timeout_s": 3,
-                "health_path": f"@127.0.0.1:{port}/x"}
+        spec = {
+            "command": SLEEPER,
+            "model": "smollm2-135m",
+            "concurrency": 1,
+            "startup_timeout_s": 3,
+            "health_path": f"@127.0.0.1:{port}/x",
+        }
         record = _run(_fake_env(tmp_path), vh.submission_dir(tmp_path / "subs", "elsewhere", spec))
         with pytest.raises(TimeoutError):
             s.accept()
@@ -380,8 +492,7 @@ def test_no_process_of_a_server_has_the_jobs_environment(tmp_path, monkeypatch):
 
     monkeypatch.setenv("INFBENCH_OPERATOR_SECRET", "s3cret-of-this-round")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "k3y")
-    spec = {"command": ["{python}", "show_environ.py", "--port", "{port}"], "model": "smollm2-135m",
-            "concurrency": 1}
+    spec = {"command": ["{python}", "show_environ.py", "--port", "{port}"], "model": "smollm2-135m", "concurrency": 1}
     sub = vh.submission_dir(tmp_path / "subs", "environ", spec)
     (sub / "show_environ.py").write_text(SHOW_ENVIRON)
     for name in ("__pycache__", ".git"):
@@ -390,13 +501,16 @@ def test_no_process_of_a_server_has_the_jobs_environment(tmp_path, monkeypatch):
     (sub / "stray.pyc").write_bytes(b"crafted")
     (sub / ".git" / "config").write_text("[core]\n")
     log = tmp_path / "server.log"
-    with submission.workspace(sub) as copy, submission.running(
-            submission.load(sub), servers.LaunchVars(), str(copy), log,
-            SandboxSettings.model_validate(SANDBOX)) as server:
+    with (
+        submission.workspace(sub) as copy,
+        submission.running(
+            submission.load(sub), servers.LaunchVars(), str(copy), log, SandboxSettings.model_validate(SANDBOX)
+        ) as server,
+    ):
         assert server.sandbox.kind == "bwrap" and server.sandbox.mounts["/submission"] == str(copy)
     shown = log.read_text()
     assert "bytecode: False No such file or directory False /submission" in shown
-    assert shown.count("PATH=") >= 2 and "HOME=/tmp" in shown      # the relay's and the server's
+    assert shown.count("PATH=") >= 2 and "HOME=/tmp" in shown  # the relay's and the server's
     assert "s3cret-of-this-round" not in shown and "k3y" not in shown and "INFBENCH_OPERATOR_SECRET" not in shown
 
 
@@ -431,15 +545,18 @@ def test_server_reading_the_verifiers_files_is_rejected(env, tmp_path):
     """A server that opens the verification reference (held-out answers, probe prompts) to answer from it: the
     file does not exist in its sandbox, so it never comes up."""
     sub = vh.example(tmp_path / "subs", "S0", startup_timeout_s=120).rename(tmp_path / "subs" / "reader")
-    (sub / "cheat.py").write_text(f"import runpy, sys\nanswers = open({str(env['ref'])!r}).read()\n"
-                                  "sys.argv[0] = 'server.py'\nrunpy.run_path('server.py', run_name='__main__')\n")
+    (sub / "cheat.py").write_text(
+        f"import runpy, sys\nanswers = open({str(env['ref'])!r}).read()\n"
+        "sys.argv[0] = 'server.py'\nrunpy.run_path('server.py', run_name='__main__')\n"
+    )
     spec = yaml.safe_load((sub / "submission.yaml").read_text())
     spec["command"] = [a.replace("server.py", "cheat.py") for a in spec["command"]]
     (sub / "submission.yaml").write_text(yaml.safe_dump(spec))
     record = _run(env, sub)
     assert record.failing_check == "launch" and "before it was healthy" in record.cause, record.cause
-    assert f"FileNotFoundError: [Errno 2] No such file or directory: '{env['ref']}'" in \
-        Path(record.server_log).read_text()
+    assert (
+        f"FileNotFoundError: [Errno 2] No such file or directory: '{env['ref']}'" in Path(record.server_log).read_text()
+    )
 
 
 def test_the_failing_check_is_the_first_failure_in_the_documented_order():
@@ -448,10 +565,24 @@ def test_the_failing_check_is_the_first_failure_in_the_documented_order():
     from infbench.serving.verify.common import CheckResult
     from infbench.serving.verify.record import CHECK_ORDER, in_documented_order
 
-    ran = [CheckResult(name=n, passed=n not in ("context_probes", "complete_prompts"), summary=n)
-           for n in ("submission_files", "submission_spec", "requirements", "launch", "context_probes",
-                     "natural_stopping", "held_out_answers", "server_alive", "complete_prompts",
-                     "exact_output_lengths", "streaming_consistency", "session_progress", "fidelity")]
+    ran = [
+        CheckResult(name=n, passed=n not in ("context_probes", "complete_prompts"), summary=n)
+        for n in (
+            "submission_files",
+            "submission_spec",
+            "requirements",
+            "launch",
+            "context_probes",
+            "natural_stopping",
+            "held_out_answers",
+            "server_alive",
+            "complete_prompts",
+            "exact_output_lengths",
+            "streaming_consistency",
+            "session_progress",
+            "fidelity",
+        )
+    ]
     ordered = in_documented_order(ran)
     assert [c.name for c in ordered] == [n for n in CHECK_ORDER if n in {c.name for c in ran}]
     assert next(c for c in ordered if not c.passed).name == "complete_prompts"
@@ -481,6 +612,7 @@ def test_plan_one_verify_job_per_submission(tmp_path):
 
 # Token-level truth, suspects over the whole replay, probes drawn with the operator's secret: no server needed.
 
+
 def test_streamed_text_must_be_the_ids_text(smollm2_source):
     """Exactly as the source tokenizer decodes the ids; a special token may be written or omitted whole, and a
     character still incomplete at the end may be held back, with the rest of the pieces of the tokens holding its
@@ -490,20 +622,20 @@ def test_streamed_text_must_be_the_ids_text(smollm2_source):
     text = SourceText.load(smollm2_source[0] / "hf")
     ids = text.tokenizer.encode("héllo 😀 wörld", add_special_tokens=False)
     assert text.mismatch(ids, "héllo 😀 wörld") is None
-    assert "first difference at character 5" in text.mismatch(ids, "héllo😀 wörld")    # whitespace counts
-    assert text.mismatch(ids, "héllo 😀 wörld ") is not None                          # extra text
-    cut = ids[:4]                                         # ends inside the emoji's bytes: decodes to U+FFFD
+    assert "first difference at character 5" in text.mismatch(ids, "héllo😀 wörld")  # whitespace counts
+    assert text.mismatch(ids, "héllo 😀 wörld ") is not None  # extra text
+    cut = ids[:4]  # ends inside the emoji's bytes: decodes to U+FFFD
     assert text.decode(cut).endswith("\ufffd")
     assert text.mismatch(cut, "héllo ") is None and text.mismatch(cut, "héllo \ufffd") is None
     # ... or its last token's whole piece, " \xf0\x9f" (llama.cpp's streaming detokenizer), but no more
     assert text.decode(cut[-1:]) == " \ufffd" and text.mismatch(cut, "héllo") is None
     assert text.mismatch(cut, "héll") is not None and text.mismatch(ids[:3], "héll") is not None
-    mid = cut + ids[5:]                                   # an invalid sequence inside: its U+FFFD must be there
+    mid = cut + ids[5:]  # an invalid sequence inside: its U+FFFD must be there
     assert text.mismatch(mid, text.decode(mid)) is None and text.mismatch(mid, text.decode(mid).replace("\ufffd", ""))
-    eos = ids[:2] + [2] + ids[2:]                         # <|im_end|> in the middle
+    eos = ids[:2] + [2] + ids[2:]  # <|im_end|> in the middle
     assert text.mismatch(eos, "hé<|im_end|>llo 😀 wörld") is None and text.mismatch(eos, "héllo 😀 wörld") is None
     assert text.mismatch(eos, "hé<|im_end|llo 😀 wörld") is not None
-    assert "outside the source vocabulary" in text.mismatch([10 ** 6], "x")
+    assert "outside the source vocabulary" in text.mismatch([10**6], "x")
 
 
 def test_a_tokenizer_that_cannot_load_is_a_failure_with_its_cause(tmp_path):
@@ -521,16 +653,38 @@ def test_each_lie_about_the_stream_is_named(smollm2_source):
 
     text = SourceText.load(smollm2_source[0] / "hf")
     ids = text.tokenizer.encode(" the cat sat", add_special_tokens=False)
-    honest = dict(session_id="s", instance=0, request_id="main/0", error="", input_tokens=5, usage_prompt_tokens=5,
-                  max_tokens=len(ids), output_tokens=len(ids), usage_completion_tokens=len(ids), n_chunks=len(ids),
-                  id_chunks=len(ids), text_chunks_without_ids=0, counts_from_token_ids=True, streamed_token_ids=ids,
-                  text=" the cat sat", in_window=True, ok=True, instance_requests=1, send_time=0.0, end_time=1.0)
+    honest = dict(
+        session_id="s",
+        instance=0,
+        request_id="main/0",
+        error="",
+        input_tokens=5,
+        usage_prompt_tokens=5,
+        max_tokens=len(ids),
+        output_tokens=len(ids),
+        usage_completion_tokens=len(ids),
+        n_chunks=len(ids),
+        id_chunks=len(ids),
+        text_chunks_without_ids=0,
+        counts_from_token_ids=True,
+        streamed_token_ids=ids,
+        text=" the cat sat",
+        in_window=True,
+        ok=True,
+        instance_requests=1,
+        send_time=0.0,
+        end_time=1.0,
+    )
     lies = {
         "fake first token": ({"text_chunks_without_ids": 1, "text": "  the cat sat"}, "carried text without token ids"),
-        "usage only": ({"counts_from_token_ids": False, "streamed_token_ids": [], "id_chunks": 0},
-                       "no token ids streamed"),
-        "usage too high": ({"usage_completion_tokens": len(ids) + 1, "error": "usage.completion_tokens=4 but 3"},
-                           "usage.completion_tokens=4"),
+        "usage only": (
+            {"counts_from_token_ids": False, "streamed_token_ids": [], "id_chunks": 0},
+            "no token ids streamed",
+        ),
+        "usage too high": (
+            {"usage_completion_tokens": len(ids) + 1, "error": "usage.completion_tokens=4 but 3"},
+            "usage.completion_tokens=4",
+        ),
         "no usage": ({"usage_completion_tokens": None}, "usage.completion_tokens not reported"),
         "other text": ({"text": " the dog sat"}, "not the token ids' text"),
     }
@@ -538,10 +692,10 @@ def test_each_lie_about_the_stream_is_named(smollm2_source):
     frame = pd.DataFrame([honest] + [honest | change for change, _ in lies.values()])
     check = replay_checks.streaming_consistency(frame, text)
     assert not check.passed and check.evidence["inconsistent"] == len(lies)
-    for (change, why), example in zip(lies.values(), check.evidence["examples"]):
+    for (_change, why), example in zip(lies.values(), check.evidence["examples"]):
         assert why in example, (why, example)
     nothing = replay_checks.streaming_consistency(frame.iloc[:0], text)
-    assert not nothing.passed and "no answered request" in nothing.summary     # no check passes by default
+    assert not nothing.passed and "no answered request" in nothing.summary  # no check passes by default
     assert not replay_checks.exact_output_lengths(frame.iloc[:0]).passed
 
 
@@ -556,8 +710,12 @@ def test_probes_and_questions_follow_the_operator_secret(smollm2_source, tmp_pat
     tok = AutoTokenizer.from_pretrained(smollm2_source[0] / "hf")
     a, b = vh.secret(), vh.secret("operator round 7", tmp_path)
     assert a.label == "public demo" and b.label.startswith("operator secret ")
-    assert reference.candidate_prompts(tok, 8, (1000, 30000), a) == reference.candidate_prompts(tok, 8, (1000, 30000), a)
-    assert reference.candidate_prompts(tok, 8, (1000, 30000), a) != reference.candidate_prompts(tok, 8, (1000, 30000), b)
+    assert reference.candidate_prompts(tok, 8, (1000, 30000), a) == reference.candidate_prompts(
+        tok, 8, (1000, 30000), a
+    )
+    assert reference.candidate_prompts(tok, 8, (1000, 30000), a) != reference.candidate_prompts(
+        tok, 8, (1000, 30000), b
+    )
     chats = [tok.decode(p) for p in reference.candidate_prompts(tok, 8, (1000, 30000), b)[:4]]
     assert all("<|im_start|>user" in c for c in chats) and len(set(chats)) == 4
     fill = lambda s: probes.filler_prompt(64, (1000, 30000), s.seed("serving.context_probe", 0))  # noqa: E731
@@ -579,12 +737,12 @@ def test_suspects_are_sampled_over_the_whole_window():
 
     cands = [fidelity.fixed(f"r{i}", [1], [2]) for i in range(900)]
     for i, c in enumerate(cands):
-        c.position = (i % 300) / 300 + (0.002 if i < 600 else 0.0)   # three seeds' windows, 300 requests each
+        c.position = (i % 300) / 300 + (0.002 if i < 600 else 0.0)  # three seeds' windows, 300 requests each
     picks = fidelity.stratified(cands, 8, np.random.default_rng(1))
     assert sorted(s for s, _ in picks) == list(range(8))
     assert all(s / 8 <= c.position < (s + 1) / 8 for s, c in picks)
     again = fidelity.stratified(cands, 8, np.random.default_rng(1))
     other = fidelity.stratified(cands, 8, np.random.default_rng(2))
     assert [c.origin for _, c in again] == [c.origin for _, c in picks] != [c.origin for _, c in other]
-    late = [c for c in cands if c.position >= 0.9]                  # strata left empty give their draws away
+    late = [c for c in cands if c.position >= 0.9]  # strata left empty give their draws away
     assert len(fidelity.stratified(late, 8, np.random.default_rng(1))) == 8

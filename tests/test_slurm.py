@@ -51,8 +51,14 @@ def slurm_env(tmp_path_factory):
 
 
 def test_cluster_runs_a_job(slurm_env, tmp_path):
-    out = subprocess.run(["sbatch", "--wait", "-o", str(tmp_path / "job.out"), "--wrap", "echo $SLURM_JOB_ID"],
-                         env=slurm_env, capture_output=True, text=True, timeout=120, check=True)
+    out = subprocess.run(
+        ["sbatch", "--wait", "-o", str(tmp_path / "job.out"), "--wrap", "echo $SLURM_JOB_ID"],
+        env=slurm_env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
     job_id = out.stdout.split()[-1]
     assert (tmp_path / "job.out").read_text().strip() == job_id
 
@@ -60,8 +66,9 @@ def test_cluster_runs_a_job(slurm_env, tmp_path):
 def test_pipeline_on_slurm_equals_the_local_run(slurm_env, tiny_run, tmp_path):
     baseline, config = tiny_run
     start = time.monotonic()
-    proc = run_snakemake(tmp_path, "--profile", str(REPO / "profiles/slurm"), TABLE_TARGET,
-                         "--configfile", str(config), env=slurm_env)
+    proc = run_snakemake(
+        tmp_path, "--profile", str(REPO / "profiles/slurm"), TABLE_TARGET, "--configfile", str(config), env=slurm_env
+    )
     print(f"pipeline on SLURM: {time.monotonic() - start:.0f} s")
     # A second run from scratch (on other processes, through sbatch) gives the same results and tables.
     assert_same_results(baseline, tmp_path)
@@ -78,8 +85,9 @@ def test_pipeline_on_slurm_equals_the_local_run(slurm_env, tiny_run, tmp_path):
 def _running_job(env, rule: str, deadline: float) -> str:
     """The SLURM id of a running job of ``rule`` (the plugin puts the rule in the job comment)."""
     while time.monotonic() < deadline:
-        out = subprocess.run(["squeue", "-h", "-t", "RUNNING", "-o", "%i|%k"], env=env, capture_output=True,
-                             text=True, timeout=30).stdout
+        out = subprocess.run(
+            ["squeue", "-h", "-t", "RUNNING", "-o", "%i|%k"], env=env, capture_output=True, text=True, timeout=30
+        ).stdout
         for line in out.splitlines():
             job_id, comment = line.split("|", 1)
             if rule in comment:
@@ -91,15 +99,22 @@ def _running_job(env, rule: str, deadline: float) -> str:
 def test_a_job_killed_by_slurm_is_reported_and_the_rerun_resumes(slurm_env, tiny_run, tmp_path):
     """scancel stands for a job SLURM kills (time, memory, node failure)."""
     baseline, config = tiny_run
-    for done in ["results/sources"] + [f"results/likelihood/smollm2-135m/{s}/contexts.{ext}"
-                                       for s in ("search", "verification") for ext in ("parquet", "json")]:
+    for done in ["results/sources"] + [
+        f"results/likelihood/smollm2-135m/{s}/contexts.{ext}"
+        for s in ("search", "verification")
+        for ext in ("parquet", "json")
+    ]:
         (tmp_path / done).parent.mkdir(parents=True, exist_ok=True)
         (shutil.copytree if (baseline / done).is_dir() else shutil.copy2)(baseline / done, tmp_path / done)
     args = ["--profile", str(REPO / "profiles/slurm"), TABLE_TARGET, "--configfile", str(config)]
     log = tmp_path / "snakemake.out"
     with log.open("w") as out:
-        proc = subprocess.Popen([SNAKEMAKE, "--snakefile", str(REPO / "Snakefile"), "--directory", str(tmp_path),
-                                 *args], env=slurm_env, stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            [SNAKEMAKE, "--snakefile", str(REPO / "Snakefile"), "--directory", str(tmp_path), *args],
+            env=slurm_env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
         try:
             job_id = _running_job(slurm_env, "sample_continuations", time.monotonic() + 600)
             subprocess.run(["scancel", job_id], env=slurm_env, check=True, timeout=60)
@@ -126,9 +141,16 @@ def test_an_unreachable_cluster_fails_naming_the_job(slurm_env, tmp_path):
     # The same cluster, but its controller on a port nothing listens on.
     text = open(slurm_env["SLURM_CONF"]).read().replace("SlurmctldPort=", "SlurmctldPort=1")
     conf.write_text(text)
-    proc = run_snakemake(tmp_path, "--profile", str(REPO / "profiles/slurm"),
-                         "results/sources/smollm2-135m/source.json", "--configfile", str(REPO / "config/config.yaml"),
-                         env={**slurm_env, "SLURM_CONF": str(conf)}, check=False)
+    proc = run_snakemake(
+        tmp_path,
+        "--profile",
+        str(REPO / "profiles/slurm"),
+        "results/sources/smollm2-135m/source.json",
+        "--configfile",
+        str(REPO / "config/config.yaml"),
+        env={**slurm_env, "SLURM_CONF": str(conf)},
+        check=False,
+    )
     assert proc.returncode != 0
     out = proc.stdout + proc.stderr
     assert "Error in rule source_model" in out and "Unable to contact slurm controller" in out

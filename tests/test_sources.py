@@ -38,9 +38,11 @@ def test_f16_twin_holds_the_checkpoint_values(smollm2_source, tmp_path):
     tensors = {t.name: t for t in reader.tensors}
     assert len(tensors) == 272
     weights = load_file(out / "hf" / "model.safetensors")
-    pairs = {"token_embd.weight": "model.embed_tokens.weight",
-             "blk.3.ffn_down.weight": "model.layers.3.mlp.down_proj.weight",
-             "blk.3.attn_norm.weight": "model.layers.3.input_layernorm.weight"}
+    pairs = {
+        "token_embd.weight": "model.embed_tokens.weight",
+        "blk.3.ffn_down.weight": "model.layers.3.mlp.down_proj.weight",
+        "blk.3.attn_norm.weight": "model.layers.3.input_layernorm.weight",
+    }
     for gname, hname in pairs.items():
         a = np.asarray(tensors[gname].data, dtype=np.float32).reshape(weights[hname].shape)
         assert np.array_equal(a, weights[hname].float().numpy()), gname
@@ -50,14 +52,17 @@ def test_unreadable_gguf_names_the_file(tmp_path):
     bad = tmp_path / "broken.gguf"
     bad.write_bytes(b"GGUF\x03\x00\x00\x00garbage")
     with pytest.raises(InputFileError, match="broken.gguf: not a readable GGUF"):
-        sources.materialize("m", sources.SourceOrigin(type="local", path=str(bad)), tmp_path / "hf", tmp_path / "r.json")
+        sources.materialize(
+            "m", sources.SourceOrigin(type="local", path=str(bad)), tmp_path / "hf", tmp_path / "r.json"
+        )
     assert not (tmp_path / "hf").exists() and not (tmp_path / "r.json").exists()
 
 
 def test_missing_package_and_path_name_the_key(tmp_path):
     with pytest.raises(ConfigError, match="sources.m.origin.distribution.*not installed"):
-        sources.resolve_gguf("m", sources.SourceOrigin(type="python_package", distribution="no-such-dist",
-                                                       path="x.gguf"))
+        sources.resolve_gguf(
+            "m", sources.SourceOrigin(type="python_package", distribution="no-such-dist", path="x.gguf")
+        )
     with pytest.raises(ConfigError, match="sources.m.origin.path"):
         sources.resolve_gguf("m", sources.SourceOrigin(type="local", path=str(tmp_path / "missing")))
 

@@ -21,9 +21,18 @@ def tiny_model(out: Path, tokenizer_dir: Path, seed: int, context: int = 1024, a
 
     tok = AutoTokenizer.from_pretrained(tokenizer_dir)
     torch.manual_seed(seed)
-    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=context,
-                      bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, tie_word_embeddings=False)
+    cfg = LlamaConfig(
+        vocab_size=len(tok),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=context,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        tie_word_embeddings=False,
+    )
     model = LlamaForCausalLM(cfg).eval()
     with torch.no_grad():
         model.lm_head.weight.mul_(100.0)
@@ -50,14 +59,32 @@ def small_sessions(out_dir: Path, context_limit: int) -> Path:
     from infbench.serving import synthetic, workload
 
     p = synthetic.SyntheticParams(
-        sessions=12, block_size=16, system_tokens=64, first_user_tokens={"median": 24, "sigma": 0.5},
-        main_turns_mean=4, max_main_turns=6, tool_result_tokens={"median": 24, "sigma": 0.5},
-        output_tokens={"median": 10, "sigma": 0.5}, max_output_tokens=24, think_time_s={"median": 0.1, "sigma": 0.5},
-        subagent_prob=0.3, max_fanout=2, subagent_turns_mean=2, background_prob=0.2, nominal_decode_tps=50)
+        sessions=12,
+        block_size=16,
+        system_tokens=64,
+        first_user_tokens={"median": 24, "sigma": 0.5},
+        main_turns_mean=4,
+        max_main_turns=6,
+        tool_result_tokens={"median": 24, "sigma": 0.5},
+        output_tokens={"median": 10, "sigma": 0.5},
+        max_output_tokens=24,
+        think_time_s={"median": 0.1, "sigma": 0.5},
+        subagent_prob=0.3,
+        max_fanout=2,
+        subagent_turns_mean=2,
+        background_prob=0.2,
+        nominal_decode_tps=50,
+    )
     synthetic.generate(p, 0, out_dir / "trace.jsonl")
-    workload.prepare(str(out_dir / "trace.jsonl"), "weka", length_scale=1.0, context_limit=context_limit,
-                     block_size=16, out_sessions=str(out_dir / "sessions.jsonl"),
-                     out_summary=str(out_dir / "workload.json"))
+    workload.prepare(
+        str(out_dir / "trace.jsonl"),
+        "weka",
+        length_scale=1.0,
+        context_limit=context_limit,
+        block_size=16,
+        out_sessions=str(out_dir / "sessions.jsonl"),
+        out_summary=str(out_dir / "workload.json"),
+    )
     return out_dir / "sessions.jsonl"
 
 
@@ -68,9 +95,17 @@ def serving_config(context_limit: int, **verification) -> dict:
     serving["workload"]["far_context"]["share"] = 1.0
     serving["replay"].update({"warmup_s": 0.5, "window_s": 4.0, "request_timeout_s": 20.0, "threads": 1})
     serving["seeds"]["final"] = [1000]
-    serving["verification"] = {**serving["verification"], "context_probes": 1, "eos_probes": 2,
-                               "eos_candidates": 16, "answers_n": 4, "fidelity_max_suspects": 4,
-                               "fidelity_sampled_suspects": 4, "probe_timeout_s": 60, **verification}
+    serving["verification"] = {
+        **serving["verification"],
+        "context_probes": 1,
+        "eos_probes": 2,
+        "eos_candidates": 16,
+        "answers_n": 4,
+        "fidelity_max_suspects": 4,
+        "fidelity_sampled_suspects": 4,
+        "probe_timeout_s": 60,
+        **verification,
+    }
     return serving
 
 
@@ -103,14 +138,34 @@ def submission_dir(root: Path, name: str, spec: dict, code: dict[str, str] | Non
     return d
 
 
-def adversary(root: Path, mode: str, extra: list[str] | None = None, model: str = "{model_dir}",
-              requires: tuple[str, ...] = ("torch", "transformers")) -> Path:
+def adversary(
+    root: Path,
+    mode: str,
+    extra: list[str] | None = None,
+    model: str = "{model_dir}",
+    requires: tuple[str, ...] = ("torch", "transformers"),
+) -> Path:
     """An adversarial server (tests/adversarial_server.py) as a submission; ``requires`` are the modules its
     sandbox binds (a llama.cpp engine needs ``llama_cpp``)."""
-    spec = {"command": ["{python}", "adversary.py", "--model", model, "--port", "{port}", "--mode", mode,
-                        "--context-limit", "{context_limit}", *(extra or [])],
-            "concurrency": 1, "model": "smollm2-135m", "requires": list(requires),
-            "startup_timeout_s": 120}
+    spec = {
+        "command": [
+            "{python}",
+            "adversary.py",
+            "--model",
+            model,
+            "--port",
+            "{port}",
+            "--mode",
+            mode,
+            "--context-limit",
+            "{context_limit}",
+            *(extra or []),
+        ],
+        "concurrency": 1,
+        "model": "smollm2-135m",
+        "requires": list(requires),
+        "startup_timeout_s": 120,
+    }
     return submission_dir(root, f"adv_{mode}", spec, {"adversary.py": HERE / "adversarial_server.py"})
 
 
@@ -123,8 +178,9 @@ def example(root: Path, name: str, **changes) -> Path:
     return d
 
 
-def public_table(model_dir: Path, sessions_path: Path, serving: dict, concurrency: int = 1,
-                 instances: int = 40) -> dict:
+def public_table(
+    model_dir: Path, sessions_path: Path, serving: dict, concurrency: int = 1, instances: int = 40
+) -> dict:
     """What a submitter can precompute offline: the greedy continuation of every prompt of the first
     ``instances`` session instances of each final seed's draw, as the public code and config determine them
     (the public demo secret), keyed as ``adversarial_server`` looks them up."""
@@ -140,8 +196,9 @@ def public_table(model_dir: Path, sessions_path: Path, serving: dict, concurrenc
     sessions = workload.load(sessions_path)
     table: dict = {"exact": {}, "by_length": {}}
     for seed in serving["seeds"]["final"]:
-        prompts = runs.settings(serving, "http://unused", concurrency, seed, {},
-                                prompt_seed=workload.held_out_prompt_seed(secret(), seed)).prompt_builder()
+        prompts = runs.settings(
+            serving, "http://unused", concurrency, seed, {}, prompt_seed=workload.held_out_prompt_seed(secret(), seed)
+        ).prompt_builder()
         for instance, session in enumerate(itertools.islice(workload.draw(sessions, seed), instances)):
             for r in session.requests:
                 prompt = prompts.build(session, instance, r)
@@ -157,6 +214,18 @@ def run_job(directory, serving: dict, answers, model_dir, gguf, reference, sessi
     from infbench.serving.verify import verdict
 
     settings = ServingSettings.model_validate(serving)
-    return verdict.run_job(str(directory), settings.core, settings.verification, answers, str(model_dir), str(gguf),
-                           str(reference), str(sessions), str(out), str(out) + ".json", str(out) + ".server.log",
-                           SandboxSettings.model_validate(sandbox), secret)
+    return verdict.run_job(
+        str(directory),
+        settings.core,
+        settings.verification,
+        answers,
+        str(model_dir),
+        str(gguf),
+        str(reference),
+        str(sessions),
+        str(out),
+        str(out) + ".json",
+        str(out) + ".server.log",
+        SandboxSettings.model_validate(sandbox),
+        secret,
+    )

@@ -13,24 +13,45 @@ from infbench.layout import LAYOUT
 def _bench(args) -> None:
     from infbench.perf import likelihood as bench
 
-    print(bench.run(args.model, contexts=args.contexts, context_tokens=args.context_tokens,
-                    continuation_tokens=args.continuation_tokens, batch_sizes=args.batch_sizes,
-                    sample_contexts=args.sample_contexts or args.contexts, sample_batch_size=args.sample_batch_size,
-                    dtype=args.dtype, repeats=args.repeats, device=args.device, threads=args.threads,
-                    eager=args.eager, profile_cached=args.profile_cached, out_md=args.out))
+    print(
+        bench.run(
+            args.model,
+            contexts=args.contexts,
+            context_tokens=args.context_tokens,
+            continuation_tokens=args.continuation_tokens,
+            batch_sizes=args.batch_sizes,
+            sample_contexts=args.sample_contexts or args.contexts,
+            sample_batch_size=args.sample_batch_size,
+            dtype=args.dtype,
+            repeats=args.repeats,
+            device=args.device,
+            threads=args.threads,
+            eager=args.eager,
+            profile_cached=args.profile_cached,
+            out_md=args.out,
+        )
+    )
 
 
 def _bench_replay(args) -> None:
     from infbench.perf import replay as bench
 
-    print(bench.run(tuple(args.concurrency), window_s=args.window, input_tokens=args.input_tokens,
-                    output_tokens=args.output_tokens, think_time_s=args.think_time, out_md=args.out))
+    print(
+        bench.run(
+            tuple(args.concurrency),
+            window_s=args.window,
+            input_tokens=args.input_tokens,
+            output_tokens=args.output_tokens,
+            think_time_s=args.think_time,
+            out_md=args.out,
+        )
+    )
 
 
 def _bench_far_context(args) -> None:
-    from infbench.perf import far_context as bench
     from infbench.config import files
     from infbench.errors import ConfigError
+    from infbench.perf import far_context as bench
 
     serving = files.load(args.config).serving
     if serving is None:
@@ -41,9 +62,17 @@ def _bench_far_context(args) -> None:
 def _bench_stages(args) -> None:
     from infbench.perf import stages as bench
 
-    print(bench.run(args.config, args.out_dir, device=args.device,
-                    origin=json.loads(args.origin) if args.origin else None, compare=args.compare,
-                    likelihood_only=args.likelihood_only, cores=args.cores))
+    print(
+        bench.run(
+            args.config,
+            args.out_dir,
+            device=args.device,
+            origin=json.loads(args.origin) if args.origin else None,
+            compare=args.compare,
+            likelihood_only=args.likelihood_only,
+            cores=args.cores,
+        )
+    )
 
 
 def _bench_noop_rerun(args) -> None:
@@ -66,18 +95,32 @@ def _replay(args) -> None:
 
     if (args.tau_first is None) != (args.tau_token is None):
         raise ConfigError("--tau-first/--tau-token", "give both latency targets, or neither")
-    targets = (trace_replay.targets_file(args.targets) if args.targets else
-               Targets(tau_first_s=args.tau_first, tau_token_s=args.tau_token) if args.tau_first is not None else None)
+    targets = (
+        trace_replay.targets_file(args.targets)
+        if args.targets
+        else Targets(tau_first_s=args.tau_first, tau_token_s=args.tau_token)
+        if args.tau_first is not None
+        else None
+    )
     model = args.model or trace_replay.served_model(args.url)
     try:
         settings, deployment = _replay_settings(args, model)
     except ValidationError as exc:
         err = exc.errors()[0]
         raise ConfigError(".".join(map(str, err["loc"])), err["msg"]) from None
-    summary = trace_replay.run(args.trace, args.format, settings, deployment, targets, args.order, args.out,
-                               block_size=args.block_size, context_limit=args.context_limit,
-                               max_context_overflow_share=args.max_context_overflow_share,
-                               progress=not args.no_progress and sys.stderr.isatty())
+    summary = trace_replay.run(
+        args.trace,
+        args.format,
+        settings,
+        deployment,
+        targets,
+        args.order,
+        args.out,
+        block_size=args.block_size,
+        context_limit=args.context_limit,
+        max_context_overflow_share=args.max_context_overflow_share,
+        progress=not args.no_progress and sys.stderr.isatty(),
+    )
     print(trace_replay.report(summary, args.out))
 
 
@@ -86,22 +129,43 @@ def _replay_settings(args, model: str):
     from infbench.serving.replay import ReplaySettings
 
     settings = ReplaySettings(
-        base_url=args.url, model=model, concurrency=args.concurrency, seed=args.seed, warmup_s=args.warmup,
-        window_s=args.window, request_timeout_s=args.request_timeout, idle_cap_s=args.idle_cap,
-        token_low=args.token_range[0], token_high=args.token_range[1], marker_tokens=args.marker_tokens,
-        temperature=args.temperature, start_ratio=tuple(args.start_ratio), request_fields=dict(args.request_field),
-        api=args.api, tokenizer=args.tokenizer, far_context=_far_context(args.far_context_share))
-    deployment = Deployment(name=model, devices=args.devices, accelerator=args.accelerator,
-                            usd_per_device_hour=args.usd_per_device_hour, input_usd_per_mtok=args.input_usd_per_mtok,
-                            output_usd_per_mtok=args.output_usd_per_mtok,
-                            context_limit=args.context_limit or sys.maxsize)
+        base_url=args.url,
+        model=model,
+        concurrency=args.concurrency,
+        seed=args.seed,
+        warmup_s=args.warmup,
+        window_s=args.window,
+        request_timeout_s=args.request_timeout,
+        idle_cap_s=args.idle_cap,
+        token_low=args.token_range[0],
+        token_high=args.token_range[1],
+        marker_tokens=args.marker_tokens,
+        temperature=args.temperature,
+        start_ratio=tuple(args.start_ratio),
+        request_fields=dict(args.request_field),
+        api=args.api,
+        tokenizer=args.tokenizer,
+        far_context=_far_context(args.far_context_share),
+    )
+    deployment = Deployment(
+        name=model,
+        devices=args.devices,
+        accelerator=args.accelerator,
+        usd_per_device_hour=args.usd_per_device_hour,
+        input_usd_per_mtok=args.input_usd_per_mtok,
+        output_usd_per_mtok=args.output_usd_per_mtok,
+        context_limit=args.context_limit or sys.maxsize,
+    )
     return settings, deployment
 
 
 def _far_context(share: float) -> dict[str, float]:
     from infbench.config.files import serving_default
 
-    return {"share": share, **{k: serving_default(f"workload.far_context.{k}") for k in ("span_tokens", "min_distance")}}
+    return {
+        "share": share,
+        **{k: serving_default(f"workload.far_context.{k}") for k in ("span_tokens", "min_distance")},
+    }
 
 
 def _idle_cap(value: str) -> float | None:
@@ -126,61 +190,125 @@ def _json_field(value: str) -> tuple[str, object]:
 def _add_replay(sub) -> None:
     from infbench.config.files import serving_default as d
 
-    p = sub.add_parser("replay", help="replay a trace (Weka/AgentX, Mooncake) against any OpenAI-compatible endpoint",
-                       description="Closed-loop replay of a trace against a running server, scored as the pipeline "
-                                   "scores (D, G, f). Defaults are the paper's (the config schema's).")
+    p = sub.add_parser(
+        "replay",
+        help="replay a trace (Weka/AgentX, Mooncake) against any OpenAI-compatible endpoint",
+        description="Closed-loop replay of a trace against a running server, scored as the pipeline "
+        "scores (D, G, f). Defaults are the paper's (the config schema's).",
+    )
     p.add_argument("--trace", required=True, help="a trace file, or a directory of Weka session files")
-    p.add_argument("--format", choices=["auto", "weka", "mooncake"], default="auto",
-                   help="auto: Weka if the first record has 'requests', Mooncake if it has 'input_length'")
+    p.add_argument(
+        "--format",
+        choices=["auto", "weka", "mooncake"],
+        default="auto",
+        help="auto: Weka if the first record has 'requests', Mooncake if it has 'input_length'",
+    )
     p.add_argument("--url", required=True, help="the server's base URL, e.g. http://127.0.0.1:8080")
     p.add_argument("--model", default=None, help="model name sent (default: the first of GET /v1/models)")
-    p.add_argument("--api", choices=["completions", "chat"], default="completions",
-                   help="completions: token-id prompts (exact lengths); chat: text prompts (needs --tokenizer)")
+    p.add_argument(
+        "--api",
+        choices=["completions", "chat"],
+        default="completions",
+        help="completions: token-id prompts (exact lengths); chat: text prompts (needs --tokenizer)",
+    )
     p.add_argument("--tokenizer", default=None, help="chat: the model's tokenizer.json, or a directory holding it")
     p.add_argument("--out", required=True, help="directory for records.parquet and summary.json")
     g = p.add_argument_group("replay")
     g.add_argument("--concurrency", type=int, default=1, help="lanes: top-level sessions at once (default 1)")
-    g.add_argument("--order", choices=["draw", "trace"], default="draw",
-                   help="draw: a seeded endless draw (the pipeline's); trace: trace order, each session once")
+    g.add_argument(
+        "--order",
+        choices=["draw", "trace"],
+        default="draw",
+        help="draw: a seeded endless draw (the pipeline's); trace: trace order, each session once",
+    )
     g.add_argument("--seed", type=int, default=0, help="the draw's and the lanes' start points' seed (default 0)")
     g.add_argument("--warmup", type=float, default=d("replay.warmup_s"), help="seconds (default %(default)s)")
     g.add_argument("--window", type=float, default=d("replay.window_s"), help="seconds scored (default %(default)s)")
-    g.add_argument("--start-ratio", type=float, nargs=2, default=d("replay.start_ratio"), metavar=("LO", "HI"),
-                   help="a lane's first session starts at a fraction of its main chain drawn from [LO, HI] "
-                        "(default %(default)s; 0 0: at turn one)")
-    g.add_argument("--idle-cap", type=_idle_cap, default=d("replay.idle_cap_s"),
-                   help="cap idle gaps at this many seconds, or none (default %(default)s)")
-    g.add_argument("--request-timeout", type=float, default=d("replay.request_timeout_s"),
-                   help="a request's whole life, seconds (default %(default)s)")
+    g.add_argument(
+        "--start-ratio",
+        type=float,
+        nargs=2,
+        default=d("replay.start_ratio"),
+        metavar=("LO", "HI"),
+        help="a lane's first session starts at a fraction of its main chain drawn from [LO, HI] "
+        "(default %(default)s; 0 0: at turn one)",
+    )
+    g.add_argument(
+        "--idle-cap",
+        type=_idle_cap,
+        default=d("replay.idle_cap_s"),
+        help="cap idle gaps at this many seconds, or none (default %(default)s)",
+    )
+    g.add_argument(
+        "--request-timeout",
+        type=float,
+        default=d("replay.request_timeout_s"),
+        help="a request's whole life, seconds (default %(default)s)",
+    )
     g.add_argument("--temperature", type=float, default=d("replay.temperature"), help="(default %(default)s)")
-    g.add_argument("--context-limit", type=int, default=None,
-                   help="drop sessions with a request (prompt + output) longer than this, whole (default: keep all)")
-    g.add_argument("--block-size", type=int, default=d("workload.trace.mooncake_block_size"),
-                   help="Mooncake hash-id block size in tokens (default %(default)s; Weka traces carry theirs)")
-    g.add_argument("--token-range", type=int, nargs=2, default=d("workload.token_id_range"), metavar=("LOW", "HIGH"),
-                   help="prompt filler token ids, [LOW, HIGH), no special tokens (default %(default)s)")
-    g.add_argument("--marker-tokens", type=int, default=d("workload.marker_tokens"),
-                   help="per-session-instance cache-bust marker at the start of each prompt (default %(default)s)")
-    g.add_argument("--far-context-share", type=float, default=d("workload.far_context.share"),
-                   help="share of long-enough requests ending with a repeat of earlier ids that the model "
-                        "copies (serving.workload.far_context; 0: none; default %(default)s)")
-    g.add_argument("--request-field", type=_json_field, action="append", default=[], metavar="KEY=JSON",
-                   help="an extra JSON field of every request (repeatable)")
+    g.add_argument(
+        "--context-limit",
+        type=int,
+        default=None,
+        help="drop sessions with a request (prompt + output) longer than this, whole (default: keep all)",
+    )
+    g.add_argument(
+        "--block-size",
+        type=int,
+        default=d("workload.trace.mooncake_block_size"),
+        help="Mooncake hash-id block size in tokens (default %(default)s; Weka traces carry theirs)",
+    )
+    g.add_argument(
+        "--token-range",
+        type=int,
+        nargs=2,
+        default=d("workload.token_id_range"),
+        metavar=("LOW", "HIGH"),
+        help="prompt filler token ids, [LOW, HIGH), no special tokens (default %(default)s)",
+    )
+    g.add_argument(
+        "--marker-tokens",
+        type=int,
+        default=d("workload.marker_tokens"),
+        help="per-session-instance cache-bust marker at the start of each prompt (default %(default)s)",
+    )
+    g.add_argument(
+        "--far-context-share",
+        type=float,
+        default=d("workload.far_context.share"),
+        help="share of long-enough requests ending with a repeat of earlier ids that the model "
+        "copies (serving.workload.far_context; 0: none; default %(default)s)",
+    )
+    g.add_argument(
+        "--request-field",
+        type=_json_field,
+        action="append",
+        default=[],
+        metavar="KEY=JSON",
+        help="an extra JSON field of every request (repeatable)",
+    )
     g.add_argument("--no-progress", action="store_true", help="no progress bar")
     g = p.add_argument_group("deployment and score")
     g.add_argument("--devices", type=int, default=d("deployment.devices"), help="GPUs d (default %(default)s)")
     g.add_argument("--accelerator", choices=["gpu", "cpu"], default=d("deployment.accelerator"))
-    g.add_argument("--usd-per-device-hour", type=float, default=d("deployment.usd_per_device_hour"),
-                   help="r (default %(default)s)")
-    g.add_argument("--input-usd-per-mtok", type=float, default=d("deployment.input_usd_per_mtok"),
-                   help="(default %(default)s)")
-    g.add_argument("--output-usd-per-mtok", type=float, default=d("deployment.output_usd_per_mtok"),
-                   help="(default %(default)s)")
+    g.add_argument(
+        "--usd-per-device-hour", type=float, default=d("deployment.usd_per_device_hour"), help="r (default %(default)s)"
+    )
+    g.add_argument(
+        "--input-usd-per-mtok", type=float, default=d("deployment.input_usd_per_mtok"), help="(default %(default)s)"
+    )
+    g.add_argument(
+        "--output-usd-per-mtok", type=float, default=d("deployment.output_usd_per_mtok"), help="(default %(default)s)"
+    )
     g.add_argument("--tau-first", type=float, default=None, help="TTFT target, seconds (D needs targets)")
     g.add_argument("--tau-token", type=float, default=None, help="TPOT target, seconds")
     g.add_argument("--targets", default=None, help=f"or the pipeline's {LAYOUT.targets()}")
-    g.add_argument("--max-context-overflow-share", type=float, default=d("replay.max_context_overflow_share"),
-                   help="more overflows among the window's requests make the run invalid (default %(default)s)")
+    g.add_argument(
+        "--max-context-overflow-share",
+        type=float,
+        default=d("replay.max_context_overflow_share"),
+        help="more overflows among the window's requests make the run invalid (default %(default)s)",
+    )
     p.set_defaults(func=_replay)
 
 
@@ -208,11 +336,30 @@ def _reward(args) -> None:
         raise ConfigError("--task", f"unknown task '{args.task}' (tasks in {args.config}: {', '.join(known)})")
     results = Layout(args.results)
     package = from_template(args.submission, results, known[args.task].source)
-    record = verification.reward(str(package), known[args.task], results=results,
-                                 settings=config.verification, sandbox=config.sandbox, threads=args.threads,
-                                 log_path=Path(args.log or results.reward_log()))
-    summary = {k: getattr(record, k) for k in ("task", "submission", "reward", "f", "ppl", "s_pkg_bytes",
-                                               "s_res_bytes", "failed_check", "failure", "wall_s")}
+    record = verification.reward(
+        str(package),
+        known[args.task],
+        results=results,
+        settings=config.verification,
+        sandbox=config.sandbox,
+        threads=args.threads,
+        log_path=Path(args.log or results.reward_log()),
+    )
+    summary = {
+        k: getattr(record, k)
+        for k in (
+            "task",
+            "submission",
+            "reward",
+            "f",
+            "ppl",
+            "s_pkg_bytes",
+            "s_res_bytes",
+            "failed_check",
+            "failure",
+            "wall_s",
+        )
+    }
     summary["tps"] = record.decode.tps if record.decode else None
     print(json.dumps(summary, indent=2))
 
@@ -226,8 +373,17 @@ def _check_run(args) -> None:
 
     config = files.load(args.config)
     record = ingest.load(args.run_dir, known_models=set(config.runs.prices), tasks=set(tasks.tasks(config.tasks)))
-    print(json.dumps({"run": record.run, "agent": record.spec.agent.model_dump(), "task": record.spec.task,
-                      "events": dict(Counter(e.type for e in record.events))}, indent=2))
+    print(
+        json.dumps(
+            {
+                "run": record.run,
+                "agent": record.spec.agent.model_dump(),
+                "task": record.spec.task,
+                "events": dict(Counter(e.type for e in record.events)),
+            },
+            indent=2,
+        )
+    )
 
 
 def _replay_log(args) -> None:
@@ -249,32 +405,44 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dtype", default="bfloat16")
     p.set_defaults(func=_source)
 
-    p = sub.add_parser("bench-likelihood", help="scorer vs bare forward throughput, and sampling throughput, "
-                                               "against the device's measured matmul rate and copy bandwidth")
-    p.add_argument("model", help="a checkpoint directory, or random:NAME (random weights: "
-                                 "random:llama-1b, random:llama-8b, random:smollm2-135m)")
+    p = sub.add_parser(
+        "bench-likelihood",
+        help="scorer vs bare forward throughput, and sampling throughput, "
+        "against the device's measured matmul rate and copy bandwidth",
+    )
+    p.add_argument(
+        "model",
+        help="a checkpoint directory, or random:NAME (random weights: "
+        "random:llama-1b, random:llama-8b, random:smollm2-135m)",
+    )
     p.add_argument("--contexts", type=int, default=16, help="contexts scored")
     p.add_argument("--context-tokens", type=int, default=128)
     p.add_argument("--continuation-tokens", type=int, default=256)
-    p.add_argument("--batch-sizes", type=int, nargs="*", default=[8],
-                   help="scorer batch sizes (none: no scorer rows)")
+    p.add_argument("--batch-sizes", type=int, nargs="*", default=[8], help="scorer batch sizes (none: no scorer rows)")
     p.add_argument("--sample-contexts", type=int, default=None, help="contexts sampled (default: --contexts)")
-    p.add_argument("--sample-batch-size", type=int, default=None,
-                   help="default: chosen by memory on CUDA, the largest --batch-sizes on the CPU")
+    p.add_argument(
+        "--sample-batch-size",
+        type=int,
+        default=None,
+        help="default: chosen by memory on CUDA, the largest --batch-sizes on the CPU",
+    )
     p.add_argument("--dtype", default="bfloat16")
     p.add_argument("--device", default="auto")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--threads", type=int, default=None)
-    p.add_argument("--no-eager", dest="eager", action="store_false",
-                   help="on CUDA, sample with CUDA graphs only")
-    p.add_argument("--profile-cached", type=int, default=None,
-                   help="also profile one decode step at this cache length (CUDA)")
+    p.add_argument("--no-eager", dest="eager", action="store_false", help="on CUDA, sample with CUDA graphs only")
+    p.add_argument(
+        "--profile-cached", type=int, default=None, help="also profile one decode step at this cache length (CUDA)"
+    )
     p.add_argument("--out", default=None, help="also write the table (Markdown) here")
     p.set_defaults(func=_bench)
 
-    p = sub.add_parser("reward", help="search-time reward of a submission (10 F_s, or 0), appended to a JSONL log; "
-                                     "a template such as examples/starter_submission is first packed with the "
-                                     "task's source checkpoint")
+    p = sub.add_parser(
+        "reward",
+        help="search-time reward of a submission (10 F_s, or 0), appended to a JSONL log; "
+        "a template such as examples/starter_submission is first packed with the "
+        "task's source checkpoint",
+    )
     p.add_argument("submission")
     p.add_argument("--task", required=True, help="e.g. smollm2-135m-0.1gib (source-<limit>gib)")
     p.add_argument("--config", default="config/config.yaml")
@@ -297,44 +465,63 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--window", type=float, default=5.0)
     p.add_argument("--input-tokens", type=int, default=256)
     p.add_argument("--output-tokens", type=int, default=32)
-    p.add_argument("--think-time", type=float, default=1.0,
-                   help="mean seconds between a session's requests (0 saturates the client: queueing, not overhead)")
+    p.add_argument(
+        "--think-time",
+        type=float,
+        default=1.0,
+        help="mean seconds between a session's requests (0 saturates the client: queueing, not overhead)",
+    )
     p.add_argument("--out", default=None, help="also write the table (Markdown) here")
     p.set_defaults(func=_bench_replay)
-    p = sub.add_parser("bench-far-context",
-                       help="how the reference, servers that keep only a prompt's end and llama.cpp continue "
-                            "the far-context carriers of the replays")
+    p = sub.add_parser(
+        "bench-far-context",
+        help="how the reference, servers that keep only a prompt's end and llama.cpp continue "
+        "the far-context carriers of the replays",
+    )
     p.add_argument("--config", default="config/config.yaml", help="the pipeline's YAML (its serving section)")
     p.add_argument("--sessions", default=LAYOUT.sessions())
     p.add_argument("--model", default=LAYOUT.checkpoint("smollm2-135m"), help="the reference checkpoint")
     p.add_argument("--gguf", default=None, help="its GGUF twin, to score llama.cpp too")
     p.add_argument("--carriers", type=int, default=24, help="carriers of a development draw measured")
-    p.add_argument("--keep", type=int, nargs="*", default=[64, 256],
-                   help="prompt ends kept by the truncating servers")
+    p.add_argument("--keep", type=int, nargs="*", default=[64, 256], help="prompt ends kept by the truncating servers")
     p.add_argument("--out", default=None, help="also write the table (Markdown) here")
     p.set_defaults(func=_bench_far_context)
-    p = sub.add_parser("bench-stages", help="CompressionBench's stages (the pipeline's rules) on one device, timed, "
-                                           "and compared with another run of them")
+    p = sub.add_parser(
+        "bench-stages",
+        help="CompressionBench's stages (the pipeline's rules) on one device, timed, "
+        "and compared with another run of them",
+    )
     p.add_argument("--config", default="config/config.yaml", help="the pipeline's config")
     p.add_argument("--out-dir", required=True)
     p.add_argument("--device", required=True, help="cpu or cuda (likelihood, verification and answers)")
-    p.add_argument("--origin", default=None, help='JSON replacing every source\'s origin, e.g. '
-                                                  '{"type": "local", "path": "model.gguf"}')
+    p.add_argument(
+        "--origin",
+        default=None,
+        help='JSON replacing every source\'s origin, e.g. {"type": "local", "path": "model.gguf"}',
+    )
     p.add_argument("--compare", default=None, help="another run's --out-dir")
-    p.add_argument("--likelihood-only", action="store_true",
-                   help="stop after the reference likelihood (no answers reference, no verification)")
+    p.add_argument(
+        "--likelihood-only",
+        action="store_true",
+        help="stop after the reference likelihood (no answers reference, no verification)",
+    )
     p.add_argument("--cores", type=int, default=2, help="Snakemake's --cores")
     p.set_defaults(func=_bench_stages)
-    p = sub.add_parser("bench-noop-rerun", help="seconds `snakemake -n` takes on a working directory that is up to "
-                                              "date (made without running the jobs' work)")
+    p = sub.add_parser(
+        "bench-noop-rerun",
+        help="seconds `snakemake -n` takes on a working directory that is up to "
+        "date (made without running the jobs' work)",
+    )
     p.add_argument("--workflow", default=".", help="the repository (its Snakefile and src/)")
     p.add_argument("--config", default="config/config.yaml")
     p.add_argument("--workdir", required=True, help="an empty directory to make up to date")
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--out", default=None, help="also write the table (Markdown) here")
     p.set_defaults(func=_bench_noop_rerun)
-    p = sub.add_parser("stage-times", help="seconds and peak memory per stage and per rule, from the benchmark: "
-                                          "files of a pipeline run")
+    p = sub.add_parser(
+        "stage-times",
+        help="seconds and peak memory per stage and per rule, from the benchmark: files of a pipeline run",
+    )
     p.add_argument("--benchmarks", default="benchmarks", help="the run's benchmarks/ directory")
     p.add_argument("--out", default=None, help="also write the tables (Markdown) here")
     p.set_defaults(func=_stage_times)

@@ -32,9 +32,9 @@ import hashlib
 import json
 import re
 import sys
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable
 
 from infbench import atomic
 
@@ -45,7 +45,7 @@ WHOLE = "<whole>"  # every part of a module
 _MODULE_NAME = re.compile(rf"{PACKAGE}(?:\.[A-Za-z_]\w*)+")  # in config values and non-Python files
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def module_file(name: str) -> Path | None:
     """The source file of package module ``name`` (``infbench.a.b``), or None if there is none."""
     parts = name.split(".")
@@ -67,8 +67,12 @@ def _strip_docstrings(tree: ast.AST) -> ast.AST:
     for node in ast.walk(tree):
         if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
             body = node.body
-            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
-                    and isinstance(body[0].value.value, str):
+            if (
+                body
+                and isinstance(body[0], ast.Expr)
+                and isinstance(body[0].value, ast.Constant)
+                and isinstance(body[0].value.value, str)
+            ):
                 node.body = body[1:] or [ast.Pass()]
     return tree
 
@@ -102,7 +106,7 @@ class _Collector(ast.NodeVisitor):
         if not node.level:
             return node.module or ""
         parts = self.package.split(".")
-        base = parts[:len(parts) - node.level + 1]
+        base = parts[: len(parts) - node.level + 1]
         return ".".join(base + ([node.module] if node.module else []))
 
     def _third_party(self, name: str) -> None:
@@ -150,8 +154,13 @@ class _Collector(ast.NodeVisitor):
     def _run_by_name(self, node: ast.List | ast.Tuple) -> None:
         """``[python, "-m", "infbench.x", ...]``: a process that runs module ``infbench.x``."""
         for flag, name in zip(node.elts, node.elts[1:]):
-            if isinstance(flag, ast.Constant) and flag.value == "-m" and isinstance(name, ast.Constant) \
-                    and isinstance(name.value, str) and _is_module(name.value):
+            if (
+                isinstance(flag, ast.Constant)
+                and flag.value == "-m"
+                and isinstance(name, ast.Constant)
+                and isinstance(name.value, str)
+                and _is_module(name.value)
+            ):
                 self.refs.modules.add(name.value)
         self.generic_visit(node)
 
@@ -228,7 +237,7 @@ def _analyse(name: str, path: Path, source: str) -> _Module:
     return _Module(name, path, parts)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _load(name: str) -> _Module:
     """The parts of module ``name``, read once per process (a workflow run sees one state of the code)."""
     path = module_file(name)
@@ -332,7 +341,7 @@ class _Resolver:
                 self.chain(chain, bindings)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _edges(module: str, part: str) -> frozenset[tuple[str, str]]:
     """What ``module``'s ``part`` depends on directly: what it names, and the module-level code it runs in."""
     mod = _load(module)
@@ -424,7 +433,8 @@ class DigestCache:
         also_files, also_modules = sorted(map(str, also_files)), sorted(also_modules)
         key = json.dumps([script, also_files, _files_state(also_files) if also_files else None, also_modules])
         if key not in self.digests:
-            self.digests[key] = digest(self.scripts_dir / f"{script}.py", also_files=also_files,
-                                       also_modules=also_modules)
+            self.digests[key] = digest(
+                self.scripts_dir / f"{script}.py", also_files=also_files, also_modules=also_modules
+            )
             atomic.write_json(self.path, {"state": self.state, "digests": self.digests})
         return self.digests[key]

@@ -30,7 +30,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 BUILD_ENV = {"CMAKE_ARGS": "-DGGML_NATIVE=OFF"}
 WHEELS = "${XDG_CACHE_HOME:-$HOME/.cache}/infbench/wheels/ggml-native-off"
-_HEADER = "Generated from pyproject.toml ([tool.infbench.environments.{name}]) by `python src/infbench/envs.py write`; do not edit."
+_HEADER = (
+    "Generated from pyproject.toml ([tool.infbench.environments.{name}]) by `python src/infbench/envs.py write`; "
+    "do not edit."
+)
 
 
 @dataclass(frozen=True)
@@ -55,8 +58,14 @@ def environments(repo: Path = REPO) -> dict[str, Environment]:
         requirements = list(project["project"]["dependencies"])
         for extra in spec["extras"]:
             requirements += extras[extra]
-        found[name] = Environment(name, spec["description"], tuple(requirements), tuple(spec["built"]),
-                                  tuple(spec["no_deps"]), tuple(spec["conda"]))
+        found[name] = Environment(
+            name,
+            spec["description"],
+            tuple(requirements),
+            tuple(spec["built"]),
+            tuple(spec["no_deps"]),
+            tuple(spec["conda"]),
+        )
     return found
 
 
@@ -78,8 +87,11 @@ def _built_steps(requirement: str) -> list[Step]:
     name, version = _name_version(requirement)
     wheel = f"{WHEELS}/{name.replace('-', '_')}-{version}-*.whl"
     return [
-        Step(("wheel", "--no-deps", "--no-cache-dir", "--no-binary", name, "--wheel-dir", WHEELS, requirement),
-             tuple(BUILD_ENV.items()), unless_wheel=wheel),
+        Step(
+            ("wheel", "--no-deps", "--no-cache-dir", "--no-binary", name, "--wheel-dir", WHEELS, requirement),
+            tuple(BUILD_ENV.items()),
+            unless_wheel=wheel,
+        ),
         # the wheel built above, whatever else is installed or cached
         Step(("install", "--force-reinstall", "--no-index", "--no-deps", "--find-links", WHEELS, requirement)),
         Step(("install", requirement)),  # its own dependencies
@@ -106,8 +118,11 @@ def post_deploy_steps(env: Environment) -> list[Step]:
 
 
 def _expand(text: str) -> str:
-    return os.path.expandvars(text.replace("${XDG_CACHE_HOME:-$HOME/.cache}",
-                                           os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")))
+    return os.path.expandvars(
+        text.replace(
+            "${XDG_CACHE_HOME:-$HOME/.cache}", os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
+        )
+    )
 
 
 def install(env: Environment, python: str, *, extras: tuple[str, ...] = ()) -> None:
@@ -116,10 +131,20 @@ def install(env: Environment, python: str, *, extras: tuple[str, ...] = ()) -> N
         if step.unless_wheel and glob.glob(_expand(step.unless_wheel)):
             continue
         if step.unless_wheel:
-            print(f"infbench: compiling {step.argv[-1]} with {' '.join(f'{k}={v}' for k, v in step.env)} "
-                  f"(once; the wheel is kept in {_expand(WHEELS)})", file=sys.stderr)
-        argv = [python, "-m", "pip", *map(_expand, step.argv[:1]), "--quiet", "--disable-pip-version-check",
-                *map(_expand, step.argv[1:])]
+            print(
+                f"infbench: compiling {step.argv[-1]} with {' '.join(f'{k}={v}' for k, v in step.env)} "
+                f"(once; the wheel is kept in {_expand(WHEELS)})",
+                file=sys.stderr,
+            )
+        argv = [
+            python,
+            "-m",
+            "pip",
+            *map(_expand, step.argv[:1]),
+            "--quiet",
+            "--disable-pip-version-check",
+            *map(_expand, step.argv[1:]),
+        ]
         subprocess.run(argv, check=True, env={**os.environ, **dict(step.env)})
 
 
@@ -135,19 +160,29 @@ def _shell(step: Step) -> str:
 
 
 def conda_yaml(env: Environment) -> str:
-    lines = [f"# {_HEADER.format(name=env.name)}", f"# For {env.description} (`--sdm conda`).",
-             f"# After these, {env.name}.post-deploy.sh installs the rest and infbench itself.",
-             "channels:", "  - conda-forge", "  - nodefaults", "dependencies:"]
+    lines = [
+        f"# {_HEADER.format(name=env.name)}",
+        f"# For {env.description} (`--sdm conda`).",
+        f"# After these, {env.name}.post-deploy.sh installs the rest and infbench itself.",
+        "channels:",
+        "  - conda-forge",
+        "  - nodefaults",
+        "dependencies:",
+    ]
     lines += [f"  - {package}" for package in env.conda]
     lines += ["  - pip:"] + [f"      - {requirement}" for requirement in env.requirements]
     return "\n".join(lines) + "\n"
 
 
 def post_deploy(env: Environment) -> str:
-    lines = ["#!/usr/bin/env bash", f"# {_HEADER.format(name=env.name)}",
-             "# Snakemake runs it inside the new environment, in its working directory: the repository, as in the",
-             "# README, unless INFBENCH_SRC names it.",
-             "set -euo pipefail", 'src="${INFBENCH_SRC:-.}"']
+    lines = [
+        "#!/usr/bin/env bash",
+        f"# {_HEADER.format(name=env.name)}",
+        "# Snakemake runs it inside the new environment, in its working directory: the repository, as in the",
+        "# README, unless INFBENCH_SRC names it.",
+        "set -euo pipefail",
+        'src="${INFBENCH_SRC:-.}"',
+    ]
     if env.built:
         lines.append(f'wheels="{WHEELS}"')
     lines += [_shell(step) for step in post_deploy_steps(env)]

@@ -30,7 +30,7 @@ class Reader(_Original):
         if plain is None:
             plain = self._plain = self.data.view(np.ndarray)
         dtype, count = np.dtype(dtype), int(count)
-        arr = plain[offset:offset + dtype.itemsize * count].view(dtype=dtype)[:count]
+        arr = plain[offset : offset + dtype.itemsize * count].view(dtype=dtype)[:count]
         return arr.view(arr.dtype.newbyteorder(self.byte_order if override_order is None else override_order))
 
 

@@ -70,8 +70,7 @@ def twin_from_checkpoint(checkpoint: str | Path, out: str | Path, convert_script
         )
 
 
-def build_twin(origin_gguf: str | None, checkpoint: str | Path, out: str | Path,
-               convert_script: str | None) -> None:
+def build_twin(origin_gguf: str | None, checkpoint: str | Path, out: str | Path, convert_script: str | None) -> None:
     if origin_gguf:
         twin_from_gguf(origin_gguf, out)
     else:

@@ -19,11 +19,7 @@ def sha256_file(path: str | Path) -> str:
 def file_hashes(directory: str | Path) -> dict[str, str]:
     """sha256 of every file under ``directory``, keyed by relative POSIX path."""
     root = Path(directory)
-    return {
-        p.relative_to(root).as_posix(): sha256_file(p)
-        for p in sorted(root.rglob("*"))
-        if p.is_file()
-    }
+    return {p.relative_to(root).as_posix(): sha256_file(p) for p in sorted(root.rglob("*")) if p.is_file()}
 
 
 def sha256_text(text: str) -> str:

@@ -88,8 +88,11 @@ def load(settings: SecretSettings | dict) -> OperatorSecret:
             raise ConfigError("operator_secret.file", f"{path} is empty")
         return _make("operator", value)
     if s.require:
-        raise ConfigError("operator_secret", f"no secret: set the environment variable {s.env} or "
-                                             f"operator_secret.file (require: true refuses the public demo)")
+        raise ConfigError(
+            "operator_secret",
+            f"no secret: set the environment variable {s.env} or "
+            f"operator_secret.file (require: true refuses the public demo)",
+        )
     return _make("public demo", DEMO_SECRET)
 
 
@@ -100,8 +103,11 @@ def for_job(settings: SecretSettings | dict, planned_fingerprint: str | None) ->
         return None
     secret = load(dict(settings) if isinstance(settings, dict) else settings)
     if secret.fingerprint != planned_fingerprint:
-        raise ConfigError("operator_secret", f"the secret changed since the workflow was planned (fingerprint "
-                                             f"{secret.fingerprint}, planned {planned_fingerprint}); run it again")
+        raise ConfigError(
+            "operator_secret",
+            f"the secret changed since the workflow was planned (fingerprint "
+            f"{secret.fingerprint}, planned {planned_fingerprint}); run it again",
+        )
     return secret
 
 

@@ -82,14 +82,21 @@ class Plan:
     @property
     def compression_records(self) -> list[str]:
         """Every final verification record: one per task and candidate."""
-        return [LAYOUT.verdict(name, candidate) for name, task in self.tasks.items()
-                for candidate in self.candidates(task.source)]
+        return [
+            LAYOUT.verdict(name, candidate)
+            for name, task in self.tasks.items()
+            for candidate in self.candidates(task.source)
+        ]
 
     @property
     def run_labels(self) -> dict[str, str]:
         """Final verification record -> the agent run it verifies (the compression table's label)."""
-        return {LAYOUT.verdict(name, c): self.run_candidates[c].label for name, task in self.tasks.items()
-                for c in self.candidates(task.source) if c in self.run_candidates}
+        return {
+            LAYOUT.verdict(name, c): self.run_candidates[c].label
+            for name, task in self.tasks.items()
+            for c in self.candidates(task.source)
+            if c in self.run_candidates
+        }
 
     # ServerBench --------------------------------------------------------------------------------------
     @property
@@ -106,8 +113,11 @@ class Plan:
         """The development replays' summaries (the final seeds are held out for verification)."""
         if self.serving is None:
             return []
-        return [LAYOUT.replay(system, seed, "json") for system in self.serving_systems
-                for seed in self.serving.seeds.development]
+        return [
+            LAYOUT.replay(system, seed, "json")
+            for system in self.serving_systems
+            for seed in self.serving.seeds.development
+        ]
 
     @property
     def serving_records(self) -> list[str]:
@@ -122,14 +132,24 @@ class Plan:
     @property
     def targets(self) -> list[str]:
         """What ``rule all`` builds."""
-        out = [LAYOUT.table("reference", "md"), LAYOUT.table("reference", "csv"), LAYOUT.plot("reference_ppl", "png"),
-               *[LAYOUT.source_gguf(s) for s in self.sources], LAYOUT.table("compression", "md"),
-               *[LAYOUT.answers_reference(s) for s in self.sources], LAYOUT.run_table("status", "md"),
-               LAYOUT.operator_secret()]
+        out = [
+            LAYOUT.table("reference", "md"),
+            LAYOUT.table("reference", "csv"),
+            LAYOUT.plot("reference_ppl", "png"),
+            *[LAYOUT.source_gguf(s) for s in self.sources],
+            LAYOUT.table("compression", "md"),
+            *[LAYOUT.answers_reference(s) for s in self.sources],
+            LAYOUT.run_table("status", "md"),
+            LAYOUT.operator_secret(),
+        ]
         if self.serving is not None:
-            out += [LAYOUT.table("serving", "md"), LAYOUT.table("serving", "csv"),
-                    LAYOUT.plot("serving_value_share", "png"), LAYOUT.coverage("csv"),
-                    LAYOUT.table("serving_verified", "md")]
+            out += [
+                LAYOUT.table("serving", "md"),
+                LAYOUT.table("serving", "csv"),
+                LAYOUT.plot("serving_value_share", "png"),
+                LAYOUT.coverage("csv"),
+                LAYOUT.table("serving_verified", "md"),
+            ]
         return out
 
 
@@ -139,9 +159,14 @@ def build(cfg: Config) -> Plan:
     from infbench.serving.verify.submission import discover as discover_servers
 
     known = tasks(cfg.tasks)
-    return Plan(cfg=cfg, tasks=known, submissions=_submission_dirs(cfg.compression.submissions_dir),
-                runs=discover(cfg, known), reference_task=reference_task(cfg, known),
-                serving_submissions=discover_servers(list(cfg.serving.submissions)) if cfg.serving else {})
+    return Plan(
+        cfg=cfg,
+        tasks=known,
+        submissions=_submission_dirs(cfg.compression.submissions_dir),
+        runs=discover(cfg, known),
+        reference_task=reference_task(cfg, known),
+        serving_submissions=discover_servers(list(cfg.serving.submissions)) if cfg.serving else {},
+    )
 
 
 def _submission_dirs(root: str | Path) -> dict[str, Path]:

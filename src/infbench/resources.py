@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import os
 import re
-from typing import TYPE_CHECKING, Any, Mapping
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from infbench.errors import ConfigError
 
@@ -105,5 +106,8 @@ def check_visible_gpus(needed: int, key: str) -> None:
 
     visible = torch.cuda.device_count() if torch.cuda.is_available() else 0
     if visible < needed:
-        raise ConfigError(key, f"needs {needed} GPU(s) but {visible} are visible "
-                               f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '<unset>')})")
+        raise ConfigError(
+            key,
+            f"needs {needed} GPU(s) but {visible} are visible "
+            f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '<unset>')})",
+        )

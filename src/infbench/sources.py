@@ -55,8 +55,10 @@ def resolve_gguf(name: str, origin: SourceOrigin) -> Path | None:
             ) from None
         path = Path(dist.locate_file(origin.path))
         if not path.is_file():
-            raise ConfigError(f"{key}.path", f"'{origin.path}' is not a file of "
-                              f"distribution '{origin.distribution}' (looked at {path})")
+            raise ConfigError(
+                f"{key}.path",
+                f"'{origin.path}' is not a file of distribution '{origin.distribution}' (looked at {path})",
+            )
         return path
     if origin.type == "local":
         if not origin.path:
@@ -100,7 +102,8 @@ def load_source(name: str, origin: SourceOrigin, dtype: str = "bfloat16"):
             tokenizer = AutoTokenizer.from_pretrained(where, **kwargs)
             # GGUF weights are dequantized in float32 and then cast once to dtype.
             model = AutoModelForCausalLM.from_pretrained(
-                where, dtype=torch.float32 if gguf_path else torch_dtype, **kwargs)
+                where, dtype=torch.float32 if gguf_path else torch_dtype, **kwargs
+            )
     except OSError as exc:
         raise ConfigError(f"sources.{name}.origin", f"cannot load checkpoint from {where}: {exc}") from exc
     model = model.to(torch_dtype)
@@ -124,8 +127,9 @@ def count_parameters(model) -> int:
     return total
 
 
-def materialize(name: str, spec: SourceOrigin, out_dir: str | Path, record_path: str | Path,
-                dtype: str = "bfloat16") -> SourceRecord:
+def materialize(
+    name: str, spec: SourceOrigin, out_dir: str | Path, record_path: str | Path, dtype: str = "bfloat16"
+) -> SourceRecord:
     """Write the source checkpoint to ``out_dir`` and its record to ``record_path``."""
     model, tokenizer, gguf_path = load_source(name, spec, dtype)
     with atomic.atomic_path(out_dir, directory=True) as tmp:

@@ -23,8 +23,7 @@ def stages(workflow: Path = WORKFLOW) -> dict[str, tuple[str, ...]]:
     """Each stage (a rule file, ``workflow/rules/<stage>.smk``: one per stage) with its rules, in the order
     the Snakefile includes them; a stage is named by its file and the first line of its heading comment."""
     out: dict[str, tuple[str, ...]] = {}
-    for include in re.findall(r'^\s*include: "workflow/rules/(\w+)\.smk"', (workflow / "Snakefile").read_text(),
-                              re.M):
+    for include in re.findall(r'^\s*include: "workflow/rules/(\w+)\.smk"', (workflow / "Snakefile").read_text(), re.M):
         text = (workflow / "workflow" / "rules" / f"{include}.smk").read_text()
         rules = tuple(re.findall(r"^\s*rule (\w+):", text, re.M))
         if rules:
@@ -42,8 +41,15 @@ def read(benchmarks: str | Path) -> pd.DataFrame:
         rel = path.relative_to(root).with_suffix("")
         rule = rel.parts[0]
         record = pd.read_csv(path, sep="\t", na_values=["NA"]).iloc[-1]  # the last repeat
-        rows.append({"rule": rule, "job": "/".join(rel.parts[1:]) or rule, "s": float(record["s"]),
-                     "max_rss": record["max_rss"], "cpu_time": record["cpu_time"]})
+        rows.append(
+            {
+                "rule": rule,
+                "job": "/".join(rel.parts[1:]) or rule,
+                "s": float(record["s"]),
+                "max_rss": record["max_rss"],
+                "cpu_time": record["cpu_time"],
+            }
+        )
     if not rows:
         raise FileNotFoundError(f"no benchmark files under {root} (run the pipeline first)")
     frame = pd.DataFrame(rows)
@@ -53,17 +59,31 @@ def read(benchmarks: str | Path) -> pd.DataFrame:
 
 
 def _summary(frame: pd.DataFrame, by: str) -> pd.DataFrame:
-    table = frame.groupby(by, sort=False).agg(jobs=("job", "size"), seconds=("s", "sum"), longest_job_s=("s", "max"),
-                                              max_rss_mb=("max_rss", "max"), cpu_s=("cpu_time", "sum"))
+    table = frame.groupby(by, sort=False).agg(
+        jobs=("job", "size"),
+        seconds=("s", "sum"),
+        longest_job_s=("s", "max"),
+        max_rss_mb=("max_rss", "max"),
+        cpu_s=("cpu_time", "sum"),
+    )
     return table.round({"seconds": 0, "longest_job_s": 0, "max_rss_mb": 0, "cpu_s": 0})
 
 
 def stage_table(frame: pd.DataFrame) -> pd.DataFrame:
     order = [s for s in [*stages(), "other"] if s in set(frame["stage"])]
     table = _summary(frame, "stage").loc[order]
-    total = pd.DataFrame([{"jobs": len(frame), "seconds": round(frame["s"].sum()),
-                           "longest_job_s": round(frame["s"].max()), "max_rss_mb": round(frame["max_rss"].max()),
-                           "cpu_s": round(frame["cpu_time"].sum())}], index=["all stages"])
+    total = pd.DataFrame(
+        [
+            {
+                "jobs": len(frame),
+                "seconds": round(frame["s"].sum()),
+                "longest_job_s": round(frame["s"].max()),
+                "max_rss_mb": round(frame["max_rss"].max()),
+                "cpu_s": round(frame["cpu_time"].sum()),
+            }
+        ],
+        index=["all stages"],
+    )
     return pd.concat([table, total])
 
 
@@ -76,8 +96,10 @@ def rule_table(frame: pd.DataFrame) -> pd.DataFrame:
 def report(benchmarks: str | Path, out_md: str | None = None) -> str:
     """The stage table and the rule table as Markdown."""
     frame = read(benchmarks)
-    text = (f"Per stage (sums of job seconds; max RSS in MB is the largest of one job), from {benchmarks}/\n\n"
-            f"{stage_table(frame).to_markdown()}\n\nPer rule\n\n{rule_table(frame).to_markdown()}\n")
+    text = (
+        f"Per stage (sums of job seconds; max RSS in MB is the largest of one job), from {benchmarks}/\n\n"
+        f"{stage_table(frame).to_markdown()}\n\nPer rule\n\n{rule_table(frame).to_markdown()}\n"
+    )
     if out_md:
         atomic.write_text(out_md, text)
     return text

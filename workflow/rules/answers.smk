@@ -10,21 +10,21 @@ rule answers_reference:
     output:
         reference=LAYOUT.answers_reference("{source}"),
         item_records=LAYOUT.answers_items("{source}"),
-    params:
-        code=code("answers_reference"),
-        answers=CFG.answers.model_dump(mode="json"),
-        sandbox=CFG.sandbox.model_dump(mode="json"),
-        secret=SECRET,
     log:
         "logs/answers_reference/{source}.log",
     benchmark:
         "benchmarks/answers_reference/{source}.tsv"
+    conda:
+        "../../envs/pipeline.yaml"
     threads: 2
     resources:
         mem_mb=8000,
         runtime=60,
         gpu=gpus("answers_reference"),
-    conda:
-        "../../envs/pipeline.yaml"
+    params:
+        code=code("answers_reference"),
+        answers=CFG.answers.model_dump(mode="json"),
+        sandbox=CFG.sandbox.model_dump(mode="json"),
+        secret=SECRET,
     script:
         "../scripts/answers_reference.py"

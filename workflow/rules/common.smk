@@ -12,25 +12,19 @@ from infbench.config.checks import GpuBudget
 from infbench.layout import LAYOUT
 from infbench import plan as planning
 
-
 validate(config, schema="../schemas/config.schema.yaml")
 
 
 def _set_resources():
     """rule -> resource -> value of --set-resources and the workflow profile's set-resources."""
     overrides = workflow.resource_settings.overwrite_resources
-    return {
-        name: {key: getattr(r, "value", r) for key, r in mapping.items()}
-        for name, mapping in overrides.items()
-    }
+    return {name: {key: getattr(r, "value", r) for key, r in mapping.items()} for name, mapping in overrides.items()}
 
 
 _GPU_LIMIT = workflow.resource_settings.resources.get("gpu")
 # The config as typed sections, with every start-of-run check (src/infbench/config/checks.py): a bad config
 # stops here, naming the key, before any job.
-CFG = config_model.parse(
-    config, GpuBudget(_set_resources(), getattr(_GPU_LIMIT, "value", _GPU_LIMIT))
-)
+CFG = config_model.parse(config, GpuBudget(_set_resources(), getattr(_GPU_LIMIT, "value", _GPU_LIMIT)))
 PLAN = planning.build(CFG)
 SERVING = CFG.serving
 
@@ -82,8 +76,4 @@ def gpus(rule):
 # runtime for the paper sources. A verification job's worker has verification.timeout_s for everything
 # (load, likelihood, probes, decode, accuracy gate); the job around it a half hour more.
 VERIFICATION_MINUTES = int(CFG.verification.timeout_s / 60) + 30
-LIKELIHOOD_ENV = (
-    "../../envs/vllm.yaml"
-    if CFG.likelihood.backend == "vllm"
-    else "../../envs/pipeline.yaml"
-)
+LIKELIHOOD_ENV = "../../envs/vllm.yaml" if CFG.likelihood.backend == "vllm" else "../../envs/pipeline.yaml"

@@ -2,8 +2,7 @@
 
 # The starter code ships with the workflow, wherever the working directory is.
 STARTER_CODE = [
-    os.path.join(workflow.basedir, "examples", "starter_submission", name)
-    for name in ("manifest.yaml", "inference.py")
+    os.path.join(workflow.basedir, "examples", "starter_submission", name) for name in ("manifest.yaml", "inference.py")
 ]
 
 
@@ -13,24 +12,23 @@ def candidate_code(wildcards):
     return code("measure_candidate", also_files=package if isinstance(package, list) else [])
 
 
-
 rule bf16_package:
     input:
         checkpoint=LAYOUT.checkpoint("{source}"),
     output:
         directory(LAYOUT.candidate("{source}", "bf16")),
-    params:
-        code=code("bf16_package"),
     log:
         "logs/bf16_package/{source}.log",
     benchmark:
         "benchmarks/bf16_package/{source}.tsv"
+    conda:
+        "../../envs/pipeline.yaml"
     threads: 1
     resources:
         mem_mb=2000,
         runtime=10,
-    conda:
-        "../../envs/pipeline.yaml"
+    params:
+        code=code("bf16_package"),
     script:
         "../scripts/bf16_package.py"
 
@@ -41,18 +39,18 @@ rule starter_submission:
         code=STARTER_CODE,
     output:
         directory(LAYOUT.candidate("{source}", "starter")),
-    params:
-        code=code("starter_submission"),
     log:
         "logs/starter_submission/{source}.log",
     benchmark:
         "benchmarks/starter_submission/{source}.tsv"
+    conda:
+        "../../envs/pipeline.yaml"
     threads: 1
     resources:
         mem_mb=2000,
         runtime=10,
-    conda:
-        "../../envs/pipeline.yaml"
+    params:
+        code=code("starter_submission"),
     script:
         "../scripts/starter_submission.py"
 
@@ -63,18 +61,18 @@ rule gguf_baseline:
         checkpoint=LAYOUT.checkpoint("{source}"),
     output:
         directory(LAYOUT.candidate("{source}", "gguf-{qtype}")),
-    params:
-        code=code("gguf_baseline"),
     log:
         "logs/gguf_baseline/{source}/{qtype}.log",
     benchmark:
         "benchmarks/gguf_baseline/{source}/{qtype}.tsv"
+    conda:
+        "../../envs/pipeline.yaml"
     threads: 2
     resources:
         mem_mb=8000,
         runtime=30,
-    conda:
-        "../../envs/pipeline.yaml"
+    params:
+        code=code("gguf_baseline"),
     script:
         "../scripts/gguf_baseline.py"
 
@@ -85,18 +83,18 @@ rule released_gguf:
         checkpoint=LAYOUT.checkpoint("{source}"),
     output:
         directory(LAYOUT.candidate("{source}", "released-{name}")),
-    params:
-        code=code("released_gguf"),
     log:
         "logs/released_gguf/{source}/{name}.log",
     benchmark:
         "benchmarks/released_gguf/{source}/{name}.tsv"
+    conda:
+        "../../envs/pipeline.yaml"
     threads: 1
     resources:
         mem_mb=2000,
         runtime=10,
-    conda:
-        "../../envs/pipeline.yaml"
+    params:
+        code=code("released_gguf"),
     script:
         "../scripts/released_gguf.py"
 
@@ -108,22 +106,22 @@ rule gptq_baseline:
     output:
         package=directory(LAYOUT.candidate("{source}", "gptq-{limit}gib")),
         record=LAYOUT.gptq_record("{source}", "{limit}"),
-    params:
-        code=code("gptq_baseline"),
-        corpus=CFG.likelihood.corpus.model_dump(mode="json"),
-        # the device decides where GPTQModel quantizes, not what it writes: changing it reruns nothing
-        gptq=CFG.compression.gptq.model_dump(mode="json", exclude={"device"}),
     log:
         "logs/gptq_baseline/{source}/{limit}.log",
     benchmark:
         "benchmarks/gptq_baseline/{source}/{limit}.tsv"
+    conda:
+        "../../envs/pipeline.yaml"
     threads: 2
     resources:
         mem_mb=16000,
         runtime=120,
         gpu=gpus("gptq_baseline"),
-    conda:
-        "../../envs/pipeline.yaml"
+    params:
+        code=code("gptq_baseline"),
+        corpus=CFG.likelihood.corpus.model_dump(mode="json"),
+        # the device decides where GPTQModel quantizes, not what it writes: changing it reruns nothing
+        gptq=CFG.compression.gptq.model_dump(mode="json", exclude={"device"}),
     script:
         "../scripts/gptq_baseline.py"
 
@@ -138,6 +136,17 @@ rule measure_candidate:
         answers_reference=LAYOUT.answers_reference("{source}"),
     output:
         LAYOUT.measured("{source}", "{candidate}"),
+    log:
+        "logs/measure_candidate/{source}/{candidate}.log",
+    benchmark:
+        "benchmarks/measure_candidate/{source}/{candidate}.tsv"
+    conda:
+        "../../envs/pipeline.yaml"
+    threads: 2
+    resources:
+        mem_mb=16000,
+        runtime=VERIFICATION_MINUTES,
+        gpu=gpus("measure_candidate"),
     params:
         code=candidate_code,
         package=lambda wc: PLAN.candidate_dir(wc.source, wc.candidate),
@@ -148,17 +157,6 @@ rule measure_candidate:
         secret=SECRET,
         # the sandbox's hard memory limit starts from the largest storage limit the candidate is judged under
         memory_limit_gib=lambda wc: PLAN.largest_limit(wc.source),
-    log:
-        "logs/measure_candidate/{source}/{candidate}.log",
-    benchmark:
-        "benchmarks/measure_candidate/{source}/{candidate}.tsv"
-    threads: 2
-    resources:
-        mem_mb=16000,
-        runtime=VERIFICATION_MINUTES,
-        gpu=gpus("measure_candidate"),
-    conda:
-        "../../envs/pipeline.yaml"
     script:
         "../scripts/measure_candidate.py"
 
@@ -168,20 +166,20 @@ rule verify:
         lambda wc: LAYOUT.measured(PLAN.tasks[wc.task].source, wc.candidate),
     output:
         LAYOUT.verdict("{task}", "{candidate}"),
-    params:
-        code=code("verify"),
-        task=lambda wc: PLAN.tasks[wc.task].model_dump(),
-        secret=SECRET,
     log:
         "logs/verify/{task}/{candidate}.log",
     benchmark:
         "benchmarks/verify/{task}/{candidate}.tsv"
+    conda:
+        "../../envs/pipeline.yaml"
     threads: 1
     resources:
         mem_mb=2000,
         runtime=5,
-    conda:
-        "../../envs/pipeline.yaml"
+    params:
+        code=code("verify"),
+        task=lambda wc: PLAN.tasks[wc.task].model_dump(),
+        secret=SECRET,
     script:
         "../scripts/verify.py"
 
@@ -190,15 +188,6 @@ rule compression_table:
     input:
         records=PLAN.compression_records,
         sources=[LAYOUT.source_record(s) for s in PLAN.sources],
-    params:
-        code=code("compression_table"),
-        config={
-            "tasks": [t.model_dump(mode="json") for t in CFG.tasks],
-            "compression": CFG.compression.model_dump(mode="json"),
-            "verification": CFG.verification.model_dump(mode="json"),
-            "answers": CFG.answers.model_dump(mode="json"),
-        },
-        labels=PLAN.run_labels,  # a run's final submission is labelled with its agent
     output:
         csv=report(
             LAYOUT.table("compression", "csv"),
@@ -219,11 +208,20 @@ rule compression_table:
         "logs/tables/compression.log",
     benchmark:
         "benchmarks/compression_table.tsv"
+    conda:
+        "../../envs/pipeline.yaml"
     threads: 1
     resources:
         mem_mb=2000,
         runtime=10,
-    conda:
-        "../../envs/pipeline.yaml"
+    params:
+        code=code("compression_table"),
+        config={
+            "tasks": [t.model_dump(mode="json") for t in CFG.tasks],
+            "compression": CFG.compression.model_dump(mode="json"),
+            "verification": CFG.verification.model_dump(mode="json"),
+            "answers": CFG.answers.model_dump(mode="json"),
+        },
+        labels=PLAN.run_labels,  # a run's final submission is labelled with its agent
     script:
         "../scripts/compression_table.py"

@@ -23,6 +23,16 @@ rule contexts:
     output:
         contexts=LAYOUT.contexts("{source}", "{set}"),
         manifest=LAYOUT.contexts_manifest("{source}", "{set}"),
+    log:
+        "logs/contexts/{source}/{set}.log",
+    benchmark:
+        "benchmarks/contexts/{source}/{set}.tsv"
+    conda:
+        "../../envs/pipeline.yaml"
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=30,
     params:
         code=code("contexts"),
         corpus=CFG.likelihood.corpus.model_dump(mode="json"),
@@ -31,16 +41,6 @@ rule contexts:
         continuation_tokens=CFG.likelihood.continuation_tokens,
         seed=CFG.likelihood.context_seed,
         secret=secret_of_set,
-    log:
-        "logs/contexts/{source}/{set}.log",
-    benchmark:
-        "benchmarks/contexts/{source}/{set}.tsv"
-    threads: 1
-    resources:
-        mem_mb=2000,
-        runtime=30,
-    conda:
-        "../../envs/pipeline.yaml"
     script:
         "../scripts/contexts.py"
 
@@ -52,6 +52,17 @@ rule sample_continuations:
     output:
         continuations=LAYOUT.continuations("{source}", "{set}"),
         summary=LAYOUT.sampling_summary("{source}", "{set}"),
+    log:
+        "logs/sample_continuations/{source}/{set}.log",
+    benchmark:
+        "benchmarks/sample_continuations/{source}/{set}.tsv"
+    conda:
+        LIKELIHOOD_ENV
+    threads: 2
+    resources:
+        mem_mb=4000,
+        runtime=60,
+        gpu=gpus("sample_continuations"),
     params:
         code=code("sample_continuations"),
         backend=CFG.likelihood.backend,
@@ -64,17 +75,6 @@ rule sample_continuations:
         device=CFG.likelihood.device,
         tensor_parallel=CFG.likelihood.tensor_parallel,
         secret=secret_of_set,
-    log:
-        "logs/sample_continuations/{source}/{set}.log",
-    benchmark:
-        "benchmarks/sample_continuations/{source}/{set}.tsv"
-    threads: 2
-    resources:
-        mem_mb=4000,
-        runtime=60,
-        gpu=gpus("sample_continuations"),
-    conda:
-        LIKELIHOOD_ENV
     script:
         "../scripts/sample_continuations.py"
 
@@ -86,6 +86,17 @@ rule score_reference:
     output:
         scores=LAYOUT.reference_scores("{source}", "{set}"),
         summary=LAYOUT.reference_summary("{source}", "{set}"),
+    log:
+        "logs/score_reference/{source}/{set}.log",
+    benchmark:
+        "benchmarks/score_reference/{source}/{set}.tsv"
+    conda:
+        LIKELIHOOD_ENV
+    threads: 2
+    resources:
+        mem_mb=4000,
+        runtime=60,
+        gpu=gpus("score_reference"),
     params:
         code=code("score_reference"),
         backend=CFG.likelihood.backend,
@@ -96,16 +107,5 @@ rule score_reference:
         bootstrap_resamples=CFG.likelihood.bootstrap_resamples,
         seed=CFG.likelihood.seed,
         secret=secret_of_set,
-    log:
-        "logs/score_reference/{source}/{set}.log",
-    benchmark:
-        "benchmarks/score_reference/{source}/{set}.tsv"
-    threads: 2
-    resources:
-        mem_mb=4000,
-        runtime=60,
-        gpu=gpus("score_reference"),
-    conda:
-        LIKELIHOOD_ENV
     script:
         "../scripts/score_reference.py"

@@ -8,18 +8,18 @@ rule operator_secret:
         records=PLAN.round_records,
     output:
         LAYOUT.operator_secret(),
-    params:
-        code=code("operator_secret"),
-        secret=SECRET,
     log:
         "logs/operator_secret.log",
     benchmark:
         "benchmarks/operator_secret.tsv"
+    conda:
+        "../../envs/pipeline.yaml"
     threads: 1
     resources:
         mem_mb=500,
         runtime=5,
-    conda:
-        "../../envs/pipeline.yaml"
+    params:
+        code=code("operator_secret"),
+        secret=SECRET,
     script:
         "../scripts/operator_secret.py"

@@ -4,9 +4,7 @@ from infbench.runs.outputs import ANALYSES as RUN_ANALYSES, PLOTTED as RUN_PLOTT
 
 REFERENCE_TASK = PLAN.reference_task
 # Every candidate of the reference search is quantized, then rewarded by a worker with verification.timeout_s.
-REFERENCE_SEARCH_MINUTES = (
-    len(CFG.runs.reference_search.candidates) * VERIFICATION_MINUTES
-)
+REFERENCE_SEARCH_MINUTES = len(CFG.runs.reference_search.candidates) * VERIFICATION_MINUTES
 
 
 if REFERENCE_TASK is not None:
@@ -20,23 +18,23 @@ if REFERENCE_TASK is not None:
             reference=LAYOUT.reference_scores(REFERENCE_TASK.source, "search"),
         output:
             directory(LAYOUT.reference_search()),
+        log:
+            "logs/reference_search/reference_search.log",
+        benchmark:
+            "benchmarks/reference_search.tsv"
+        conda:
+            "../../envs/pipeline.yaml"
+        threads: 2
+        resources:
+            mem_mb=8000,
+            runtime=REFERENCE_SEARCH_MINUTES,
+            gpu=resources.job_gpus(CFG, "reference_search", REFERENCE_TASK.source),
         params:
             code=code("reference_search"),
             task=REFERENCE_TASK.model_dump(),
             search=CFG.runs.reference_search.model_dump(mode="json"),
             settings=CFG.verification.model_dump(mode="json"),
             sandbox=CFG.sandbox.model_dump(mode="json"),
-        log:
-            "logs/reference_search/reference_search.log",
-        benchmark:
-            "benchmarks/reference_search.tsv"
-        threads: 2
-        resources:
-            mem_mb=8000,
-            runtime=REFERENCE_SEARCH_MINUTES,
-            gpu=resources.job_gpus(CFG, "reference_search", REFERENCE_TASK.source),
-        conda:
-            "../../envs/pipeline.yaml"
         script:
             "../scripts/reference_search.py"
 
@@ -48,22 +46,22 @@ rule ingest_run:
         status=LAYOUT.ingested("{run}", "status.json"),
         record=LAYOUT.ingested("{run}", "record.json"),
         events=LAYOUT.ingested("{run}", "events.parquet"),
+    log:
+        "logs/ingest_run/{run}.log",
+    benchmark:
+        "benchmarks/ingest_run/{run}.tsv"
+    conda:
+        "../../envs/pipeline.yaml"
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=10,
     params:
         code=code("ingest_run"),
         run_dir=lambda wc: PLAN.runs[wc.run].path,
         candidate=lambda wc: PLAN.runs[wc.run].candidate,
         models=sorted(CFG.runs.prices),
         tasks=sorted(PLAN.tasks),
-    log:
-        "logs/ingest_run/{run}.log",
-    benchmark:
-        "benchmarks/ingest_run/{run}.tsv"
-    threads: 1
-    resources:
-        mem_mb=2000,
-        runtime=10,
-    conda:
-        "../../envs/pipeline.yaml"
     script:
         "../scripts/ingest_run.py"
 
@@ -72,18 +70,7 @@ rule runs_analysis:
     input:
         statuses=[LAYOUT.ingested(run, "status.json") for run in sorted(PLAN.runs)],
         records=[LAYOUT.ingested(run, "record.json") for run in sorted(PLAN.runs)],
-        verified=[
-            LAYOUT.verdict(e.task, e.candidate)
-            for _, e in sorted(PLAN.runs.items())
-            if e.candidate
-        ],
-    params:
-        code=code("runs_analysis"),
-        runs=[n for n, e in sorted(PLAN.runs.items()) if e.candidate],
-        settings={
-            **CFG.runs.analysis.model_dump(mode="json"),
-            "prices": {m: p.model_dump(mode="json") for m, p in CFG.runs.prices.items()},
-        },
+        verified=[LAYOUT.verdict(e.task, e.candidate) for _, e in sorted(PLAN.runs.items()) if e.candidate],
     output:
         **{
             f"{name}_{kind}": (
@@ -113,11 +100,18 @@ rule runs_analysis:
         "logs/tables/runs.log",
     benchmark:
         "benchmarks/runs_analysis.tsv"
+    conda:
+        "../../envs/pipeline.yaml"
     threads: 1
     resources:
         mem_mb=2000,
         runtime=10,
-    conda:
-        "../../envs/pipeline.yaml"
+    params:
+        code=code("runs_analysis"),
+        runs=[n for n, e in sorted(PLAN.runs.items()) if e.candidate],
+        settings={
+            **CFG.runs.analysis.model_dump(mode="json"),
+            "prices": {m: p.model_dump(mode="json") for m, p in CFG.runs.prices.items()},
+        },
     script:
         "../scripts/runs_analysis.py"

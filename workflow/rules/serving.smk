@@ -17,9 +17,7 @@ SERVING_MODEL = {
 SERVING_GPUS = SERVING.deployment.devices if SERVING.deployment.accelerator == "gpu" else 0
 SERVING_REPLAY_MINUTES = int(15 + SERVING.replay_minutes)
 SERVING_CALIBRATE_MINUTES = int(
-    15
-    + SERVING.replay_minutes
-    * (len(SERVING.calibration.concurrencies) + len(SERVING.seeds.calibration))
+    15 + SERVING.replay_minutes * (len(SERVING.calibration.concurrencies) + len(SERVING.seeds.calibration))
 )
 
 
@@ -32,19 +30,19 @@ def serving_trace():
 rule serving_synthetic:
     output:
         LAYOUT.synthetic_trace(),
-    params:
-        code=code("serving_synthetic"),
-        synthetic=SERVING.workload.synthetic.model_dump(mode="json"),
     log:
         "logs/serving/synthetic.log",
     benchmark:
         "benchmarks/serving_synthetic.tsv"
+    conda:
+        "../../envs/pipeline.yaml"
     threads: 1
     resources:
         mem_mb=1000,
         runtime=10,
-    conda:
-        "../../envs/pipeline.yaml"
+    params:
+        code=code("serving_synthetic"),
+        synthetic=SERVING.workload.synthetic.model_dump(mode="json"),
     script:
         "../scripts/serving_synthetic.py"
 
@@ -55,20 +53,20 @@ rule serving_workload:
     output:
         sessions=LAYOUT.sessions(),
         summary=LAYOUT.workload_summary(),
-    params:
-        code=code("serving_workload"),
-        workload=SERVING.workload.model_dump(mode="json"),
-        context_limit=SERVING.deployment.context_limit,
     log:
         "logs/serving/workload.log",
     benchmark:
         "benchmarks/serving_workload.tsv"
+    conda:
+        "../../envs/pipeline.yaml"
     threads: 1
     resources:
         mem_mb=2000,
         runtime=10,
-    conda:
-        "../../envs/pipeline.yaml"
+    params:
+        code=code("serving_workload"),
+        workload=SERVING.workload.model_dump(mode="json"),
+        context_limit=SERVING.deployment.context_limit,
     script:
         "../scripts/serving_workload.py"
 
@@ -79,73 +77,73 @@ rule serving_coverage:
     output:
         csv=LAYOUT.coverage("csv"),
         json=LAYOUT.coverage("json"),
-    params:
-        code=code("serving_coverage"),
-        serving=SERVING_CORE,
     log:
         "logs/serving/coverage.log",
     benchmark:
         "benchmarks/serving_coverage.tsv"
+    conda:
+        "../../envs/pipeline.yaml"
     threads: 1
     resources:
         mem_mb=2000,
         runtime=10,
-    conda:
-        "../../envs/pipeline.yaml"
+    params:
+        code=code("serving_coverage"),
+        serving=SERVING_CORE,
     script:
         "../scripts/serving_coverage.py"
 
 
 rule serving_calibrate:
     input:
-        sessions=LAYOUT.sessions(),
         **SERVING_MODEL,
+        sessions=LAYOUT.sessions(),
     output:
         targets=LAYOUT.targets(),
         runs=directory(LAYOUT.calibration_runs()),
-    params:
-        code=code("serving_calibrate", also_modules=SERVING_SERVER_MODULES),
-        serving=SERVING_CORE,
     log:
         run="logs/serving/calibrate.log",
         server="logs/serving/servers/calibrate.log",
     benchmark:
         "benchmarks/serving_calibrate.tsv"
+    conda:
+        "../../envs/pipeline.yaml"
     threads: 2
     resources:
         mem_mb=8000,
         runtime=SERVING_CALIBRATE_MINUTES,
         gpu=SERVING_GPUS,
-    conda:
-        "../../envs/pipeline.yaml"
+    params:
+        code=code("serving_calibrate", also_modules=SERVING_SERVER_MODULES),
+        serving=SERVING_CORE,
     script:
         "../scripts/serving_calibrate.py"
 
 
 rule serving_replay:
     input:
+        **SERVING_MODEL,
         sessions=LAYOUT.sessions(),
         targets=LAYOUT.targets(),
-        **SERVING_MODEL,
     output:
         records=LAYOUT.replay("{system}", "{seed}", "parquet"),
         summary=LAYOUT.replay("{system}", "{seed}", "json"),
-    params:
-        code=code("serving_replay", also_modules=SERVING_SERVER_MODULES),
-        serving=SERVING_CORE,
-        concurrency=lambda wc: PLAN.serving_systems[wc.system],
     log:
         run="logs/serving/replay/{system}_seed{seed}.log",
         server="logs/serving/servers/{system}_seed{seed}.log",
     benchmark:
         "benchmarks/serving_replay/{system}/{seed}.tsv"
+    conda:
+        "../../envs/pipeline.yaml"
     threads: 2
     resources:
         mem_mb=8000,
         runtime=SERVING_REPLAY_MINUTES,
         gpu=SERVING_GPUS,
-    conda:
-        "../../envs/pipeline.yaml"
+    params:
+        code=code("serving_replay", also_modules=SERVING_SERVER_MODULES),
+        serving=SERVING_CORE,
+        concurrency=lambda wc: PLAN.serving_systems[wc.system],
     script:
         "../scripts/serving_replay.py"
 
@@ -172,19 +170,19 @@ rule serving_table:
             subcategory="Table 1",
         ),
         plot_data=LAYOUT.plot("serving_value_share", "csv"),
-    params:
-        code=code("serving_table"),
-        serving=SERVING_CORE,
-        uncertainty=SERVING.uncertainty.model_dump(mode="json"),
     log:
         "logs/serving/table.log",
     benchmark:
         "benchmarks/serving_table.tsv"
+    conda:
+        "../../envs/pipeline.yaml"
     threads: 1
     resources:
         mem_mb=1000,
         runtime=10,
-    conda:
-        "../../envs/pipeline.yaml"
+    params:
+        code=code("serving_table"),
+        serving=SERVING_CORE,
+        uncertainty=SERVING.uncertainty.model_dump(mode="json"),
     script:
         "../scripts/serving_table.py"

@@ -17,6 +17,16 @@ rule serving_verification_reference:
         model_dir=SERVING_MODEL["model_dir"],
     output:
         LAYOUT.serving_reference(),
+    log:
+        "logs/serving/verification_reference.log",
+    benchmark:
+        "benchmarks/serving_verification_reference.tsv"
+    conda:
+        "../../envs/pipeline.yaml"
+    threads: 2
+    resources:
+        mem_mb=4000,
+        runtime=60,
     params:
         code=code("serving_verification_reference"),
         source=SERVING_SOURCE,
@@ -24,29 +34,31 @@ rule serving_verification_reference:
         token_id_range=list(SERVING.workload.token_id_range),
         answers=CFG.answers.model_dump(mode="json"),
         secret=SECRET,
-    log:
-        "logs/serving/verification_reference.log",
-    benchmark:
-        "benchmarks/serving_verification_reference.tsv"
-    threads: 2
-    resources:
-        mem_mb=4000,
-        runtime=60,
-    conda:
-        "../../envs/pipeline.yaml"
     script:
         "../scripts/serving_verification_reference.py"
 
 
 rule serving_verify:
     input:
+        **SERVING_MODEL,
         submission=submission_files,
         sessions=LAYOUT.sessions(),
         reference=LAYOUT.serving_reference(),
-        **SERVING_MODEL,
     output:
         record=LAYOUT.server_verification("{submission}"),
         runs=directory(LAYOUT.server_verification_runs("{submission}")),
+    log:
+        run="logs/serving/verify/{submission}.log",
+        server="logs/serving/servers/verify_{submission}.log",
+    benchmark:
+        "benchmarks/serving_verify/{submission}.tsv"
+    conda:
+        "../../envs/pipeline.yaml"
+    threads: 2
+    resources:
+        mem_mb=8000,
+        runtime=SERVING_REPLAY_MINUTES * len(SERVING.seeds.final) + 30,
+        gpu=SERVING_GPUS,
     params:
         code=lambda wc: code(
             "serving_verify",
@@ -59,18 +71,6 @@ rule serving_verify:
         sandbox=CFG.sandbox.model_dump(mode="json"),
         directory=lambda wc: PLAN.serving_submissions[wc.submission],
         secret=SECRET,
-    log:
-        run="logs/serving/verify/{submission}.log",
-        server="logs/serving/servers/verify_{submission}.log",
-    benchmark:
-        "benchmarks/serving_verify/{submission}.tsv"
-    threads: 2
-    resources:
-        mem_mb=8000,
-        runtime=SERVING_REPLAY_MINUTES * len(SERVING.seeds.final) + 30,
-        gpu=SERVING_GPUS,
-    conda:
-        "../../envs/pipeline.yaml"
     script:
         "../scripts/serving_verify.py"
 
@@ -89,19 +89,19 @@ rule serving_verified_table:
         ),
         md=LAYOUT.table("serving_verified", "md"),
         provenance=LAYOUT.table("serving_verified", "provenance.json"),
-    params:
-        code=code("serving_verified_table"),
-        serving=SERVING_CORE,
-        uncertainty=SERVING.uncertainty.model_dump(mode="json"),
     log:
         "logs/serving/verified_table.log",
     benchmark:
         "benchmarks/serving_verified_table.tsv"
+    conda:
+        "../../envs/pipeline.yaml"
     threads: 1
     resources:
         mem_mb=1000,
         runtime=10,
-    conda:
-        "../../envs/pipeline.yaml"
+    params:
+        code=code("serving_verified_table"),
+        serving=SERVING_CORE,
+        uncertainty=SERVING.uncertainty.model_dump(mode="json"),
     script:
         "../scripts/serving_verified_table.py"

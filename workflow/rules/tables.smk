@@ -15,22 +15,22 @@ rule reference_table:
         ),
         md=LAYOUT.table("reference", "md"),
         provenance=LAYOUT.table("reference", "provenance.json"),
+    log:
+        "logs/tables/reference.log",
+    benchmark:
+        "benchmarks/reference_table.tsv"
+    conda:
+        "../../envs/pipeline.yaml"
+    threads: 1
+    resources:
+        mem_mb=1000,
+        runtime=10,
     params:
         code=code("reference_table"),
         config={
             "sources": {n: s.model_dump(mode="json") for n, s in CFG.sources.items()},
             "likelihood": CFG.likelihood.model_dump(mode="json"),
         },
-    log:
-        "logs/tables/reference.log",
-    benchmark:
-        "benchmarks/reference_table.tsv"
-    threads: 1
-    resources:
-        mem_mb=1000,
-        runtime=10,
-    conda:
-        "../../envs/pipeline.yaml"
     script:
         "../scripts/reference_table.py"
 
@@ -47,18 +47,18 @@ rule plot_reference:
             subcategory="BF16 reference",
         ),
         plot_data=LAYOUT.plot("reference_ppl", "csv"),
-    params:
-        code=code("plot_reference"),
-        labels=[(source, set_) for source in PLAN.sources for set_ in SETS],
     log:
         "logs/tables/reference_plot.log",
     benchmark:
         "benchmarks/plot_reference.tsv"
+    conda:
+        "../../envs/pipeline.yaml"
     threads: 1
     resources:
         mem_mb=1000,
         runtime=10,
-    conda:
-        "../../envs/pipeline.yaml"
+    params:
+        code=code("plot_reference"),
+        labels=[(source, set_) for source in PLAN.sources for set_ in SETS],
     script:
         "../scripts/plot_reference.py"

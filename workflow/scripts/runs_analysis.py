@@ -10,14 +10,8 @@ data = report.write(
     list(snakemake.input.statuses),
     list(snakemake.input.records),
     dict(zip(snakemake.params.runs, snakemake.input.verified)),
-    tables={
-        name: {k: getattr(out, f"{name}_{k}") for k in ("csv", "md", "provenance")}
-        for name in outputs.ANALYSES
-    },
-    settings={
-        k: dict(v) if hasattr(v, "items") else v
-        for k, v in snakemake.params.settings.items()
-    },
+    tables={name: {k: getattr(out, f"{name}_{k}") for k in ("csv", "md", "provenance")} for name in outputs.ANALYSES},
+    settings={k: dict(v) if hasattr(v, "items") else v for k, v in snakemake.params.settings.items()},
 )
 figures.write(
     data,

@@ -11,12 +11,22 @@ targets = calibrate.read_targets(snakemake.input.targets, serving, snakemake.inp
 c = snakemake.params.concurrency
 c = targets.concurrency if c == "reference" else int(c)
 sessions = workload.load(snakemake.input.sessions)
-with servers.launched(server, serving.servers[server],
-                      servers.LaunchVars.for_serving(serving, snakemake.input.model_dir, snakemake.input.gguf),
-                      snakemake.log.server) as base:
+with servers.launched(
+    server,
+    serving.servers[server],
+    servers.LaunchVars.for_serving(serving, snakemake.input.model_dir, snakemake.input.gguf),
+    snakemake.log.server,
+) as base:
     summary = replay_job.replay_once(
-        serving, sessions, server, base, c, int(snakemake.wildcards.seed), snakemake.output.records,
-        snakemake.output.summary, replay_job.input_hashes(snakemake.input.sessions, snakemake.input.targets),
+        serving,
+        sessions,
+        server,
+        base,
+        c,
+        int(snakemake.wildcards.seed),
+        snakemake.output.records,
+        snakemake.output.summary,
+        replay_job.input_hashes(snakemake.input.sessions, snakemake.input.targets),
         targets.targets,
     )
 print(summary.score.model_dump_json(), file=sys.stderr)

@@ -27,5 +27,7 @@ record = verdict.run_job(
     secret=operator_secret.for_job(snakemake.config["operator_secret"], snakemake.params.secret),
     threads=snakemake.threads,
 )
-print(f"{record.submission}: verified={record.verified} failing={record.failing_check} cause={record.cause}",
-      file=sys.stderr)
+print(
+    f"{record.submission}: verified={record.verified} failing={record.failing_check} cause={record.cause}",
+    file=sys.stderr,
+)

@@ -23,8 +23,14 @@ EVIDENCE_CHARS = 300  # of each response kept in the record (the whole one is ju
 
 def item_evidence(item: ItemRecord) -> dict:
     """What the record keeps of one answer: its outcome and why (HumanEval: the judge's reason)."""
-    return {"benchmark": item.benchmark, "id": item.id, "correct": item.correct, "detail": item.detail,
-            "extracted": item.extracted, "response": item.response[:EVIDENCE_CHARS]}
+    return {
+        "benchmark": item.benchmark,
+        "id": item.id,
+        "correct": item.correct,
+        "detail": item.detail,
+        "extracted": item.extracted,
+        "response": item.response[:EVIDENCE_CHARS],
+    }
 
 
 def stream_generate_fn(proc, tokenizer) -> driver.GenerateFn:
@@ -45,7 +51,7 @@ def stream_generate_fn(proc, tokenizer) -> driver.GenerateFn:
         for prompt in prompts:
             tokens = proc.stream(tokenizer(prompt)["input_ids"], max_new_tokens, stop=stopped).tokens
             if eos_ids and eos_ids[0] in tokens:
-                tokens = tokens[:tokens.index(eos_ids[0])]
+                tokens = tokens[: tokens.index(eos_ids[0])]
             completions.append(tokenizer.decode(tokens, skip_special_tokens=True))
         return completions
 
@@ -57,23 +63,39 @@ def counts(results: AnswerResults) -> dict[str, tuple[int, int]]:
     return {b.benchmark: (b.n_correct, b.n) for b in results.benchmarks}
 
 
-def make_gate(answer_settings: AnswerSettings, reference_json: str | Path, source_checkpoint: str | Path,
-              label: str, *, question_seed: int):
+def make_gate(
+    answer_settings: AnswerSettings,
+    reference_json: str | Path,
+    source_checkpoint: str | Path,
+    label: str,
+    *,
+    question_seed: int,
+):
     """``question_seed``: the seed the reference's questions were drawn by (``held_out.question_seed``)."""
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(source_checkpoint)
 
     def gate(proc) -> dict:
-        results, verdict = driver.gate_candidate(stream_generate_fn(proc, tokenizer), answer_settings,
-                                                 reference_json, label, question_seed=question_seed,
-                                                 sandbox=proc.sandbox_settings)
+        results, verdict = driver.gate_candidate(
+            stream_generate_fn(proc, tokenizer),
+            answer_settings,
+            reference_json,
+            label,
+            question_seed=question_seed,
+            sandbox=proc.sandbox_settings,
+        )
         evidence = verdict.model_dump(mode="json")
         evidence["judged_by"] = {b.benchmark: b.judged_by for b in results.benchmarks if b.judged_by}
         evidence["items"] = [item_evidence(i) for i in results.items]
-        return {"per_benchmark": {b.benchmark: b.accuracy for b in results.benchmarks},
-                "mean": verdict.candidate_accuracy, "reference": verdict.reference_accuracy,
-                "counts": counts(results), "reference_counts": counts(read_json(reference_json)),
-                "passed": verdict.passed, "evidence": evidence}
+        return {
+            "per_benchmark": {b.benchmark: b.accuracy for b in results.benchmarks},
+            "mean": verdict.candidate_accuracy,
+            "reference": verdict.reference_accuracy,
+            "counts": counts(results),
+            "reference_counts": counts(read_json(reference_json)),
+            "passed": verdict.passed,
+            "evidence": evidence,
+        }
 
     return gate

@@ -50,8 +50,7 @@ class ExactLengths:
 
 
 # what the forward pass in progress may read: a window's end (slots before it), or exact per-row lengths
-_reads: contextvars.ContextVar[int | ExactLengths | None] = contextvars.ContextVar("cache_reads",
-                                                                                 default=None)
+_reads: contextvars.ContextVar[int | ExactLengths | None] = contextvars.ContextVar("cache_reads", default=None)
 
 
 def cached_attention(module, query, key, value, attention_mask, scaling=None, **kwargs):
@@ -157,8 +156,7 @@ class StaticDecoder:
         self.cuda_graphs = cuda_graphs and device.type == "cuda"
         self.argument = _cache_argument(model)
         self.exact = ExactLengths(batch, device) if exact_decoding(model) else None
-        self.mask = None if self.exact else torch.zeros((batch, 1, 1, max_len), dtype=torch.bool,
-                                                        device=device)
+        self.mask = None if self.exact else torch.zeros((batch, 1, 1, max_len), dtype=torch.bool, device=device)
         self.token = torch.zeros((batch, 1), dtype=torch.long, device=device)
         self.position = torch.zeros((1, 1), dtype=torch.long, device=device)  # also the slot a step writes
         self.length = 0
@@ -169,8 +167,14 @@ class StaticDecoder:
     def _forward(self, ids, positions, mask, reads: int | ExactLengths) -> torch.Tensor:
         reset = _reads.set(reads)
         try:
-            out = self.model(input_ids=ids, position_ids=positions, attention_mask=mask, use_cache=True,
-                             logits_to_keep=1, **{self.argument: self.cache})
+            out = self.model(
+                input_ids=ids,
+                position_ids=positions,
+                attention_mask=mask,
+                use_cache=True,
+                logits_to_keep=1,
+                **{self.argument: self.cache},
+            )
         finally:
             _reads.reset(reset)
         return out.logits[:, -1]

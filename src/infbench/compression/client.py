@@ -64,10 +64,20 @@ class SubmissionProcess:
     to ``memory_limit_bytes``; ``vocab_size``: the source's vocabulary, the last dimension of every logits
     answer."""
 
-    def __init__(self, package: str | Path | None, *, sandbox: SandboxSettings, preload: list[str],
-                 device: str = "cpu", threads: int = 1, timeout_s: float = 3600.0,
-                 log_path: str | Path | BinaryIO | None = None, baseline: bool = False,
-                 memory_limit_bytes: int | None = None, vocab_size: int | None = None):
+    def __init__(
+        self,
+        package: str | Path | None,
+        *,
+        sandbox: SandboxSettings,
+        preload: list[str],
+        device: str = "cpu",
+        threads: int = 1,
+        timeout_s: float = 3600.0,
+        log_path: str | Path | BinaryIO | None = None,
+        baseline: bool = False,
+        memory_limit_bytes: int | None = None,
+        vocab_size: int | None = None,
+    ):
         self.package = Path(package).resolve() if package else None
         self.vocab_size, self._requests = vocab_size, 0
         self.sandbox_settings, self.preload, self.baseline = sandbox, list(preload), baseline
@@ -81,13 +91,28 @@ class SubmissionProcess:
     # -- start and stop --------------------------------------------------------------------------------
     def _policy(self, package: Path | None) -> Policy:
         modules = (*IMPORTS, *self.preload, *optional_modules(self.preload))
-        return python_policy(modules=modules, mounts={PACKAGE: str(package)} if package else {},
-                             env=base_env(self.threads),
-                             cuda=self.device.startswith("cuda"), tmp_bytes=self.sandbox_settings.tmp_mb << 20)
+        return python_policy(
+            modules=modules,
+            mounts={PACKAGE: str(package)} if package else {},
+            env=base_env(self.threads),
+            cuda=self.device.startswith("cuda"),
+            tmp_bytes=self.sandbox_settings.tmp_mb << 20,
+        )
 
     def _command(self) -> list[str]:
-        cmd = [sys.executable, "-m", "infbench.compression.worker", "--logits-fd", str(self._logits_w),
-               "--device", self.device, "--threads", str(self.threads), "--preload", ",".join(self.preload)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "infbench.compression.worker",
+            "--logits-fd",
+            str(self._logits_w),
+            "--device",
+            self.device,
+            "--threads",
+            str(self.threads),
+            "--preload",
+            ",".join(self.preload),
+        ]
         return cmd + (["--baseline"] if self.baseline else ["--package", self.policy.path(PACKAGE)])
 
     def _stage(self) -> Path | None:
@@ -98,7 +123,7 @@ class SubmissionProcess:
         self._staged = tempfile.TemporaryDirectory(prefix="infbench-package-")
         return Path(shutil.copytree(self.package, Path(self._staged.name) / "package", symlinks=True))
 
-    def __enter__(self) -> "SubmissionProcess":
+    def __enter__(self) -> SubmissionProcess:
         logits_r, self._logits_w = os.pipe()
         self._logits = logits_pipe.Reader(logits_r)
         self._staged = None
@@ -114,10 +139,17 @@ class SubmissionProcess:
             os.close(self._logits_w)
             self._cleanup()
             raise WorkerFailure("package", f"cannot copy the package for its sandbox: {exc}") from None
-        self.box = Sandboxed(self.policy, self._command(), allow_unsandboxed=self.sandbox_settings.allow_unsandboxed,
-                             network="none (own network namespace, loopback only)", stdin=subprocess.PIPE,
-                             stdout=subprocess.PIPE, stderr=self._log or self.log,
-                             memory_limit_bytes=self.memory_limit_bytes, pass_fds=(self._logits_w,))
+        self.box = Sandboxed(
+            self.policy,
+            self._command(),
+            allow_unsandboxed=self.sandbox_settings.allow_unsandboxed,
+            network="none (own network namespace, loopback only)",
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._log or self.log,
+            memory_limit_bytes=self.memory_limit_bytes,
+            pass_fds=(self._logits_w,),
+        )
         try:
             self.box.__enter__()
         except SandboxUnavailable as exc:
@@ -184,9 +216,12 @@ class SubmissionProcess:
         code = self.box.proc.wait()
         if self.box.oom_kills():
             limit = self.box.cgroup.limit_bytes or 0
-            return WorkerFailure("memory_limit", f"the sandbox reached its memory limit ({limit / 2**30:.3f} GiB: "
-                                                 f"the largest storage limit plus the empty worker plus the "
-                                                 f"allowance) during '{during}' and was killed")
+            return WorkerFailure(
+                "memory_limit",
+                f"the sandbox reached its memory limit ({limit / 2**30:.3f} GiB: "
+                f"the largest storage limit plus the empty worker plus the "
+                f"allowance) during '{during}' and was killed",
+            )
         return WorkerFailure("crash", f"worker exited ({code}) during '{during}': {self.stderr_tail()}")
 
     def _send(self, line: bytes) -> None:
@@ -237,11 +272,12 @@ class SubmissionProcess:
         ids = np.asarray(input_ids)
         expected = [len(ids), int(n_last), int(self.vocab_size)]
         self._requests += 1
-        reply = self.request("logits", ids=ids.tolist(), n_last=int(n_last), request=self._requests,
-                             shape=expected)
+        reply = self.request("logits", ids=ids.tolist(), n_last=int(n_last), request=self._requests, shape=expected)
         if reply.get("shape") != expected:
-            raise CheckFailed("logits_shape", {"logits_shape": reply.get("shape"), "expected": expected,
-                                               "source_vocab": self.vocab_size})
+            raise CheckFailed(
+                "logits_shape",
+                {"logits_shape": reply.get("shape"), "expected": expected, "source_vocab": self.vocab_size},
+            )
         return self._logits.read(self._requests, expected, self.deadline)
 
     def logits_fn(self):
@@ -252,14 +288,21 @@ class SubmissionProcess:
 
         return fn
 
-    def stream(self, input_ids: list[int], max_new_tokens: int,
-               stop: Callable[[list[int]], bool] | None = None) -> Generation:
+    def stream(
+        self, input_ids: list[int], max_new_tokens: int, stop: Callable[[list[int]], bool] | None = None
+    ) -> Generation:
         """Greedy tokens, each stamped by this process as it arrives; ``stop(tokens)`` ends it early."""
         self.wait_started()
         self.sampler.phase("prefill")
         sent_at = time.perf_counter()
-        self._send((json.dumps({"cmd": "generate", "ids": [int(t) for t in input_ids],
-                                "max_new_tokens": int(max_new_tokens)}) + "\n").encode())
+        self._send(
+            (
+                json.dumps(
+                    {"cmd": "generate", "ids": [int(t) for t in input_ids], "max_new_tokens": int(max_new_tokens)}
+                )
+                + "\n"
+            ).encode()
+        )
         tokens, arrivals, stopping = [], [], False
         while True:
             stamp, reply = self._line("generate")
@@ -274,7 +317,9 @@ class SubmissionProcess:
                     self._send(b"stop\n")
                 continue
             if not reply.get("ok"):
-                raise WorkerFailure("generate failed", str(reply.get("error", "")) + "\n" + str(reply.get("traceback", "")))
+                raise WorkerFailure(
+                    "generate failed", str(reply.get("error", "")) + "\n" + str(reply.get("traceback", ""))
+                )
             return Generation(tokens=tokens, sent_at=sent_at, arrivals=arrivals)
 
     def generate(self, input_ids: list[int], max_new_tokens: int) -> tuple[list[int], list[float]]:
@@ -292,8 +337,13 @@ class SubmissionProcess:
     def memory(self) -> meter.MemoryUse:
         """Memory of the sandbox now: its cgroup's charge and mapped package files, or what /proc shows."""
         self.wait_started()
-        return meter.measure(self.box.pids(), list(self.policy.read_only), self.box.writable_dirs(),
-                             mounted_roots=self.box.mounted_dirs(), cgroup=self.box.cgroup)
+        return meter.measure(
+            self.box.pids(),
+            list(self.policy.read_only),
+            self.box.writable_dirs(),
+            mounted_roots=self.box.mounted_dirs(),
+            cgroup=self.box.cgroup,
+        )
 
     def device_memory(self) -> int | None:
         """On CUDA: the device memory NVML reports for the sandbox's processes (None elsewhere, or where the

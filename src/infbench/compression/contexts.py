@@ -34,14 +34,16 @@ from infbench.seeding import derive_seed
 
 SET_NAMES = (held_out.SEARCH, held_out.VERIFICATION)  # drawn in this order
 
-CONTEXTS_SCHEMA = pa.schema([
-    ("set", pa.string()),
-    ("index", pa.int32()),
-    ("family", pa.string()),
-    ("doc_id", pa.string()),
-    ("offset", pa.int64()),
-    ("token_ids", pa.list_(pa.int32())),
-])
+CONTEXTS_SCHEMA = pa.schema(
+    [
+        ("set", pa.string()),
+        ("index", pa.int32()),
+        ("family", pa.string()),
+        ("doc_id", pa.string()),
+        ("offset", pa.int64()),
+        ("token_ids", pa.list_(pa.int32())),
+    ]
+)
 
 
 class ContextSetsManifest(BaseModel):
@@ -75,8 +77,16 @@ def family_quotas(n: int, weights: dict[str, float]) -> dict[str, int]:
     return {f: q for f, q in sorted(quotas.items()) if q > 0}
 
 
-def select_contexts(docs: list[Document], tokenize, n: int, length: int, families: dict[str, float] | str,
-                    seed: int, set_name: str, exclude: set[str] = frozenset()) -> tuple[pd.DataFrame, dict, dict]:
+def select_contexts(
+    docs: list[Document],
+    tokenize,
+    n: int,
+    length: int,
+    families: dict[str, float] | str,
+    seed: int,
+    set_name: str,
+    exclude: set[str] = frozenset(),
+) -> tuple[pd.DataFrame, dict, dict]:
     """Rows of one set, its family quotas, and eligible documents seen per family.
 
     Documents in ``exclude`` (the sets drawn before) are never drawn; quotas come
@@ -90,8 +100,10 @@ def select_contexts(docs: list[Document], tokenize, n: int, length: int, familie
     else:
         missing = sorted(set(families) - set(by_family))
         if missing:
-            raise ConfigError("likelihood.corpus.families",
-                              f"families {missing} have no documents in the corpus (it has {sorted(by_family)})")
+            raise ConfigError(
+                "likelihood.corpus.families",
+                f"families {missing} have no documents in the corpus (it has {sorted(by_family)})",
+            )
         weights = dict(families)
     quotas = family_quotas(n, weights)
     rows, seen = [], {}
@@ -106,7 +118,7 @@ def select_contexts(docs: list[Document], tokenize, n: int, length: int, familie
                 continue
             eligible += 1
             offset = int(rng.integers(0, len(ids) - length + 1))
-            picked.append((doc, offset, ids[offset:offset + length]))
+            picked.append((doc, offset, ids[offset : offset + length]))
             if len(picked) == quota:
                 break
         seen[family] = eligible
@@ -119,8 +131,15 @@ def select_contexts(docs: list[Document], tokenize, n: int, length: int, familie
                 "likelihood.contexts_per_set or likelihood.context_tokens, or use a larger corpus)",
             )
         for doc, offset, ids in picked:
-            rows.append({"set": set_name, "family": family, "doc_id": doc.doc_id, "offset": offset,
-                         "token_ids": [int(t) for t in ids]})
+            rows.append(
+                {
+                    "set": set_name,
+                    "family": family,
+                    "doc_id": doc.doc_id,
+                    "offset": offset,
+                    "token_ids": [int(t) for t in ids],
+                }
+            )
     table = pd.DataFrame(rows)
     table["index"] = np.arange(len(table), dtype="int32")
     return table[[f.name for f in CONTEXTS_SCHEMA]], quotas, seen
@@ -135,10 +154,22 @@ def check_context_limit(context_tokens: int, continuation_tokens: int, limit: in
         )
 
 
-def build(source: str, tokenizer_dir: str | Path, source_record: str | Path, out_parquet: str | Path,
-          out_manifest: str | Path, *, set_name: str, corpus: CorpusSpec, contexts_per_set: int,
-          context_tokens: int, continuation_tokens: int, seed: int, secret: OperatorSecret | None = None,
-          search_contexts: str | Path | None = None) -> ContextSetsManifest:
+def build(
+    source: str,
+    tokenizer_dir: str | Path,
+    source_record: str | Path,
+    out_parquet: str | Path,
+    out_manifest: str | Path,
+    *,
+    set_name: str,
+    corpus: CorpusSpec,
+    contexts_per_set: int,
+    context_tokens: int,
+    continuation_tokens: int,
+    seed: int,
+    secret: OperatorSecret | None = None,
+    search_contexts: str | Path | None = None,
+) -> ContextSetsManifest:
     """One set's contexts: search from the public ``seed``; verification from ``secret``, outside
     the documents of ``search_contexts``."""
     from transformers import AutoTokenizer
@@ -163,19 +194,34 @@ def build(source: str, tokenizer_dir: str | Path, source_record: str | Path, out
         draw_seed = held_out.context_seed(secret, source, seed)
         exclude = set(pq.read_table(search_contexts, columns=["doc_id"]).column("doc_id").to_pylist())
         inputs["search contexts.parquet"] = sha256_file(search_contexts)
-    table, quotas, seen = select_contexts(docs, tokenize, contexts_per_set, context_tokens, spec.families,
-                                          draw_seed, set_name, exclude)
+    table, quotas, seen = select_contexts(
+        docs, tokenize, contexts_per_set, context_tokens, spec.families, draw_seed, set_name, exclude
+    )
     atomic.write_parquet(out_parquet, table, CONTEXTS_SCHEMA)
     manifest = ContextSetsManifest(
-        source=source, set=set_name, contexts_per_set=contexts_per_set, context_tokens=context_tokens,
-        quotas=quotas, corpus_type=spec.type, corpus_hash=corpus_hash, corpus_documents=len(docs),
-        excluded_documents=len(exclude), eligible_seen=seen, seed=seed,
+        source=source,
+        set=set_name,
+        contexts_per_set=contexts_per_set,
+        context_tokens=context_tokens,
+        quotas=quotas,
+        corpus_type=spec.type,
+        corpus_hash=corpus_hash,
+        corpus_documents=len(docs),
+        excluded_documents=len(exclude),
+        eligible_seen=seen,
+        seed=seed,
         secret_label=secret.label if set_name == held_out.VERIFICATION else None,
         provenance=provenance.collect(
-            {"set": set_name, "corpus": spec.model_dump(mode="json"), "contexts_per_set": contexts_per_set,
-             "context_tokens": context_tokens, "seed": seed,
-             "secret": secret.public() if set_name == held_out.VERIFICATION else None},
-            inputs),
+            {
+                "set": set_name,
+                "corpus": spec.model_dump(mode="json"),
+                "contexts_per_set": contexts_per_set,
+                "context_tokens": context_tokens,
+                "seed": seed,
+                "secret": secret.public() if set_name == held_out.VERIFICATION else None,
+            },
+            inputs,
+        ),
     )
     atomic.write_json(out_manifest, manifest.model_dump(mode="json"))
     return manifest

@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import hashlib
 import sysconfig
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
 
 from infbench.config.model import CorpusSpec
 from infbench.errors import ConfigError
@@ -55,20 +55,22 @@ def _datasets_documents(spec: CorpusSpec, seed: int) -> Iterable[Document]:
     try:
         import datasets
     except ImportError:
-        raise ConfigError("likelihood.corpus.type",
-                          "'datasets' corpora need the datasets package (pip install datasets)") from None
+        raise ConfigError(
+            "likelihood.corpus.type", "'datasets' corpora need the datasets package (pip install datasets)"
+        ) from None
     if not spec.path:
         raise ConfigError("likelihood.corpus.path", "a datasets corpus needs 'path'")
-    stream = datasets.load_dataset(spec.path, spec.name, split=spec.split, data_files=spec.data_files,
-                                   streaming=True)
+    stream = datasets.load_dataset(spec.path, spec.name, split=spec.split, data_files=spec.data_files, streaming=True)
     stream = stream.shuffle(seed=seed, buffer_size=spec.shuffle_buffer)
     for i, row in enumerate(stream):
         if i >= spec.max_documents:
             break
         for field in (spec.text_field, spec.family_field):
             if field not in row:
-                raise ConfigError("likelihood.corpus." + ("text_field" if field == spec.text_field else "family_field"),
-                                  f"field '{field}' is not in the corpus rows (fields: {sorted(row)})")
+                raise ConfigError(
+                    "likelihood.corpus." + ("text_field" if field == spec.text_field else "family_field"),
+                    f"field '{field}' is not in the corpus rows (fields: {sorted(row)})",
+                )
         doc_id = str(row[spec.id_field]) if spec.id_field and spec.id_field in row else f"row:{i}"
         yield Document(str(row[spec.family_field]), doc_id, row[spec.text_field])
 

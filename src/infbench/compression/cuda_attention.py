@@ -25,16 +25,34 @@ PROGRAMS_PER_SM = 4  # programs per multiprocessor that fill the device (measure
 
 
 @triton.jit(do_not_specialize=["kv_heads", "slots", "split_len"])
-def _split_attention(q, k, v, lengths, out, part_out, part_lse, scale, kv_heads, slots, split_len, q_row,
-                     k_row, v_row, GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, DIM: tl.constexpr,
-                     BLOCK_N: tl.constexpr, IEEE: tl.constexpr, DIRECT: tl.constexpr):
+def _split_attention(
+    q,
+    k,
+    v,
+    lengths,
+    out,
+    part_out,
+    part_lse,
+    scale,
+    kv_heads,
+    slots,
+    split_len,
+    q_row,
+    k_row,
+    v_row,
+    GROUP: tl.constexpr,
+    GROUP_PAD: tl.constexpr,
+    DIM: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    IEEE: tl.constexpr,
+    DIRECT: tl.constexpr,
+):
     split, row = tl.program_id(0), tl.program_id(1)  # row: batch row x key/value head
     length = tl.load(lengths + row // kv_heads)
     g = tl.arange(0, GROUP_PAD)
     d = tl.arange(0, DIM)
     n = tl.arange(0, BLOCK_N)
-    query = tl.load(q + row.to(tl.int64) * q_row + g[:, None] * DIM + d[None, :], mask=g[:, None] < GROUP,
-                    other=0.0)
+    query = tl.load(q + row.to(tl.int64) * q_row + g[:, None] * DIM + d[None, :], mask=g[:, None] < GROUP, other=0.0)
     keys = k + row.to(tl.int64) * slots * k_row
     values = v + row.to(tl.int64) * slots * v_row
     top = tl.full([GROUP_PAD], float("-inf"), tl.float32)
@@ -62,8 +80,11 @@ def _split_attention(q, k, v, lengths, out, part_out, part_lse, scale, kv_heads,
     keep = g < GROUP
     mean = acc / tl.where(total > 0, total, 1.0)[:, None]
     if DIRECT:  # the row's only split: the output, heads h * group ... of key/value head h in order
-        tl.store(out + (row.to(tl.int64) * GROUP + g[:, None]) * DIM + d[None, :],
-                 mean.to(out.dtype.element_ty), mask=keep[:, None])
+        tl.store(
+            out + (row.to(tl.int64) * GROUP + g[:, None]) * DIM + d[None, :],
+            mean.to(out.dtype.element_ty),
+            mask=keep[:, None],
+        )
     else:
         part = (row * tl.num_programs(0) + split).to(tl.int64)
         tl.store(part_out + (part * GROUP + g[:, None]) * DIM + d[None, :], mean, mask=keep[:, None])
@@ -72,16 +93,16 @@ def _split_attention(q, k, v, lengths, out, part_out, part_lse, scale, kv_heads,
 
 
 @triton.jit
-def _merge_splits(part_out, part_lse, out, GROUP: tl.constexpr, DIM: tl.constexpr, SPLITS: tl.constexpr,
-                  SPLITS_PAD: tl.constexpr):
+def _merge_splits(
+    part_out, part_lse, out, GROUP: tl.constexpr, DIM: tl.constexpr, SPLITS: tl.constexpr, SPLITS_PAD: tl.constexpr
+):
     row, head = tl.program_id(0), tl.program_id(1)  # head: one of the group's query heads
     s = tl.arange(0, SPLITS_PAD)
     d = tl.arange(0, DIM)
     part = row.to(tl.int64) * SPLITS + s
     lse = tl.load(part_lse + part * GROUP + head, mask=s < SPLITS, other=float("-inf"))
     weight = tl.exp(lse - tl.max(lse, axis=0))
-    outs = tl.load(part_out + (part * GROUP + head)[:, None] * DIM + d[None, :], mask=(s < SPLITS)[:, None],
-                   other=0.0)
+    outs = tl.load(part_out + (part * GROUP + head)[:, None] * DIM + d[None, :], mask=(s < SPLITS)[:, None], other=0.0)
     merged = tl.sum(outs * weight[:, None], axis=0) / tl.sum(weight, axis=0)
     tl.store(out + (row.to(tl.int64) * GROUP + head) * DIM + d, merged.to(out.dtype.element_ty))
 
@@ -93,8 +114,14 @@ def split_count(rows: int, slots: int, device: torch.device) -> int:
     return max(1, min(-(-PROGRAMS_PER_SM * sms // rows), -(-slots // MIN_SPLIT)))
 
 
-def decode_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, lengths: torch.Tensor,
-                     scale: float | None, splits: int | None = None) -> torch.Tensor:
+def decode_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    lengths: torch.Tensor,
+    scale: float | None,
+    splits: int | None = None,
+) -> torch.Tensor:
     """``query`` ``[batch, heads, 1, dim]`` against the first ``lengths[b]`` slots of row ``b`` of the cache
     ``key``/``value`` (contiguous ``[batch, kv_heads, slots, dim]``); returns ``[batch, 1, heads, dim]``.
     ``splits``: per row (default :func:`split_count`)."""
@@ -112,16 +139,34 @@ def decode_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
     splits = -(-slots // split_len)
     out = torch.empty((batch, 1, heads, dim), dtype=query.dtype, device=query.device)
     # the splits' outputs and log-sum-exps (one element, unused, when each row is one split)
-    part_out = torch.empty((rows, splits, group, dim) if splits > 1 else 1, dtype=torch.float32,
-                           device=query.device)
-    part_lse = torch.empty((rows, splits, group) if splits > 1 else 1, dtype=torch.float32,
-                           device=query.device)
+    part_out = torch.empty((rows, splits, group, dim) if splits > 1 else 1, dtype=torch.float32, device=query.device)
+    part_lse = torch.empty((rows, splits, group) if splits > 1 else 1, dtype=torch.float32, device=query.device)
     _split_attention[(splits, rows)](
-        packed, key, value, lengths, out, part_out, part_lse, dim**-0.5 if scale is None else scale, kv_heads,
-        slots, split_len, packed.stride(0), key.stride(2), value.stride(2), GROUP=group,
-        GROUP_PAD=max(16, triton.next_power_of_2(group)), DIM=dim, BLOCK_N=BLOCK_N,
-        IEEE=query.dtype == torch.float32, DIRECT=splits == 1, num_warps=4, num_stages=3 if dim <= 128 else 2)
+        packed,
+        key,
+        value,
+        lengths,
+        out,
+        part_out,
+        part_lse,
+        dim**-0.5 if scale is None else scale,
+        kv_heads,
+        slots,
+        split_len,
+        packed.stride(0),
+        key.stride(2),
+        value.stride(2),
+        GROUP=group,
+        GROUP_PAD=max(16, triton.next_power_of_2(group)),
+        DIM=dim,
+        BLOCK_N=BLOCK_N,
+        IEEE=query.dtype == torch.float32,
+        DIRECT=splits == 1,
+        num_warps=4,
+        num_stages=3 if dim <= 128 else 2,
+    )
     if splits > 1:
-        _merge_splits[(rows, group)](part_out, part_lse, out, GROUP=group, DIM=dim, SPLITS=splits,
-                                     SPLITS_PAD=triton.next_power_of_2(splits))
+        _merge_splits[(rows, group)](
+            part_out, part_lse, out, GROUP=group, DIM=dim, SPLITS=splits, SPLITS_PAD=triton.next_power_of_2(splits)
+        )
     return out

@@ -35,8 +35,18 @@ def _slice_sums(log_probs, sums, vocab, row_stride, chunk, CHUNKS: tl.constexpr,
 
 
 @triton.jit
-def _search(log_probs, sums, uniforms, tokens, vocab, row_stride, uniform_stride, chunk, CHUNKS: tl.constexpr,
-            BLOCK: tl.constexpr):
+def _search(
+    log_probs,
+    sums,
+    uniforms,
+    tokens,
+    vocab,
+    row_stride,
+    uniform_stride,
+    chunk,
+    CHUNKS: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
     row = tl.program_id(0)
     base = log_probs + row.to(tl.int64) * row_stride
     parts = tl.arange(0, CHUNKS)
@@ -66,8 +76,17 @@ def draw(log_probs: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
     sums = torch.empty((rows, CHUNKS), dtype=torch.float64, device=log_probs.device)
     tokens = torch.empty(rows, dtype=torch.int64, device=log_probs.device)
     uniforms = uniforms.to(torch.float64)
-    _slice_sums[(rows, CHUNKS)](log_probs, sums, vocab, log_probs.stride(0), chunk, CHUNKS=CHUNKS,
-                                BLOCK=BLOCK)
-    _search[(rows,)](log_probs, sums, uniforms, tokens, vocab, log_probs.stride(0), uniforms.stride(0), chunk,
-                     CHUNKS=CHUNKS, BLOCK=BLOCK)
+    _slice_sums[(rows, CHUNKS)](log_probs, sums, vocab, log_probs.stride(0), chunk, CHUNKS=CHUNKS, BLOCK=BLOCK)
+    _search[(rows,)](
+        log_probs,
+        sums,
+        uniforms,
+        tokens,
+        vocab,
+        log_probs.stride(0),
+        uniforms.stride(0),
+        chunk,
+        CHUNKS=CHUNKS,
+        BLOCK=BLOCK,
+    )
     return tokens

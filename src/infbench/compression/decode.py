@@ -23,8 +23,17 @@ class DecodeTiming(BaseModel):
     tps: float
 
 
-def measure(generate, *, vocab_size: int, prompt_tokens: int, output_tokens: int, rounds: int,
-            requests_per_round: int, warmup: int, seed: int) -> DecodeTiming:
+def measure(
+    generate,
+    *,
+    vocab_size: int,
+    prompt_tokens: int,
+    output_tokens: int,
+    rounds: int,
+    requests_per_round: int,
+    warmup: int,
+    seed: int,
+) -> DecodeTiming:
     """``generate(ids, n) -> (tokens, per-token times)`` of the submission process."""
     rng = np.random.default_rng(seed)
     prompt = rng.integers(0, vocab_size, size=prompt_tokens).tolist()
@@ -40,6 +49,12 @@ def measure(generate, *, vocab_size: int, prompt_tokens: int, output_tokens: int
             spans.append(times[-1] - times[0])
         means.append(statistics.fmean(spans))
     latency = statistics.median(means)
-    return DecodeTiming(prompt_tokens=prompt_tokens, output_tokens=output_tokens, rounds=rounds,
-                        requests_per_round=requests_per_round, round_means_s=means, latency_s=latency,
-                        tps=(output_tokens - 1) / latency if latency > 0 else float("inf"))
+    return DecodeTiming(
+        prompt_tokens=prompt_tokens,
+        output_tokens=output_tokens,
+        rounds=rounds,
+        requests_per_round=requests_per_round,
+        round_means_s=means,
+        latency_s=latency,
+        tps=(output_tokens - 1) / latency if latency > 0 else float("inf"),
+    )

@@ -16,9 +16,10 @@ from __future__ import annotations
 import contextlib
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO, Callable
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -51,12 +52,12 @@ class EvaluationSettings(VerificationSettings):
     threads: int = 1
 
     @classmethod
-    def for_job(cls, verification: VerificationSettings, sandbox: SandboxSettings, threads: int
-                ) -> EvaluationSettings:
+    def for_job(cls, verification: VerificationSettings, sandbox: SandboxSettings, threads: int) -> EvaluationSettings:
         from infbench.compression.device import resolve
 
-        return cls(**{**verification.model_dump(), "device": resolve(verification.device)}, sandbox=sandbox,
-                   threads=threads)
+        return cls(
+            **{**verification.model_dump(), "device": resolve(verification.device)}, sandbox=sandbox, threads=threads
+        )
 
 
 class _Steps:
@@ -92,14 +93,17 @@ class _Rows:
 
 def _read_rows(continuations: str, reference_scores: str) -> _Rows:
     table = read_continuations(continuations)
-    return _Rows(contexts=stack(table["context_ids"], np.int32),
-                 continuations=stack(table["continuation_ids"], np.int32),
-                 sampler=stack(table["logprobs"], np.float32),
-                 reference=stack(read_continuations(reference_scores)["logprobs"], np.float32))
+    return _Rows(
+        contexts=stack(table["context_ids"], np.int32),
+        continuations=stack(table["continuation_ids"], np.int32),
+        sampler=stack(table["logprobs"], np.float32),
+        reference=stack(read_continuations(reference_scores)["logprobs"], np.float32),
+    )
 
 
-def _score(logits: Callable, rows: _Rows, settings: EvaluationSettings, probe_requests: int,
-           probe_seed: int) -> tuple[np.ndarray, list[probes.Answered]]:
+def _score(
+    logits: Callable, rows: _Rows, settings: EvaluationSettings, probe_requests: int, probe_seed: int
+) -> tuple[np.ndarray, list[probes.Answered]]:
     schedule = probes.plan(rows.contexts, rows.continuations, settings.score_batch_size, probe_requests, probe_seed)
     lp, answered = probes.run(logits, schedule, rows.continuations)
     if not np.all(np.isfinite(lp)):
@@ -107,11 +111,23 @@ def _score(logits: Callable, rows: _Rows, settings: EvaluationSettings, probe_re
     return lp, answered
 
 
-def measure(kind: str, package: str | Path, source: str, *, source_checkpoint: str, n_params: int,
-            vocab_size: int, continuations: str, reference_scores: str, settings: EvaluationSettings,
-            accuracy_gate: Callable | None = None, log_path: str | Path | BinaryIO | None = None,
-            secret: OperatorSecret | None = None, sample_temperature: float | None = None,
-            memory_limit_gib: float | None = None) -> EvaluationRecord:
+def measure(
+    kind: str,
+    package: str | Path,
+    source: str,
+    *,
+    source_checkpoint: str,
+    n_params: int,
+    vocab_size: int,
+    continuations: str,
+    reference_scores: str,
+    settings: EvaluationSettings,
+    accuracy_gate: Callable | None = None,
+    log_path: str | Path | BinaryIO | None = None,
+    secret: OperatorSecret | None = None,
+    sample_temperature: float | None = None,
+    memory_limit_gib: float | None = None,
+) -> EvaluationRecord:
     """Everything about ``package`` that does not depend on a storage limit; ``kind``: reward or verification.
 
     Verification needs the operator ``secret`` (where the probes go) and the temperature the set was
@@ -132,8 +148,9 @@ def measure(kind: str, package: str | Path, source: str, *, source_checkpoint: s
         manifest = load_manifest(package)
         record.runtime = manifest.runtime
         if manifest.source != source:
-            raise SubmissionError(f"{package}/manifest.yaml: field 'source' is '{manifest.source}', "
-                                  f"the task compresses '{source}'")
+            raise SubmissionError(
+                f"{package}/manifest.yaml: field 'source' is '{manifest.source}', the task compresses '{source}'"
+            )
         with step("tokenizer"):
             check_tokenizer(package, manifest, source_checkpoint)
         with step("package"):
@@ -146,58 +163,100 @@ def measure(kind: str, package: str | Path, source: str, *, source_checkpoint: s
         checking = verifying and not _over_every_limit(record, memory_limit_gib)
         preload = preload_modules(package, manifest)
         log = stack.enter_context(open(log_path, "ab")) if isinstance(log_path, (str, Path)) else log_path
-        process = dict(sandbox=settings.sandbox, preload=preload, device=settings.device, threads=settings.threads,
-                       timeout_s=settings.timeout_s, log_path=log, vocab_size=vocab_size)
+        process = dict(
+            sandbox=settings.sandbox,
+            preload=preload,
+            device=settings.device,
+            threads=settings.threads,
+            timeout_s=settings.timeout_s,
+            log_path=log,
+            vocab_size=vocab_size,
+        )
         # The measured worker imports its runtime while the baseline worker is measured (both only import
         # until the package is loaded); its hard memory limit, which follows from the baseline, is set first.
         with SubmissionProcess(package, **process) as proc:
             with step("baseline"):
                 with SubmissionProcess(None, baseline=True, **process) as empty:
                     baseline, device_baseline = empty.memory(), empty.device_memory()
-            cap = None if memory_limit_gib is None else memory_cap(
-                limit_bytes=int(memory_limit_gib * GIB), s_pkg_bytes=record.s_pkg_bytes, baseline=baseline,
-                allowance_bytes=int(settings.runtime_allowance_mib * 2**20),
-                workspace_bytes=workspace_bytes(settings.memory_workspace, batch=settings.score_batch_size,
-                                                n_last=rows.continuations.shape[1], vocab=vocab_size))
+            cap = (
+                None
+                if memory_limit_gib is None
+                else memory_cap(
+                    limit_bytes=int(memory_limit_gib * GIB),
+                    s_pkg_bytes=record.s_pkg_bytes,
+                    baseline=baseline,
+                    allowance_bytes=int(settings.runtime_allowance_mib * 2**20),
+                    workspace_bytes=workspace_bytes(
+                        settings.memory_workspace,
+                        batch=settings.score_batch_size,
+                        n_last=rows.continuations.shape[1],
+                        vocab=vocab_size,
+                    ),
+                )
+            )
             if cap is not None:
                 proc.limit_memory(cap)
             # The statefulness check's second worker imports its runtime while this one works; it loads the
             # package only once this one has ended (:func:`_fresh_process_check`).
-            fresh = stack.enter_context(SubmissionProcess(package, **process, memory_limit_bytes=cap)) \
-                if checking else None
+            fresh = (
+                stack.enter_context(SubmissionProcess(package, **process, memory_limit_bytes=cap)) if checking else None
+            )
             record.sandbox = proc.sandbox_record
             with step("load", phase="load"):
                 loaded = proc.load()
                 after_load, device_after_load = proc.memory(), proc.device_memory()
             logits = proc.logits  # every answer (sequences, n_last, the source's vocabulary) or logits_shape
             with step("likelihood", phase="likelihood"):
-                lp, answered = _score(logits, rows, settings, settings.integrity.probe_requests if checking else 0,
-                                      held_out.probe_seed(secret, source, settings.seed) if checking else 0)
+                lp, answered = _score(
+                    logits,
+                    rows,
+                    settings,
+                    settings.integrity.probe_requests if checking else 0,
+                    held_out.probe_seed(secret, source, settings.seed) if checking else 0,
+                )
             record.checks.append(Check(name="logits_shape", passed=True, evidence={"source_vocab": vocab_size}))
             record.tokens_scored = int(lp.size)
             record.ppl, record.ref_ppl = scoring.perplexity(lp), scoring.perplexity(rows.reference)
             record.f = scoring.ppl_ratio(rows.reference, lp)
-            record.f_ci95 = scoring.bootstrap_ppl_ratio(rows.reference, lp, n_resamples=settings.bootstrap_resamples,
-                                                        seed=settings.seed)
+            record.f_ci95 = scoring.bootstrap_ppl_ratio(
+                rows.reference, lp, n_resamples=settings.bootstrap_resamples, seed=settings.seed
+            )
             if checking:
-                _verification_checks(proc, logits, vocab_size, record, rows, lp, answered, settings, accuracy_gate,
-                                     step, sample_temperature)
+                _verification_checks(
+                    proc,
+                    logits,
+                    vocab_size,
+                    record,
+                    rows,
+                    lp,
+                    answered,
+                    settings,
+                    accuracy_gate,
+                    step,
+                    sample_temperature,
+                )
             if fresh is not None:  # idle, waiting for its turn, before decoding is timed
                 fresh.renew_budget()
                 fresh.wait_started()
             with step("decode", phase="decode"):
-                record.decode = measure_decode(proc.generate, vocab_size=vocab_size, seed=settings.seed,
-                                               **settings.decode.model_dump())
+                record.decode = measure_decode(
+                    proc.generate, vocab_size=vocab_size, seed=settings.seed, **settings.decode.model_dump()
+                )
             with step("release"):
                 released = proc.release()
                 after_inference, device_after_inference = proc.memory(), proc.device_memory()
             record.resident = ResidentMeasure(
-                baseline=baseline, after_load=after_load, after_inference=after_inference,
+                baseline=baseline,
+                after_load=after_load,
+                after_inference=after_inference,
                 inprocess_after_load=int(loaded["inprocess_resident_bytes"]),
-                inprocess_after_inference=int(released["inprocess_resident_bytes"]), peak_rss_bytes=proc.peaks(),
-                device_baseline=device_baseline, device_after_load=device_after_load,
+                inprocess_after_inference=int(released["inprocess_resident_bytes"]),
+                peak_rss_bytes=proc.peaks(),
+                device_baseline=device_baseline,
+                device_after_load=device_after_load,
                 device_after_inference=device_after_inference,
-                runtime_allowance_bytes=int(settings.runtime_allowance_mib * 2**20))
+                runtime_allowance_bytes=int(settings.runtime_allowance_mib * 2**20),
+            )
             record.s_res_load_bytes = record.resident.s_res_after_load
             record.s_res_after_inference_bytes = record.resident.s_res_after_inference
             if verifying:
@@ -212,21 +271,33 @@ def measure(kind: str, package: str | Path, source: str, *, source_checkpoint: s
         _fail(record, step.now, {"error": str(exc)})
     except WorkerFailure as exc:
         record.failure = str(exc)[:4000]
-        _fail(record, exc.cause if exc.cause in ("sandbox", "memory_limit") else "execution",
-              {"cause": exc.cause, "during": step.now, "error": str(exc)[:4000]})
+        _fail(
+            record,
+            exc.cause if exc.cause in ("sandbox", "memory_limit") else "execution",
+            {"cause": exc.cause, "during": step.now, "error": str(exc)[:4000]},
+        )
     except CheckFailed as exc:
         record.failure = str(exc)[:4000]
         _fail(record, exc.check, exc.evidence)
     except Exception as exc:  # anything else the package provoked: a failure record, never a crashed job
         record.failure = f"{step.now}: {type(exc).__name__}: {exc}"[:4000]
-        _fail(record, step.now, {"cause": type(exc).__name__, "error": str(exc)[:4000],
-                                 "traceback": traceback.format_exc()[-4000:]})
+        _fail(
+            record,
+            step.now,
+            {"cause": type(exc).__name__, "error": str(exc)[:4000], "traceback": traceback.format_exc()[-4000:]},
+        )
     finally:
         stack.close()
     record.wall_s = time.monotonic() - start
-    record.provenance = collect_provenance({"kind": kind, "source": source, "settings": settings.model_dump(),
-                                            "secret": secret.public() if verifying else None},
-                                           {"submission": record.content_hash or ""})
+    record.provenance = collect_provenance(
+        {
+            "kind": kind,
+            "source": source,
+            "settings": settings.model_dump(),
+            "secret": secret.public() if verifying else None,
+        },
+        {"submission": record.content_hash or ""},
+    )
     return record
 
 
@@ -237,19 +308,30 @@ def _over_every_limit(record: EvaluationRecord, limit_gib: float | None) -> bool
     record.diagnostics["checks_not_run"] = (
         f"the package ({record.s_pkg_gib:.3f} GiB) exceeds every storage limit it is judged under (the largest: "
         f"{limit_gib:g} GiB), so it fails storage_package whatever else is measured; the integrity checks, the "
-        f"accuracy gate and the statefulness check were not run")
+        f"accuracy gate and the statefulness check were not run"
+    )
     return True
 
 
-def _fresh_process_check(fresh: SubmissionProcess, rows: _Rows, lp: np.ndarray, settings: EvaluationSettings,
-                         secret: OperatorSecret, source: str) -> Check:
+def _fresh_process_check(
+    fresh: SubmissionProcess,
+    rows: _Rows,
+    lp: np.ndarray,
+    settings: EvaluationSettings,
+    secret: OperatorSecret,
+    source: str,
+) -> Check:
     """``statefulness``: stitched rows, then their originals, among ordinary rows, answered by a second worker
     that loads the package after the first has ended (nothing of it is left to talk to; the two sandboxes
     share no namespace, no writable directory and no package code ran in the second before), compared with
     the first's scores."""
-    schedule = probes.plan_fresh(rows.contexts, rows.continuations, settings.score_batch_size,
-                                 settings.integrity.statefulness_rows,
-                                 held_out.fresh_process_seed(secret, source, settings.seed))
+    schedule = probes.plan_fresh(
+        rows.contexts,
+        rows.continuations,
+        settings.score_batch_size,
+        settings.integrity.statefulness_rows,
+        held_out.fresh_process_seed(secret, source, settings.seed),
+    )
     fresh.renew_budget()
     fresh.load()
     _, answered = probes.run(fresh.logits, schedule, rows.continuations, progress=False)
@@ -263,21 +345,37 @@ def _insert_after_probes(checks: list[Check], check: Check) -> None:
     checks.insert(at, check)
 
 
-def _verification_checks(proc, logits: Callable, vocab: int, record: EvaluationRecord, rows: _Rows,
-                         lp: np.ndarray, answered: list[probes.Answered], settings: EvaluationSettings,
-                         accuracy_gate, step: _Steps, temperature: float) -> None:
+def _verification_checks(
+    proc,
+    logits: Callable,
+    vocab: int,
+    record: EvaluationRecord,
+    rows: _Rows,
+    lp: np.ndarray,
+    answered: list[probes.Answered],
+    settings: EvaluationSettings,
+    accuracy_gate,
+    step: _Steps,
+    temperature: float,
+) -> None:
     s = settings.integrity
     with step("integrity", phase="integrity"):
         record.checks.extend(probes.checks(lp, answered, s.tolerance))
-        record.checks.append(integrity.likelihood_above_source(rows.sampler, lp, temperature=temperature,
-                                                               alpha=s.likelihood_alpha))
+        record.checks.append(
+            integrity.likelihood_above_source(rows.sampler, lp, temperature=temperature, alpha=s.likelihood_alpha)
+        )
         with step("greedy_matches_argmax"):
             prompt = np.concatenate([rows.contexts[0], rows.continuations[0]])[:32].tolist()
-            record.checks.append(integrity.greedy_matches_argmax(logits, proc.generate, prompt, s.greedy_tokens,
-                                                                 s.tie_margin, vocab))
+            record.checks.append(
+                integrity.greedy_matches_argmax(logits, proc.generate, prompt, s.greedy_tokens, s.tie_margin, vocab)
+            )
     if accuracy_gate is not None:
         with step("accuracy_gate", phase="accuracy"):
             gate = accuracy_gate(proc)
-        record.accuracy, record.accuracy_mean, record.accuracy_ref = gate["per_benchmark"], gate["mean"], gate["reference"]
+        record.accuracy, record.accuracy_mean, record.accuracy_ref = (
+            gate["per_benchmark"],
+            gate["mean"],
+            gate["reference"],
+        )
         record.accuracy_counts, record.accuracy_ref_counts = gate["counts"], gate["reference_counts"]
         record.checks.append(Check(name="accuracy_gate", passed=gate["passed"], evidence=gate["evidence"]))

@@ -47,7 +47,8 @@ def live_cpu_bytes() -> int:
 def resident_bytes(device: str, native_bytes: int = 0) -> int:
     """The in-process figure: live tensors and arrays plus bytes a runtime holds natively (llama.cpp's model).
 
-    On CUDA the device allocator's bytes on every visible GPU plus every live host-side storage: a copy kept in host memory
+    On CUDA the device allocator's bytes on every visible GPU plus every live host-side storage: a copy kept in
+    host memory
     (a full-precision twin, offloaded weights) is model storage too.
     """
     host = live_cpu_bytes() + native_bytes

@@ -20,7 +20,7 @@ What the package can read, write or reach is not checked here but made impossibl
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -33,14 +33,17 @@ def _log_probs(logits: np.ndarray) -> np.ndarray:
     return torch.log_softmax(torch.from_numpy(logits).double(), -1).numpy()
 
 
-def greedy_matches_argmax(logits: Callable, generate: Callable, prompt: list[int], n_new: int,
-                          tie_margin: float, vocab: int) -> Check:
+def greedy_matches_argmax(
+    logits: Callable, generate: Callable, prompt: list[int], n_new: int, tie_margin: float, vocab: int
+) -> Check:
     tokens, _ = generate(prompt, n_new)
     outside = [t for t in tokens if not isinstance(t, int) or not 0 <= t < vocab]
     if outside:
-        return Check(name="greedy_matches_argmax", passed=False,
-                     evidence={"generated": len(tokens), "token_ids_outside_vocabulary": outside[:5],
-                               "vocab": vocab})
+        return Check(
+            name="greedy_matches_argmax",
+            passed=False,
+            evidence={"generated": len(tokens), "token_ids_outside_vocabulary": outside[:5], "vocab": vocab},
+        )
     mismatches = []
     if tokens:
         seq = np.asarray([prompt + tokens], dtype=np.int64)
@@ -48,14 +51,19 @@ def greedy_matches_argmax(logits: Callable, generate: Callable, prompt: list[int
         for j, tok in enumerate(tokens):
             best = int(np.argmax(lp[j]))
             if best != tok and lp[j, best] - lp[j, tok] > tie_margin:
-                mismatches.append({"position": j, "generated": tok, "argmax": best,
-                                   "gap": float(lp[j, best] - lp[j, tok])})
-    return Check(name="greedy_matches_argmax", passed=not mismatches and len(tokens) == n_new,
-                 evidence={"generated": len(tokens), "mismatches": mismatches[:5], "tie_margin": tie_margin})
+                mismatches.append(
+                    {"position": j, "generated": tok, "argmax": best, "gap": float(lp[j, best] - lp[j, tok])}
+                )
+    return Check(
+        name="greedy_matches_argmax",
+        passed=not mismatches and len(tokens) == n_new,
+        evidence={"generated": len(tokens), "mismatches": mismatches[:5], "tie_margin": tie_margin},
+    )
 
 
-def likelihood_above_source(sampler_logprobs: np.ndarray, logprobs: np.ndarray, *, temperature: float,
-                            alpha: float) -> Check:
+def likelihood_above_source(
+    sampler_logprobs: np.ndarray, logprobs: np.ndarray, *, temperature: float, alpha: float
+) -> Check:
     """Fails when the candidate's likelihood ratio against the sampling distribution, on its samples, exceeds
     ``1 / alpha``.
 
@@ -75,13 +83,23 @@ def likelihood_above_source(sampler_logprobs: np.ndarray, logprobs: np.ndarray, 
     tokens = int(np.size(logprobs))
     log_ratio = float(np.sum(logprobs, dtype=np.float64) - np.sum(sampler_logprobs, dtype=np.float64))
     limit = float(np.log(1.0 / alpha))
-    evidence = {"log_likelihood_ratio": log_ratio, "limit": limit, "alpha": alpha, "tokens": tokens,
-                "f_vs_source_samples": ppl_ratio(sampler_logprobs, logprobs),
-                "f_limit": float(np.exp(limit / tokens)), "temperature": temperature}
+    evidence = {
+        "log_likelihood_ratio": log_ratio,
+        "limit": limit,
+        "alpha": alpha,
+        "tokens": tokens,
+        "f_vs_source_samples": ppl_ratio(sampler_logprobs, logprobs),
+        "f_limit": float(np.exp(limit / tokens)),
+        "temperature": temperature,
+    }
     if temperature != 1.0:
-        return Check(name="likelihood_above_source", passed=True,
-                     evidence={**evidence, "applies": False,
-                               "why": "samples drawn at a temperature other than 1: "
-                                      "the bound does not apply"})
-    return Check(name="likelihood_above_source", passed=log_ratio <= limit,
-                 evidence={**evidence, "applies": True})
+        return Check(
+            name="likelihood_above_source",
+            passed=True,
+            evidence={
+                **evidence,
+                "applies": False,
+                "why": "samples drawn at a temperature other than 1: the bound does not apply",
+            },
+        )
+    return Check(name="likelihood_above_source", passed=log_ratio <= limit, evidence={**evidence, "applies": True})

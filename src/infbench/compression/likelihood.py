@@ -54,10 +54,26 @@ def check_devices(backend: str, device: str, tensor_parallel: int) -> None:
         check_visible_gpus(1, "likelihood.device")
 
 
-def sample_set(source: str, checkpoint: str, contexts_parquet: str, set_name: str, out_parquet: str,
-               out_summary: str, *, backend: str, n_tokens: int, temperature: float, seed: int,
-               batch_size: int, dtype: str, device: str, tensor_parallel: int = 1, cuda_graphs: bool = True,
-               threads: int | None = None, secret: OperatorSecret | None = None) -> SamplingSummary:
+def sample_set(
+    source: str,
+    checkpoint: str,
+    contexts_parquet: str,
+    set_name: str,
+    out_parquet: str,
+    out_summary: str,
+    *,
+    backend: str,
+    n_tokens: int,
+    temperature: float,
+    seed: int,
+    batch_size: int,
+    dtype: str,
+    device: str,
+    tensor_parallel: int = 1,
+    cuda_graphs: bool = True,
+    threads: int | None = None,
+    secret: OperatorSecret | None = None,
+) -> SamplingSummary:
     """``seed``: ``likelihood.seed``; the verification set samples with a seed drawn from it and ``secret``."""
     if threads:
         torch.set_num_threads(threads)
@@ -67,41 +83,95 @@ def sample_set(source: str, checkpoint: str, contexts_parquet: str, set_name: st
     contexts = stack(table["token_ids"], np.int32)
     indices = table["index"].tolist()
     if backend == "vllm":
-        result = sampling.sample_vllm(checkpoint, contexts, indices, set_name=set_name, n_tokens=n_tokens,
-                                      temperature=temperature, seed=draw_seed, dtype=dtype,
-                                      tensor_parallel=tensor_parallel)
+        result = sampling.sample_vllm(
+            checkpoint,
+            contexts,
+            indices,
+            set_name=set_name,
+            n_tokens=n_tokens,
+            temperature=temperature,
+            seed=draw_seed,
+            dtype=dtype,
+            tensor_parallel=tensor_parallel,
+        )
         used_device = "cuda"
     else:
         model = load_causal_lm(checkpoint, dtype, device)
         used_device = str(next(model.parameters()).device)
-        result = sampling.sample_transformers(model, contexts, indices, set_name=set_name, n_tokens=n_tokens,
-                                              temperature=temperature, seed=draw_seed, batch_size=batch_size,
-                                              cuda_graphs=cuda_graphs)
-    frame = pd.DataFrame({
-        "set": set_name, "index": table["index"].astype("int32"), "family": table["family"],
-        "doc_id": table["doc_id"], "context_ids": list(contexts), "continuation_ids": list(result.tokens),
-        "logprobs": list(result.logprobs),
-    })
+        result = sampling.sample_transformers(
+            model,
+            contexts,
+            indices,
+            set_name=set_name,
+            n_tokens=n_tokens,
+            temperature=temperature,
+            seed=draw_seed,
+            batch_size=batch_size,
+            cuda_graphs=cuda_graphs,
+        )
+    frame = pd.DataFrame(
+        {
+            "set": set_name,
+            "index": table["index"].astype("int32"),
+            "family": table["family"],
+            "doc_id": table["doc_id"],
+            "context_ids": list(contexts),
+            "continuation_ids": list(result.tokens),
+            "logprobs": list(result.logprobs),
+        }
+    )
     atomic.write_parquet(out_parquet, frame, CONTINUATIONS_SCHEMA)
     summary = SamplingSummary(
-        source=source, set=set_name, backend=backend, dtype=dtype, device=used_device,
-        n_contexts=len(frame), context_tokens=contexts.shape[1], continuation_tokens=n_tokens,
-        temperature=temperature, seed=seed, secret_label=_label(set_name, secret), batch_size=batch_size,
-        cross_entropy=scoring.cross_entropy(result.logprobs), ppl=scoring.perplexity(result.logprobs),
+        source=source,
+        set=set_name,
+        backend=backend,
+        dtype=dtype,
+        device=used_device,
+        n_contexts=len(frame),
+        context_tokens=contexts.shape[1],
+        continuation_tokens=n_tokens,
+        temperature=temperature,
+        seed=seed,
+        secret_label=_label(set_name, secret),
+        batch_size=batch_size,
+        cross_entropy=scoring.cross_entropy(result.logprobs),
+        ppl=scoring.perplexity(result.logprobs),
         provenance=provenance.collect(
-            {"backend": backend, "n_tokens": n_tokens, "temperature": temperature, "seed": seed,
-             "batch_size": batch_size, "dtype": dtype, "device": device, "cuda_graphs": cuda_graphs,
-             "secret": secret.public() if set_name == held_out.VERIFICATION else None},
-            {"contexts.parquet": sha256_file(contexts_parquet)}),
+            {
+                "backend": backend,
+                "n_tokens": n_tokens,
+                "temperature": temperature,
+                "seed": seed,
+                "batch_size": batch_size,
+                "dtype": dtype,
+                "device": device,
+                "cuda_graphs": cuda_graphs,
+                "secret": secret.public() if set_name == held_out.VERIFICATION else None,
+            },
+            {"contexts.parquet": sha256_file(contexts_parquet)},
+        ),
     )
     atomic.write_json(out_summary, summary.model_dump(mode="json"))
     return summary
 
 
-def score_reference(source: str, checkpoint: str, continuations_parquet: str, out_parquet: str,
-                    out_summary: str, *, backend: str, batch_size: int, dtype: str, device: str,
-                    bootstrap_resamples: int, seed: int, tensor_parallel: int = 1,
-                    threads: int | None = None, secret: OperatorSecret | None = None) -> ReferenceSummary:
+def score_reference(
+    source: str,
+    checkpoint: str,
+    continuations_parquet: str,
+    out_parquet: str,
+    out_summary: str,
+    *,
+    backend: str,
+    batch_size: int,
+    dtype: str,
+    device: str,
+    bootstrap_resamples: int,
+    seed: int,
+    tensor_parallel: int = 1,
+    threads: int | None = None,
+    secret: OperatorSecret | None = None,
+) -> ReferenceSummary:
     if threads:
         torch.set_num_threads(threads)
     check_devices(backend, device, tensor_parallel)
@@ -110,28 +180,45 @@ def score_reference(source: str, checkpoint: str, continuations_parquet: str, ou
     continuations = stack(table["continuation_ids"], np.int32)
     sampler_logprobs = stack(table["logprobs"], np.float32)
     if backend == "vllm":
-        scored = sampling.score_vllm(checkpoint, contexts, continuations, dtype=dtype,
-                                     tensor_parallel=tensor_parallel)
+        scored = sampling.score_vllm(checkpoint, contexts, continuations, dtype=dtype, tensor_parallel=tensor_parallel)
     else:
         model = load_causal_lm(checkpoint, dtype, device)
-        scored = scoring.score_continuations(scoring.hf_logits_fn(model), contexts, continuations,
-                                             batch_size=batch_size, device=next(model.parameters()).device)
+        scored = scoring.score_continuations(
+            scoring.hf_logits_fn(model),
+            contexts,
+            continuations,
+            batch_size=batch_size,
+            device=next(model.parameters()).device,
+        )
     set_name = str(table["set"].iloc[0])
-    atomic.write_parquet(out_parquet, pd.DataFrame({"index": table["index"].astype("int32"), "logprobs": list(scored)}),
-                   SCORES_SCHEMA)
+    atomic.write_parquet(
+        out_parquet, pd.DataFrame({"index": table["index"].astype("int32"), "logprobs": list(scored)}), SCORES_SCHEMA
+    )
     summary = ReferenceSummary(
-        source=source, set=set_name, backend=backend, dtype=dtype, n_contexts=len(table),
-        tokens_scored=int(scored.size), cross_entropy=scoring.cross_entropy(scored),
-        ppl=scoring.perplexity(scored), sampler_ppl=scoring.perplexity(sampler_logprobs),
+        source=source,
+        set=set_name,
+        backend=backend,
+        dtype=dtype,
+        n_contexts=len(table),
+        tokens_scored=int(scored.size),
+        cross_entropy=scoring.cross_entropy(scored),
+        ppl=scoring.perplexity(scored),
+        sampler_ppl=scoring.perplexity(sampler_logprobs),
         f_self=scoring.ppl_ratio(sampler_logprobs, scored),
-        f_self_ci95=scoring.bootstrap_ppl_ratio(sampler_logprobs, scored, n_resamples=bootstrap_resamples,
-                                                seed=seed),
+        f_self_ci95=scoring.bootstrap_ppl_ratio(sampler_logprobs, scored, n_resamples=bootstrap_resamples, seed=seed),
         max_abs_logprob_diff=float(np.max(np.abs(scored - sampler_logprobs))),
         secret_label=_label(set_name, secret),
         provenance=provenance.collect(
-            {"backend": backend, "batch_size": batch_size, "dtype": dtype, "device": device,
-             "bootstrap_resamples": bootstrap_resamples, "seed": seed},
-            {"continuations.parquet": sha256_file(continuations_parquet)}),
+            {
+                "backend": backend,
+                "batch_size": batch_size,
+                "dtype": dtype,
+                "device": device,
+                "bootstrap_resamples": bootstrap_resamples,
+                "seed": seed,
+            },
+            {"continuations.parquet": sha256_file(continuations_parquet)},
+        ),
     )
     atomic.write_json(out_summary, summary.model_dump(mode="json"))
     return summary

@@ -15,15 +15,17 @@ from pydantic import BaseModel
 
 from infbench import provenance
 
-CONTINUATIONS_SCHEMA = pa.schema([
-    ("set", pa.string()),
-    ("index", pa.int32()),
-    ("family", pa.string()),
-    ("doc_id", pa.string()),
-    ("context_ids", pa.list_(pa.int32())),
-    ("continuation_ids", pa.list_(pa.int32())),
-    ("logprobs", pa.list_(pa.float32())),
-])
+CONTINUATIONS_SCHEMA = pa.schema(
+    [
+        ("set", pa.string()),
+        ("index", pa.int32()),
+        ("family", pa.string()),
+        ("doc_id", pa.string()),
+        ("context_ids", pa.list_(pa.int32())),
+        ("continuation_ids", pa.list_(pa.int32())),
+        ("logprobs", pa.list_(pa.float32())),
+    ]
+)
 SCORES_SCHEMA = pa.schema([("index", pa.int32()), ("logprobs", pa.list_(pa.float32()))])
 
 

@@ -39,7 +39,7 @@ def write(fd: int, request: int, logits: np.ndarray) -> None:
         raise ValueError(f"logits must have 3 dimensions (sequences, positions, vocabulary): {values.shape}")
     for part in (memoryview(HEADER.pack(MAGIC, request, DTYPE, *values.shape)), memoryview(values).cast("B")):
         while part:
-            part = part[os.write(fd, part):]
+            part = part[os.write(fd, part) :]
 
 
 class Reader:
@@ -52,16 +52,21 @@ class Reader:
             fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
 
     def _reject(self, request: int, shape: list[int], problem: str, detail: str):
-        raise CheckFailed("logits_transport", {"problem": problem, "detail": detail, "request": request,
-                                               "expected_shape": shape})
+        raise CheckFailed(
+            "logits_transport", {"problem": problem, "detail": detail, "request": request, "expected_shape": shape}
+        )
 
     def _fill(self, view: memoryview, deadline: float, request: int, shape: list[int], what: str) -> None:
         got = 0
         while got < len(view):
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                self._reject(request, shape, "timeout",
-                             f"{got} of the {len(view)} bytes of the {what} arrived before the deadline")
+                self._reject(
+                    request,
+                    shape,
+                    "timeout",
+                    f"{got} of the {len(view)} bytes of the {what} arrived before the deadline",
+                )
             if not select.select([self.fd], [], [], remaining)[0]:
                 continue
             try:
@@ -69,8 +74,12 @@ class Reader:
             except BlockingIOError:
                 continue
             if n == 0:
-                self._reject(request, shape, "closed",
-                             f"the worker closed the pipe after {got} of the {len(view)} bytes of the {what}")
+                self._reject(
+                    request,
+                    shape,
+                    "closed",
+                    f"the worker closed the pipe after {got} of the {len(view)} bytes of the {what}",
+                )
             got += n
 
     def _trailing(self) -> bool:

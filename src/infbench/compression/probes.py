@@ -32,8 +32,9 @@ original; an honest, stateless package answers the same rows the same in any pro
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Literal
+from typing import Literal
 
 import numpy as np
 import torch
@@ -72,8 +73,9 @@ def _batches(n: int, batch_size: int) -> list[np.ndarray]:
     return [np.arange(start, min(n, start + batch_size)) for start in range(0, n, batch_size)]
 
 
-def plan(contexts: np.ndarray, continuations: np.ndarray, batch_size: int, probe_requests: int,
-         seed: int) -> list[Request]:
+def plan(
+    contexts: np.ndarray, continuations: np.ndarray, batch_size: int, probe_requests: int, seed: int
+) -> list[Request]:
     """The scoring requests in order, with ``probe_requests`` probes of each kind at positions drawn by ``seed``."""
     n, length = contexts.shape
     m = continuations.shape[1]
@@ -86,13 +88,14 @@ def plan(contexts: np.ndarray, continuations: np.ndarray, batch_size: int, probe
     for _ in range(probe_requests):
         like = scoring[int(rng.integers(len(scoring)))]
         probes.append(Request("determinism", like.rows, like.ids.copy()))
-        rows = rng.permutation(n)[:len(scoring[int(rng.integers(len(scoring)))].rows)]
+        rows = rng.permutation(n)[: len(scoring[int(rng.integers(len(scoring)))].rows)]
         probes.append(Request("batch_invariance", rows, inputs[rows]))
-        rows = rng.permutation(n)[:len(scoring[int(rng.integers(len(scoring)))].rows)]
+        rows = rng.permutation(n)[: len(scoring[int(rng.integers(len(scoring)))].rows)]
         donors = (rows + rng.integers(1, n, size=len(rows))) % n
         splits = length + rng.integers(0, m - 1, size=len(rows))  # first replaced input position
-        probes.append(Request("causality", rows, _stitch(inputs, rows, donors, splits), donors=donors,
-                              last_same=splits - length))
+        probes.append(
+            Request("causality", rows, _stitch(inputs, rows, donors, splits), donors=donors, last_same=splits - length)
+        )
     schedule = list(scoring)
     for probe in probes:
         schedule.insert(int(rng.integers(0, len(schedule) + 1)), probe)
@@ -107,8 +110,9 @@ def _stitch(inputs: np.ndarray, rows: np.ndarray, donors: np.ndarray, splits: np
     return ids
 
 
-def plan_fresh(contexts: np.ndarray, continuations: np.ndarray, batch_size: int, stitched: int,
-               seed: int) -> list[Request]:
+def plan_fresh(
+    contexts: np.ndarray, continuations: np.ndarray, batch_size: int, stitched: int, seed: int
+) -> list[Request]:
     """The two requests for a second, fresh worker process (check ``statefulness``), drawn by ``seed``.
 
     The first holds ``stitched`` rows made as causality rows (a row's own tokens up to a split, another
@@ -120,9 +124,11 @@ def plan_fresh(contexts: np.ndarray, continuations: np.ndarray, batch_size: int,
     m = continuations.shape[1]
     size = min(batch_size, n)
     if size < 2 or m < 2:
-        raise ConfigError("verification.score_batch_size",
-                          f"a second worker's probes need scoring requests of 2 rows ({size} here) and 2 "
-                          f"continuation tokens ({m} here)")
+        raise ConfigError(
+            "verification.score_batch_size",
+            f"a second worker's probes need scoring requests of 2 rows ({size} here) and 2 "
+            f"continuation tokens ({m} here)",
+        )
     stitched = min(stitched, size - 1)
     inputs = np.concatenate([contexts, continuations[:, :-1]], axis=1).astype(np.int64)
     rng = np.random.default_rng(seed)
@@ -131,21 +137,25 @@ def plan_fresh(contexts: np.ndarray, continuations: np.ndarray, batch_size: int,
     splits = length + rng.integers(0, m - 1, size=stitched)
     others = np.setdiff1d(np.arange(n), originals)
 
-    def request(rows: np.ndarray, ids: np.ndarray, donor: np.ndarray, last_same: np.ndarray,
-                role: Role) -> Request:
+    def request(rows: np.ndarray, ids: np.ndarray, donor: np.ndarray, last_same: np.ndarray, role: Role) -> Request:
         fill = rng.choice(others, size=size - stitched, replace=False)
         order = rng.permutation(size)
         roles = [role] * stitched + ["ordinary"] * len(fill)
-        return Request("statefulness", np.concatenate([rows, fill])[order],
-                       np.concatenate([ids, inputs[fill]])[order],
-                       donors=np.concatenate([donor, np.full(len(fill), -1)])[order],
-                       last_same=np.concatenate([last_same, np.full(len(fill), m - 1)])[order],
-                       roles=tuple(roles[i] for i in order))
+        return Request(
+            "statefulness",
+            np.concatenate([rows, fill])[order],
+            np.concatenate([ids, inputs[fill]])[order],
+            donors=np.concatenate([donor, np.full(len(fill), -1)])[order],
+            last_same=np.concatenate([last_same, np.full(len(fill), m - 1)])[order],
+            roles=tuple(roles[i] for i in order),
+        )
 
     everything = np.full(stitched, m - 1)
     stitched_ids = _stitch(inputs, originals, donors, splits)
-    return [request(originals, stitched_ids, donors, splits - length, "stitched"),
-            request(originals, inputs[originals], np.full(stitched, -1), everything, "original")]
+    return [
+        request(originals, stitched_ids, donors, splits - length, "stitched"),
+        request(originals, inputs[originals], np.full(stitched, -1), everything, "original"),
+    ]
 
 
 @dataclass(frozen=True)
@@ -155,8 +165,12 @@ class Answered:
     logprobs: np.ndarray  # (b, M): log-probs of the rows' real continuation tokens
 
 
-def run(logits: Callable[[np.ndarray, int], np.ndarray], schedule: list[Request], continuations: np.ndarray,
-        progress: bool = True) -> tuple[np.ndarray, list[Answered]]:
+def run(
+    logits: Callable[[np.ndarray, int], np.ndarray],
+    schedule: list[Request],
+    continuations: np.ndarray,
+    progress: bool = True,
+) -> tuple[np.ndarray, list[Answered]]:
     """Send every request; the scored log-probs ``[n, M]`` of the real rows and the answered probes."""
     n, m = continuations.shape
     scored = np.full((n, m), np.nan, dtype=np.float32)
@@ -189,25 +203,37 @@ def _row_differences(a: Answered, scored: np.ndarray) -> list[tuple[float, dict]
     return out
 
 
-def _check(name: str, answered: list[Answered], scored: np.ndarray, tolerance: float,
-           **evidence) -> Check:
+def _check(name: str, answered: list[Answered], scored: np.ndarray, tolerance: float, **evidence) -> Check:
     """The largest log-prob difference of ``answered``'s rows from the scores, against ``tolerance``."""
     rows = [d for a in answered for d in _row_differences(a, scored)]
     worst, where = max(rows, key=lambda d: d[0]) if rows else (float("nan"), None)
-    return Check(name=name, passed=bool(rows) and worst <= tolerance,
-                 evidence={"max_abs_logprob_diff": worst if np.isfinite(worst) else str(worst),
-                           "tolerance": tolerance, "requests": [a.position for a in answered],
-                           "rows_compared": len(rows), "worst": where, **evidence})
+    return Check(
+        name=name,
+        passed=bool(rows) and worst <= tolerance,
+        evidence={
+            "max_abs_logprob_diff": worst if np.isfinite(worst) else str(worst),
+            "tolerance": tolerance,
+            "requests": [a.position for a in answered],
+            "rows_compared": len(rows),
+            "worst": where,
+            **evidence,
+        },
+    )
 
 
 def checks(scored: np.ndarray, answered: list[Answered], tolerance: float) -> list[Check]:
     """One check per probe kind: the largest log-prob difference from the scores, against ``tolerance``."""
-    return [_check(kind, [a for a in answered if a.request.kind == kind], scored, tolerance)
-            for kind in PROBE_KINDS]
+    return [_check(kind, [a for a in answered if a.request.kind == kind], scored, tolerance) for kind in PROBE_KINDS]
 
 
 def statefulness(scored: np.ndarray, fresh: list[Answered], tolerance: float) -> Check:
     """The second process's answers (:func:`plan_fresh`) against the first process's scores."""
     stitched = sum(role == "stitched" for a in fresh for role in a.request.roles or ())
-    return _check("statefulness", fresh, scored, tolerance, process="a second, fresh worker of the package",
-                  stitched_rows=stitched)
+    return _check(
+        "statefulness",
+        fresh,
+        scored,
+        tolerance,
+        process="a second, fresh worker of the package",
+        stitched_rows=stitched,
+    )

@@ -74,11 +74,20 @@ def verdict(measured: EvaluationRecord, task: Task) -> EvaluationRecord:
     limit = task.limit_gib * GIB
     if record.s_pkg_bytes is not None and record.s_res_bytes is not None:
         record.checks[:0] = [
-            Check(name="storage_package", passed=record.s_pkg_bytes <= limit,
-                  evidence={"s_pkg_bytes": record.s_pkg_bytes, "limit_bytes": limit}),
-            Check(name="storage_resident", passed=record.s_res_bytes <= limit,
-                  evidence={"after_load": record.s_res_load_bytes,
-                            "after_inference": record.s_res_after_inference_bytes, "limit_bytes": limit}),
+            Check(
+                name="storage_package",
+                passed=record.s_pkg_bytes <= limit,
+                evidence={"s_pkg_bytes": record.s_pkg_bytes, "limit_bytes": limit},
+            ),
+            Check(
+                name="storage_resident",
+                passed=record.s_res_bytes <= limit,
+                evidence={
+                    "after_load": record.s_res_load_bytes,
+                    "after_inference": record.s_res_after_inference_bytes,
+                    "limit_bytes": limit,
+                },
+            ),
         ]
     record.failed_check = next((c.name for c in record.checks if not c.passed), None)
     ok = record.failed_check is None and record.f is not None

@@ -84,9 +84,20 @@ def even_rows(n: int, fit: int) -> int:
 
 
 @torch.inference_mode()
-def sample_transformers(model, contexts: np.ndarray, indices: list[int], *, set_name: str, n_tokens: int,
-                        temperature: float, seed: int, batch_size: int | None, progress: bool = True,
-                        kv_window: int = 256, cuda_graphs: bool = True) -> Samples:
+def sample_transformers(
+    model,
+    contexts: np.ndarray,
+    indices: list[int],
+    *,
+    set_name: str,
+    n_tokens: int,
+    temperature: float,
+    seed: int,
+    batch_size: int | None,
+    progress: bool = True,
+    kv_window: int = 256,
+    cuda_graphs: bool = True,
+) -> Samples:
     device = next(model.parameters()).device
     n, context_len = contexts.shape
     max_len = context_len + n_tokens
@@ -128,25 +139,49 @@ def _require_vllm():
     return vllm
 
 
-def sample_vllm(checkpoint: str, contexts: np.ndarray, indices: list[int], *, set_name: str, n_tokens: int,
-                temperature: float, seed: int, dtype: str, tensor_parallel: int) -> Samples:
+def sample_vllm(
+    checkpoint: str,
+    contexts: np.ndarray,
+    indices: list[int],
+    *,
+    set_name: str,
+    n_tokens: int,
+    temperature: float,
+    seed: int,
+    dtype: str,
+    tensor_parallel: int,
+) -> Samples:
     """The same draw through vLLM: raw-logit log-probs, no truncation, EOS ignored."""
     vllm = _require_vllm()
     llm = vllm.LLM(model=checkpoint, dtype=dtype, tensor_parallel_size=tensor_parallel, seed=seed)
-    params = [vllm.SamplingParams(n=1, temperature=temperature, top_p=1.0, top_k=-1, min_p=0.0,
-                                  max_tokens=n_tokens, min_tokens=n_tokens, ignore_eos=True, logprobs=0,
-                                  seed=context_seed(seed, set_name, i) % (2**31))
-              for i in indices]
+    params = [
+        vllm.SamplingParams(
+            n=1,
+            temperature=temperature,
+            top_p=1.0,
+            top_k=-1,
+            min_p=0.0,
+            max_tokens=n_tokens,
+            min_tokens=n_tokens,
+            ignore_eos=True,
+            logprobs=0,
+            seed=context_seed(seed, set_name, i) % (2**31),
+        )
+        for i in indices
+    ]
     prompts = [vllm.inputs.TokensPrompt(prompt_token_ids=[int(t) for t in row]) for row in contexts]
     outputs = llm.generate(prompts, params)
     tokens = np.array([o.outputs[0].token_ids for o in outputs], dtype=np.int32)
-    logprobs = np.array([[step[t].logprob for step, t in zip(o.outputs[0].logprobs, o.outputs[0].token_ids)]
-                         for o in outputs], dtype=np.float32)
+    logprobs = np.array(
+        [[step[t].logprob for step, t in zip(o.outputs[0].logprobs, o.outputs[0].token_ids)] for o in outputs],
+        dtype=np.float32,
+    )
     return Samples(tokens, logprobs)
 
 
-def score_vllm(checkpoint: str, contexts: np.ndarray, continuations: np.ndarray, *, dtype: str,
-               tensor_parallel: int) -> np.ndarray:
+def score_vllm(
+    checkpoint: str, contexts: np.ndarray, continuations: np.ndarray, *, dtype: str, tensor_parallel: int
+) -> np.ndarray:
     """Teacher-forced log-probs of the continuations through vLLM prompt log-probs."""
     vllm = _require_vllm()
     llm = vllm.LLM(model=checkpoint, dtype=dtype, tensor_parallel_size=tensor_parallel)
@@ -154,5 +189,10 @@ def score_vllm(checkpoint: str, contexts: np.ndarray, continuations: np.ndarray,
     prompts = [vllm.inputs.TokensPrompt(prompt_token_ids=[int(t) for t in row]) for row in seqs]
     outputs = llm.generate(prompts, vllm.SamplingParams(max_tokens=1, prompt_logprobs=0))
     m, length = continuations.shape[1], contexts.shape[1]
-    return np.array([[o.prompt_logprobs[length + j][int(seq[length + j])].logprob for j in range(m)]
-                     for o, seq in zip(outputs, seqs)], dtype=np.float32)
+    return np.array(
+        [
+            [o.prompt_logprobs[length + j][int(seq[length + j])].logprob for j in range(m)]
+            for o, seq in zip(outputs, seqs)
+        ],
+        dtype=np.float32,
+    )

@@ -16,8 +16,9 @@ percentile-bootstrap 95% interval for ``F`` over contexts.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Protocol
+from typing import Protocol
 
 import numpy as np
 import torch
@@ -72,8 +73,15 @@ def _batches(n: int, batch_size: int):
 
 
 @torch.inference_mode()
-def score_continuations(logits_fn: LogitsFn, contexts: np.ndarray, continuations: np.ndarray, *,
-                        batch_size: int, device="cpu", progress: bool = True) -> np.ndarray:
+def score_continuations(
+    logits_fn: LogitsFn,
+    contexts: np.ndarray,
+    continuations: np.ndarray,
+    *,
+    batch_size: int,
+    device="cpu",
+    progress: bool = True,
+) -> np.ndarray:
     """Log-probs ``[n_contexts, n_continuation]`` of exactly the sampled tokens."""
     n, m = continuations.shape
     out = np.empty((n, m), dtype=np.float32)
@@ -96,8 +104,16 @@ class PairScores:
 
 
 @torch.inference_mode()
-def score_pair(logits_p: LogitsFn, logits_q: LogitsFn, contexts: np.ndarray, continuations: np.ndarray, *,
-               batch_size: int, device="cpu", progress: bool = True) -> PairScores:
+def score_pair(
+    logits_p: LogitsFn,
+    logits_q: LogitsFn,
+    contexts: np.ndarray,
+    continuations: np.ndarray,
+    *,
+    batch_size: int,
+    device="cpu",
+    progress: bool = True,
+) -> PairScores:
     """Both models' log-probs of the sampled tokens, per-token KL(p||q) and top-1 agreement."""
     n, m = continuations.shape
     arrays = {k: np.empty((n, m), dtype=np.float32) for k in ("p", "q", "kl")}
@@ -128,8 +144,9 @@ def ppl_ratio(logprobs_p: np.ndarray, logprobs_q: np.ndarray) -> float:
     return float(np.exp(cross_entropy(logprobs_p) - cross_entropy(logprobs_q)))
 
 
-def bootstrap_ppl_ratio(logprobs_p: np.ndarray, logprobs_q: np.ndarray, *, n_resamples: int, seed: int,
-                        level: float = 0.95) -> tuple[float, float]:
+def bootstrap_ppl_ratio(
+    logprobs_p: np.ndarray, logprobs_q: np.ndarray, *, n_resamples: int, seed: int, level: float = 0.95
+) -> tuple[float, float]:
     """Percentile bootstrap interval of ``F`` resampling whole contexts (rows)."""
     per_ctx = np.mean(logprobs_q, axis=1, dtype=np.float64) - np.mean(logprobs_p, axis=1, dtype=np.float64)
     rng = np.random.default_rng(seed)

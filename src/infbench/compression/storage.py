@@ -47,8 +47,9 @@ def workspace_bytes(workspace: MemoryWorkspace, *, batch: int, n_last: int, voca
     return int(workspace.logits_copies * batch * n_last * vocab * 4 + workspace.extra_mib * 2**20)
 
 
-def memory_cap(*, limit_bytes: int, s_pkg_bytes: int, baseline: MemoryUse, allowance_bytes: int,
-               workspace_bytes: int) -> int:
+def memory_cap(
+    *, limit_bytes: int, s_pkg_bytes: int, baseline: MemoryUse, allowance_bytes: int, workspace_bytes: int
+) -> int:
     """The hard memory limit of the measured worker's cgroup."""
     return max(limit_bytes, s_pkg_bytes) + baseline.counted_bytes + allowance_bytes + workspace_bytes
 

@@ -120,8 +120,9 @@ def package_entries(package: str | Path) -> list[PackageEntry]:
                 raise _reject(path, f"not a regular file, directory or symlink (mode {stat.filemode(st.st_mode)})")
     for e in entries:
         if e.inode is not None and links[e.inode] > names_inside[e.inode]:
-            raise _reject(e.path, f"hard link with {links[e.inode]} names, {names_inside[e.inode]} of them "
-                                  "in the package")
+            raise _reject(
+                e.path, f"hard link with {links[e.inode]} names, {names_inside[e.inode]} of them in the package"
+            )
     return sorted(entries, key=lambda e: e.path.relative_to(root).as_posix())
 
 
@@ -151,9 +152,11 @@ def check_tokenizer(package: str | Path, manifest: Manifest, source_checkpoint: 
     theirs = AutoTokenizer.from_pretrained(Path(package) / manifest.tokenizer)
     ours = AutoTokenizer.from_pretrained(source_checkpoint)
     if theirs.get_vocab() != ours.get_vocab():
-        raise SubmissionError(f"{Path(package) / MANIFEST}: field 'tokenizer': vocabulary differs from source "
-                              f"'{manifest.source}'")
+        raise SubmissionError(
+            f"{Path(package) / MANIFEST}: field 'tokenizer': vocabulary differs from source '{manifest.source}'"
+        )
     probe = "def f(x):\n    return x ** 2  # Grüße, 数据"
     if theirs(probe, add_special_tokens=False)["input_ids"] != ours(probe, add_special_tokens=False)["input_ids"]:
-        raise SubmissionError(f"{Path(package) / MANIFEST}: field 'tokenizer': tokenizes differently from "
-                              f"source '{manifest.source}'")
+        raise SubmissionError(
+            f"{Path(package) / MANIFEST}: field 'tokenizer': tokenizes differently from source '{manifest.source}'"
+        )

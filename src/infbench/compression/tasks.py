@@ -23,5 +23,9 @@ def task_name(source: str, limit_gib: float) -> str:
 
 def tasks(specs: Iterable[TaskSpec]) -> dict[str, Task]:
     """The configured tasks by name."""
-    return {task_name(t.source, t.limit_gib): Task(name=task_name(t.source, t.limit_gib), source=t.source,
-                                                   limit_gib=t.limit_gib) for t in specs}
+    return {
+        task_name(t.source, t.limit_gib): Task(
+            name=task_name(t.source, t.limit_gib), source=t.source, limit_gib=t.limit_gib
+        )
+        for t in specs
+    }

@@ -11,7 +11,7 @@ read) and appends to a JSONL log.
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from infbench import atomic
@@ -24,35 +24,74 @@ from infbench.operator_secret import OperatorSecret
 from infbench.sources import read_record
 
 
-def measure_for_pipeline(package: str, source: str, *, source_checkpoint: str, source_record: str,
-                         continuations: str, reference_scores: str, settings: VerificationSettings,
-                         sandbox: SandboxSettings, threads: int,
-                         out: str, secret: OperatorSecret, sample_temperature: float, worker_log=None,
-                         accuracy_gate=None, memory_limit_gib: float | None = None) -> EvaluationRecord:
+def measure_for_pipeline(
+    package: str,
+    source: str,
+    *,
+    source_checkpoint: str,
+    source_record: str,
+    continuations: str,
+    reference_scores: str,
+    settings: VerificationSettings,
+    sandbox: SandboxSettings,
+    threads: int,
+    out: str,
+    secret: OperatorSecret,
+    sample_temperature: float,
+    worker_log=None,
+    accuracy_gate=None,
+    memory_limit_gib: float | None = None,
+) -> EvaluationRecord:
     record = read_record(source_record)
-    measured = measure("verification", package, source, source_checkpoint=source_checkpoint,
-                       n_params=record.n_params, vocab_size=record.vocab_size, continuations=continuations,
-                       reference_scores=reference_scores,
-                       settings=EvaluationSettings.for_job(settings, sandbox, threads),
-                       accuracy_gate=accuracy_gate, log_path=worker_log, secret=secret,
-                       sample_temperature=sample_temperature, memory_limit_gib=memory_limit_gib)
+    measured = measure(
+        "verification",
+        package,
+        source,
+        source_checkpoint=source_checkpoint,
+        n_params=record.n_params,
+        vocab_size=record.vocab_size,
+        continuations=continuations,
+        reference_scores=reference_scores,
+        settings=EvaluationSettings.for_job(settings, sandbox, threads),
+        accuracy_gate=accuracy_gate,
+        log_path=worker_log,
+        secret=secret,
+        sample_temperature=sample_temperature,
+        memory_limit_gib=memory_limit_gib,
+    )
     atomic.write_json(out, measured.model_dump(mode="json"))
     return measured
 
 
-def reward(package: str, task: Task, *, results: Layout, settings: VerificationSettings, sandbox: SandboxSettings,
-           threads: int, log_path: Path, worker_log: str | None = None) -> EvaluationRecord:
+def reward(
+    package: str,
+    task: Task,
+    *,
+    results: Layout,
+    settings: VerificationSettings,
+    sandbox: SandboxSettings,
+    threads: int,
+    log_path: Path,
+    worker_log: str | None = None,
+) -> EvaluationRecord:
     """Search-time reward ``10 F_s`` (0 unless it runs and both storage limits hold), logged as JSONL;
     ``results``: the pipeline's results tree, whose search set only it reads."""
     record = read_record(results.source_record(task.source))
-    measured = measure("reward", package, task.source, source_checkpoint=results.checkpoint(task.source),
-                       n_params=record.n_params, vocab_size=record.vocab_size,
-                       continuations=results.continuations(task.source, "search"),
-                       reference_scores=results.reference_scores(task.source, "search"),
-                       settings=EvaluationSettings.for_job(settings, sandbox, threads), log_path=worker_log,
-                       memory_limit_gib=task.limit_gib)
+    measured = measure(
+        "reward",
+        package,
+        task.source,
+        source_checkpoint=results.checkpoint(task.source),
+        n_params=record.n_params,
+        vocab_size=record.vocab_size,
+        continuations=results.continuations(task.source, "search"),
+        reference_scores=results.reference_scores(task.source, "search"),
+        settings=EvaluationSettings.for_job(settings, sandbox, threads),
+        log_path=worker_log,
+        memory_limit_gib=task.limit_gib,
+    )
     judged = verdict(measured, task)
-    judged.finished_at = datetime.now(timezone.utc)
+    judged.finished_at = datetime.now(UTC)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "a") as log:
         log.write(json.dumps(judged.model_dump(mode="json"), sort_keys=True) + "\n")

@@ -71,9 +71,15 @@ def warm_up_cuda(device: str) -> None:
     torch.backends.cuda.enable_cudnn_sdp(False)
     for dtype in (torch.bfloat16, torch.float16, torch.float32):
         for heads in (8, 4):  # head sizes 64 and 128
-            config = LlamaConfig(vocab_size=1024, hidden_size=512, intermediate_size=1024,
-                                 num_hidden_layers=1, num_attention_heads=heads, num_key_value_heads=2,
-                                 max_position_embeddings=256)
+            config = LlamaConfig(
+                vocab_size=1024,
+                hidden_size=512,
+                intermediate_size=1024,
+                num_hidden_layers=1,
+                num_attention_heads=heads,
+                num_key_value_heads=2,
+                max_position_embeddings=256,
+            )
             runner = WarmUpRunner(LlamaForCausalLM(config).to(device=device, dtype=dtype).eval())
             runner.logits(np.ones((1, 8), dtype=np.int64), 4)
             runner.logits(np.ones((2, 100), dtype=np.int64), 50)
@@ -116,8 +122,7 @@ class AccessLog:
             if not isinstance(path, str):
                 return
             real = os.path.realpath(path)
-            writing = (mode is not None and any(c in mode for c in "wax+")) or (
-                mode is None and flags & _WRITE_FLAGS)
+            writing = (mode is not None and any(c in mode for c in "wax+")) or (mode is None and flags & _WRITE_FLAGS)
             if writing:
                 if not os.path.exists(real) and len(self.own) < 100_000:
                     self.own.append(real)
@@ -130,9 +135,21 @@ class AccessLog:
 def allowed_roots(package: Path) -> list[Path]:
     import infbench
 
-    roots = {Path(sys.prefix), Path(sys.base_prefix), Path(sys.exec_prefix), Path(infbench.__file__).parent,
-             package, Path("/usr"), Path("/lib"), Path("/lib64"), Path("/etc"), Path("/proc"),
-             Path("/sys"), Path("/dev"), Path("/tmp")}
+    roots = {
+        Path(sys.prefix),
+        Path(sys.base_prefix),
+        Path(sys.exec_prefix),
+        Path(infbench.__file__).parent,
+        package,
+        Path("/usr"),
+        Path("/lib"),
+        Path("/lib64"),
+        Path("/etc"),
+        Path("/proc"),
+        Path("/sys"),
+        Path("/dev"),
+        Path("/tmp"),
+    }
     return sorted(roots)
 
 
@@ -173,8 +190,9 @@ class Requests:
 
 
 class Worker:
-    def __init__(self, package: Path, logits_fd: int, device: str, threads: int, access: AccessLog,
-                 protocol, requests: Requests):
+    def __init__(
+        self, package: Path, logits_fd: int, device: str, threads: int, access: AccessLog, protocol, requests: Requests
+    ):
         self.package, self.logits_fd, self.device, self.threads = package, logits_fd, device, threads
         self.access, self.protocol, self.requests = access, protocol, requests
         self.runner = None

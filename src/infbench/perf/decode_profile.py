@@ -16,11 +16,13 @@ import numpy as np
 import pandas as pd
 import torch
 
-from infbench.perf import roofline
 from infbench.compression import batched_decoding, sampling
+from infbench.perf import roofline
 
-KINDS = (("attention", ("flash", "fmha", "attention", "sdpa", "cudnn", "mem_eff")),
-         ("matmul", ("gemm", "nvjet", "cutlass", "xmma", "cublas", "splitk")))
+KINDS = (
+    ("attention", ("flash", "fmha", "attention", "sdpa", "cudnn", "mem_eff")),
+    ("matmul", ("gemm", "nvjet", "cutlass", "xmma", "cublas", "splitk")),
+)
 
 
 def kind(kernel: str) -> str:
@@ -42,8 +44,9 @@ def _median_ms(device: torch.device, fn, repeats: int) -> float:
 
 
 @torch.inference_mode()
-def profile(model, *, batch: int, cached: int, copy_bytes_per_s: float, steps: int = 20,
-            cuda_graphs: bool = True) -> pd.DataFrame:
+def profile(
+    model, *, batch: int, cached: int, copy_bytes_per_s: float, steps: int = 20, cuda_graphs: bool = True
+) -> pd.DataFrame:
     """Milliseconds per step: the decode step, the draw, the step's kernels by kind, and the bound."""
     device = next(model.parameters()).device
     shape = roofline.Shape.of(model)
@@ -74,9 +77,16 @@ def profile(model, *, batch: int, cached: int, copy_bytes_per_s: float, steps: i
             by_kind[kind(event.name)] = by_kind.get(kind(event.name), 0.0) + ms
     bound_ms = roofline.decode_step_bytes(shape, batch, cached) / copy_bytes_per_s * 1e3
     attention_bytes = batch * cached * shape.kv_bytes_per_token
-    rows = [{"what": "decode step", "ms": step_ms, "bound_ms": bound_ms},
-            *({"what": f"  kernels: {k}", "ms": ms,
-               "bound_ms": attention_bytes / copy_bytes_per_s * 1e3 if k == "attention" else None}
-              for k, ms in sorted(by_kind.items())),
-            {"what": "draw (log-softmax, inverse CDF, gather)", "ms": draw_ms, "bound_ms": None}]
+    rows = [
+        {"what": "decode step", "ms": step_ms, "bound_ms": bound_ms},
+        *(
+            {
+                "what": f"  kernels: {k}",
+                "ms": ms,
+                "bound_ms": attention_bytes / copy_bytes_per_s * 1e3 if k == "attention" else None,
+            }
+            for k, ms in sorted(by_kind.items())
+        ),
+        {"what": "draw (log-softmax, inverse CDF, gather)", "ms": draw_ms, "bound_ms": None},
+    ]
     return pd.DataFrame(rows)

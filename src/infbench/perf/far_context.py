@@ -40,8 +40,15 @@ def greedy(model, prompt: list[int], n: int) -> list[int]:
     return ids
 
 
-def measure(serving: ServingSettings, sessions_path: str, model_dir: str, gguf: str | None, carriers: int,
-            keeps: tuple[int, ...], seed: int = 0) -> pd.DataFrame:
+def measure(
+    serving: ServingSettings,
+    sessions_path: str,
+    model_dir: str,
+    gguf: str | None,
+    carriers: int,
+    keeps: tuple[int, ...],
+    seed: int = 0,
+) -> pd.DataFrame:
     """One row per carrier: its distance, the reference's first-position copy and margin, and per server
     (``full``, ``last<W>``, ``llamacpp``) its clear positions and misses."""
     settings = serving.verification
@@ -61,19 +68,22 @@ def measure(serving: ServingSettings, sessions_path: str, model_dir: str, gguf: 
                 continue
             prompt = builder.build(session, instance, r)
             paths = {"full": greedy(model, prompt, r.output_tokens)}
-            paths |= {f"last{w}": greedy(model, prompt[-w:], r.output_tokens)
-                      for w in keeps if w < c.distance}
+            paths |= {f"last{w}": greedy(model, prompt[-w:], r.output_tokens) for w in keeps if w < c.distance}
             if llm is not None:
-                gen = llm.generate(prompt, temp=0.0, top_k=0, top_p=1.0, min_p=0.0, repeat_penalty=1.0,
-                                   reset=True)
+                gen = llm.generate(prompt, temp=0.0, top_k=0, top_p=1.0, min_p=0.0, repeat_penalty=1.0, reset=True)
                 paths["llamacpp"] = [next(gen) for _ in range(r.output_tokens)]
             first = Scores.of(teacher_forced_logits(model, prompt, paths["full"][:1]), paths["full"][:1])
-            row = {"distance": c.distance, "prompt_tokens": len(prompt), "output_tokens": r.output_tokens,
-                   "copies_first": paths["full"][0] == c.copied(prompt, 1)[0],
-                   "first_margin": float(first.top[0, 0] - first.top[0, 1])}
+            row = {
+                "distance": c.distance,
+                "prompt_tokens": len(prompt),
+                "output_tokens": r.output_tokens,
+                "copies_first": paths["full"][0] == c.copied(prompt, 1)[0],
+                "first_margin": float(first.top[0, 0] - first.top[0, 1]),
+            }
             for name, path in paths.items():
-                clear, misses = clear_misses(Scores.of(teacher_forced_logits(model, prompt, path), path),
-                                             settings.far_context_margin)
+                clear, misses = clear_misses(
+                    Scores.of(teacher_forced_logits(model, prompt, path), path), settings.far_context_margin
+                )
                 row[f"{name}_clear"], row[f"{name}_missed"] = clear, len(misses)
             rows.append(row)
             if len(rows) >= carriers:
@@ -87,18 +97,28 @@ def table(rows: pd.DataFrame) -> pd.DataFrame:
     rows = rows.assign(band=pd.cut(rows["distance"], BANDS, right=False))
     out = []
     for band, g in rows.groupby("band", observed=True):
-        row = {"source distance": f"{band.left}-{min(band.right, int(g['distance'].max()) + 1) - 1}",
-               "carriers": len(g), "reference copies first id": f"{int(g['copies_first'].sum())}/{len(g)}",
-               "first-id margin (median, nats)": round(float(g["first_margin"].median()), 2)}
-        for server in [c[:-len("_clear")] for c in rows.columns if c.endswith("_clear")]:
+        row = {
+            "source distance": f"{band.left}-{min(band.right, int(g['distance'].max()) + 1) - 1}",
+            "carriers": len(g),
+            "reference copies first id": f"{int(g['copies_first'].sum())}/{len(g)}",
+            "first-id margin (median, nats)": round(float(g["first_margin"].median()), 2),
+        }
+        for server in [c[: -len("_clear")] for c in rows.columns if c.endswith("_clear")]:
             clear, missed = g[f"{server}_clear"].dropna().sum(), g[f"{server}_missed"].dropna().sum()
             row[f"{server}: missed / clear"] = f"{int(missed)}/{int(clear)}" if clear else "-"
         out.append(row)
     return pd.DataFrame(out)
 
 
-def run(serving: ServingSettings, sessions_path: str, model_dir: str, gguf: str | None, carriers: int,
-        keeps: tuple[int, ...], out_md: str | None = None) -> str:
+def run(
+    serving: ServingSettings,
+    sessions_path: str,
+    model_dir: str,
+    gguf: str | None,
+    carriers: int,
+    keeps: tuple[int, ...],
+    out_md: str | None = None,
+) -> str:
     md = table(measure(serving, sessions_path, model_dir, gguf, carriers, keeps)).to_markdown(index=False)
     if out_md:
         atomic.write_text(out_md, md + "\n")

@@ -25,24 +25,48 @@ import pandas as pd
 import torch
 
 from infbench import atomic
-from infbench.perf import decode_profile, roofline
 from infbench.compression import sampling, scoring
 from infbench.compression.device import resolve
 from infbench.compression.hf_runtime import load_causal_lm
+from infbench.perf import decode_profile, roofline
 
 RANDOM_MODELS = {
     # Llama 3.2 1B's shape: 1.24B parameters, tied embedding
-    "llama-1b": dict(hidden_size=2048, intermediate_size=8192, num_hidden_layers=16, num_attention_heads=32,
-                     num_key_value_heads=8, vocab_size=128256, tie_word_embeddings=True, rope_theta=500000.0,
-                     max_position_embeddings=4096),
+    "llama-1b": dict(
+        hidden_size=2048,
+        intermediate_size=8192,
+        num_hidden_layers=16,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        vocab_size=128256,
+        tie_word_embeddings=True,
+        rope_theta=500000.0,
+        max_position_embeddings=4096,
+    ),
     # Llama 3.1 8B's shape: 8.03B parameters, untied embedding
-    "llama-8b": dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
-                     num_key_value_heads=8, vocab_size=128256, tie_word_embeddings=False, rope_theta=500000.0,
-                     max_position_embeddings=4096),
+    "llama-8b": dict(
+        hidden_size=4096,
+        intermediate_size=14336,
+        num_hidden_layers=32,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        vocab_size=128256,
+        tie_word_embeddings=False,
+        rope_theta=500000.0,
+        max_position_embeddings=4096,
+    ),
     # SmolLM2-135M's shape (the embedded source)
-    "smollm2-135m": dict(hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9,
-                         num_key_value_heads=3, vocab_size=49152, tie_word_embeddings=True, rope_theta=100000.0,
-                         max_position_embeddings=8192),
+    "smollm2-135m": dict(
+        hidden_size=576,
+        intermediate_size=1536,
+        num_hidden_layers=30,
+        num_attention_heads=9,
+        num_key_value_heads=3,
+        vocab_size=49152,
+        tie_word_embeddings=True,
+        rope_theta=100000.0,
+        max_position_embeddings=8192,
+    ),
 }
 
 
@@ -95,21 +119,31 @@ def _scorer_rows(model, shape, device, ctx, cont, batch_size: int, repeats: int,
     @torch.inference_mode()
     def bare():
         for start in range(0, contexts, batch_size):
-            ids = np.concatenate([ctx[start:start + batch_size], cont[start:start + batch_size, :-1]], axis=1)
-            model(input_ids=torch.as_tensor(ids, dtype=torch.long, device=device), use_cache=False).logits
+            ids = np.concatenate([ctx[start : start + batch_size], cont[start : start + batch_size, :-1]], axis=1)
+            _ = model(input_ids=torch.as_tensor(ids, dtype=torch.long, device=device), use_cache=False).logits
 
     def scorer():
-        scoring.score_continuations(scoring.hf_logits_fn(model), ctx, cont, batch_size=batch_size,
-                                    device=device, progress=False)
+        scoring.score_continuations(
+            scoring.hf_logits_fn(model), ctx, cont, batch_size=batch_size, device=device, progress=False
+        )
 
     bare(), scorer()  # warm-up (and, on CUDA, the scorer's kernel compilation)
     rows = []
     for what, fn, head in (("bare forward", bare, length), ("scorer", scorer, cont.shape[1])):
         seconds = _median_s(device, repeats, fn)
-        flops = sum(roofline.forward_flops(shape, min(batch_size, contexts - s), length, head)
-                    for s in range(0, contexts, batch_size))
-        rows.append({"what": f"{what}, batch {batch_size}", "tokens": contexts * length, "seconds": seconds,
-                     "tokens_per_s": contexts * length / seconds, "mfu": flops / seconds / matmul})
+        flops = sum(
+            roofline.forward_flops(shape, min(batch_size, contexts - s), length, head)
+            for s in range(0, contexts, batch_size)
+        )
+        rows.append(
+            {
+                "what": f"{what}, batch {batch_size}",
+                "tokens": contexts * length,
+                "seconds": seconds,
+                "tokens_per_s": contexts * length / seconds,
+                "mfu": flops / seconds / matmul,
+            }
+        )
     rows[1]["vs"] = rows[1]["tokens_per_s"] / rows[0]["tokens_per_s"]
     return rows
 
@@ -117,8 +151,7 @@ def _scorer_rows(model, shape, device, ctx, cont, batch_size: int, repeats: int,
 def logprob_agreement(model, device, ctx, cont, rows: int = 2) -> float:
     """Max |difference| of the device's scorer and the CPU scorer's arithmetic on the same logits."""
     with torch.inference_mode():
-        ids = torch.as_tensor(np.concatenate([ctx[:rows], cont[:rows, :-1]], axis=1), dtype=torch.long,
-                              device=device)
+        ids = torch.as_tensor(np.concatenate([ctx[:rows], cont[:rows, :-1]], axis=1), dtype=torch.long, device=device)
         logits = scoring.hf_logits_fn(model)(ids, cont.shape[1])
         target = torch.as_tensor(cont[:rows], dtype=torch.long, device=device)
         here = scoring.target_log_probs(logits, target).cpu()
@@ -126,29 +159,59 @@ def logprob_agreement(model, device, ctx, cont, rows: int = 2) -> float:
     return float((here - cpu).abs().max())
 
 
-def _sampling_row(model, shape, device, ctx, n_tokens: int, batch_size: int | None, cuda_graphs: bool,
-                  peaks: dict[str, float]) -> dict:
+def _sampling_row(
+    model, shape, device, ctx, n_tokens: int, batch_size: int | None, cuda_graphs: bool, peaks: dict[str, float]
+) -> dict:
     n = ctx.shape[0]
     batch = sampling.batch_rows(model, n, ctx.shape[1], ctx.shape[1] + n_tokens, batch_size)
 
     def sample(rows: int, tokens: int):
-        sampling.sample_transformers(model, ctx[:rows], list(range(rows)), set_name="bench", n_tokens=tokens,
-                                     temperature=1.0, seed=0, batch_size=batch, progress=False,
-                                     cuda_graphs=cuda_graphs)
+        sampling.sample_transformers(
+            model,
+            ctx[:rows],
+            list(range(rows)),
+            set_name="bench",
+            n_tokens=tokens,
+            temperature=1.0,
+            seed=0,
+            batch_size=batch,
+            progress=False,
+            cuda_graphs=cuda_graphs,
+        )
 
     warm_up = _median_s(device, 1, lambda: sample(min(n, batch), 16))  # kernel compilation, plans
     seconds = _median_s(device, 1, lambda: sample(n, n_tokens))
-    bound = sum(roofline.sampling_bound_s(shape, min(batch, n - s), ctx.shape[1], n_tokens, **peaks)
-                for s in range(0, n, batch))
+    bound = sum(
+        roofline.sampling_bound_s(shape, min(batch, n - s), ctx.shape[1], n_tokens, **peaks) for s in range(0, n, batch)
+    )
     graphs = " + CUDA graphs" if cuda_graphs and device.type == "cuda" else ""
-    return {"what": f"sampling{graphs}, batch {batch} (new tokens)", "tokens": n * n_tokens, "seconds": seconds,
-            "tokens_per_s": n * n_tokens / seconds, "vs": bound / seconds, "warm_up_s": warm_up}
+    return {
+        "what": f"sampling{graphs}, batch {batch} (new tokens)",
+        "tokens": n * n_tokens,
+        "seconds": seconds,
+        "tokens_per_s": n * n_tokens / seconds,
+        "vs": bound / seconds,
+        "warm_up_s": warm_up,
+    }
 
 
-def run(model_spec: str, *, contexts: int, context_tokens: int, continuation_tokens: int, batch_sizes: list[int],
-        sample_contexts: int, sample_batch_size: int | None, dtype: str, repeats: int, device: str = "auto",
-        threads: int | None = None, eager: bool = True, profile_cached: int | None = None,
-        out_md: str | None = None) -> str:
+def run(
+    model_spec: str,
+    *,
+    contexts: int,
+    context_tokens: int,
+    continuation_tokens: int,
+    batch_sizes: list[int],
+    sample_contexts: int,
+    sample_batch_size: int | None,
+    dtype: str,
+    repeats: int,
+    device: str = "auto",
+    threads: int | None = None,
+    eager: bool = True,
+    profile_cached: int | None = None,
+    out_md: str | None = None,
+) -> str:
     """The table (Markdown); ``batch_sizes`` empty: no scorer rows; ``eager``: also sample without CUDA
     graphs; ``profile_cached``: also profile a decode step at that cache length (:mod:`decode_profile`)."""
     if threads:
@@ -164,35 +227,42 @@ def run(model_spec: str, *, contexts: int, context_tokens: int, continuation_tok
     cont = rng.integers(0, shape.vocab, size=(contexts, continuation_tokens), dtype=np.int32)
     rows = []
     for batch_size in batch_sizes:
-        rows += _scorer_rows(model, shape, dev, ctx[:contexts], cont, batch_size, repeats,
-                             peaks["matmul_flops_per_s"])
+        rows += _scorer_rows(model, shape, dev, ctx[:contexts], cont, batch_size, repeats, peaks["matmul_flops_per_s"])
         print(rows[-2], rows[-1], sep="\n", flush=True)
-    for graphs in [True, False][:2 if eager else 1] if dev.type == "cuda" else [False]:
-        rows.append(_sampling_row(model, shape, dev, ctx[:sample_contexts], continuation_tokens,
-                                  sample_batch_size, graphs, peaks))
+    for graphs in [True, False][: 2 if eager else 1] if dev.type == "cuda" else [False]:
+        rows.append(
+            _sampling_row(
+                model, shape, dev, ctx[:sample_contexts], continuation_tokens, sample_batch_size, graphs, peaks
+            )
+        )
         print(rows[-1], flush=True)
     max_diff = logprob_agreement(model, dev, ctx, cont)
     n_params = sum(p.numel() for p in model.parameters())
     name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else f"CPU, {torch.get_num_threads()} threads"
-    text = (f"model {model_spec} ({n_params / 1e9:.3f}B parameters, {dtype}) on {name}; torch {torch.__version__}\n"
-            f"measured ceilings: matmul {peaks['matmul_flops_per_s'] / 1e12:.4g} TFLOP/s, "
-            f"copy {peaks['copy_bytes_per_s'] / 1e12:.3f} TB/s (read + written)\n"
-            f"scorer: {contexts} contexts x ({context_tokens} + {continuation_tokens}) tokens, median of {repeats}; "
-            f"sampling: {sample_contexts} contexts x {context_tokens} + {continuation_tokens} new tokens, once\n\n"
-            + pd.DataFrame(rows).to_markdown(index=False, floatfmt=".3f")
-            + "\n\nvs: scorer rows, throughput / bare forward at the same batch (goal >= 0.95); sampling rows, "
-              "roofline bound / measured time, after a 16-token warm-up of the same batch (kernel "
-              "compilation; goal >= 0.5 at Llama 3.2 1B's shape, >= 0.7 at Llama 3.1 8B's). "
-              "mfu: matrix-product FLOPs / time / matmul ceiling.\n"
-            + f"scorer log-probs vs the CPU arithmetic on the same logits: max |diff| {max_diff:.2e}\n")
+    text = (
+        f"model {model_spec} ({n_params / 1e9:.3f}B parameters, {dtype}) on {name}; torch {torch.__version__}\n"
+        f"measured ceilings: matmul {peaks['matmul_flops_per_s'] / 1e12:.4g} TFLOP/s, "
+        f"copy {peaks['copy_bytes_per_s'] / 1e12:.3f} TB/s (read + written)\n"
+        f"scorer: {contexts} contexts x ({context_tokens} + {continuation_tokens}) tokens, median of {repeats}; "
+        f"sampling: {sample_contexts} contexts x {context_tokens} + {continuation_tokens} new tokens, once\n\n"
+        + pd.DataFrame(rows).to_markdown(index=False, floatfmt=".3f")
+        + "\n\nvs: scorer rows, throughput / bare forward at the same batch (goal >= 0.95); sampling rows, "
+        "roofline bound / measured time, after a 16-token warm-up of the same batch (kernel "
+        "compilation; goal >= 0.5 at Llama 3.2 1B's shape, >= 0.7 at Llama 3.1 8B's). "
+        "mfu: matrix-product FLOPs / time / matmul ceiling.\n"
+        + f"scorer log-probs vs the CPU arithmetic on the same logits: max |diff| {max_diff:.2e}\n"
+    )
     if profile_cached is not None:
-        batch = sampling.batch_rows(model, sample_contexts, context_tokens,
-                                    context_tokens + continuation_tokens, sample_batch_size)
-        table = decode_profile.profile(model, batch=batch, cached=profile_cached,
-                                       copy_bytes_per_s=peaks["copy_bytes_per_s"])
-        text += (f"\nOne decode step at batch {batch} with {profile_cached} cached tokens, ms (median of 20; "
-                 f"kernels: torch.profiler, per step):\n\n"
-                 + table.to_markdown(index=False, floatfmt=".3f") + "\n")
+        batch = sampling.batch_rows(
+            model, sample_contexts, context_tokens, context_tokens + continuation_tokens, sample_batch_size
+        )
+        table = decode_profile.profile(
+            model, batch=batch, cached=profile_cached, copy_bytes_per_s=peaks["copy_bytes_per_s"]
+        )
+        text += (
+            f"\nOne decode step at batch {batch} with {profile_cached} cached tokens, ms (median of 20; "
+            f"kernels: torch.profiler, per step):\n\n" + table.to_markdown(index=False, floatfmt=".3f") + "\n"
+        )
     if out_md:
         atomic.write_text(out_md, text)
     return text

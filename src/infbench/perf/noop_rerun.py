@@ -22,7 +22,7 @@ import pandas as pd
 from infbench import atomic
 
 STUB_SNAKEFILE = "Snakefile.outputs-only"
-_STUB = '''# Every rule of the workflow, its work replaced by creating its outputs empty (infbench.perf.noop_rerun).
+_STUB = """# Every rule of the workflow, its work replaced by creating its outputs empty (infbench.perf.noop_rerun).
 include: "Snakefile"
 
 from pathlib import Path as _Path
@@ -47,7 +47,7 @@ def _outputs_creator(directories):
 for _rule in workflow.rules:
     if _rule.name != "all":
         _rule.run_func = _outputs_creator([_is_flagged(f, "directory") for f in _rule.output])
-'''
+"""
 
 
 def snakemake_executable() -> str:
@@ -61,24 +61,52 @@ def write_stub_snakefile(workflow_root: Path) -> Path:
     return path
 
 
-def make_up_to_date(workflow_root: Path, workdir: Path, configfile: Path, env: dict | None = None,
-                    targets: tuple[str, ...] = ("all",)) -> subprocess.CompletedProcess:
+def make_up_to_date(
+    workflow_root: Path, workdir: Path, configfile: Path, env: dict | None = None, targets: tuple[str, ...] = ("all",)
+) -> subprocess.CompletedProcess:
     """Run the outputs-only workflow in ``workdir``: afterwards every output of ``targets`` is up to date for
     the real Snakefile of ``workflow_root``."""
     stub = write_stub_snakefile(workflow_root)
     return subprocess.run(
-        [snakemake_executable(), "--snakefile", str(stub), "--directory", str(workdir), "--cores", "2", *targets,
-         "--configfile", str(configfile)],
-        capture_output=True, text=True, check=True, env=env, timeout=1800,
+        [
+            snakemake_executable(),
+            "--snakefile",
+            str(stub),
+            "--directory",
+            str(workdir),
+            "--cores",
+            "2",
+            *targets,
+            "--configfile",
+            str(configfile),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=env,
+        timeout=1800,
     )
 
 
-def dry_run(workflow_root: Path, workdir: Path, configfile: Path, env: dict | None = None,
-            targets: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
+def dry_run(
+    workflow_root: Path, workdir: Path, configfile: Path, env: dict | None = None, targets: tuple[str, ...] = ()
+) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [snakemake_executable(), "-n", "--snakefile", str(Path(workflow_root) / "Snakefile"), "--directory",
-         str(workdir), *targets, "--configfile", str(configfile)],
-        capture_output=True, text=True, env=env, timeout=600,
+        [
+            snakemake_executable(),
+            "-n",
+            "--snakefile",
+            str(Path(workflow_root) / "Snakefile"),
+            "--directory",
+            str(workdir),
+            *targets,
+            "--configfile",
+            str(configfile),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
     )
 
 
@@ -93,12 +121,19 @@ def run(workflow_root: Path, configfile: Path, workdir: Path, *, repeats: int = 
     for i in range(repeats):
         start = time.monotonic()
         proc = dry_run(workflow_root, workdir, configfile, env)
-        rows.append({"run": i + 1, "seconds": round(time.monotonic() - start, 2),
-                     "nothing to be done": "Nothing to be done" in proc.stdout + proc.stderr})
+        rows.append(
+            {
+                "run": i + 1,
+                "seconds": round(time.monotonic() - start, 2),
+                "nothing to be done": "Nothing to be done" in proc.stdout + proc.stderr,
+            }
+        )
     table = pd.DataFrame(rows)
     median = statistics.median(table["seconds"])
-    text = (f"`snakemake -n` on an up-to-date working directory ({configfile}; made in {setup_s:.0f} s)\n\n"
-            f"{table.to_markdown(index=False)}\n\nmedian {median:.2f} s\n")
+    text = (
+        f"`snakemake -n` on an up-to-date working directory ({configfile}; made in {setup_s:.0f} s)\n\n"
+        f"{table.to_markdown(index=False)}\n\nmedian {median:.2f} s\n"
+    )
     if out_md:
         atomic.write_text(out_md, text)
     return text

@@ -27,17 +27,23 @@ class Shape:
     kv_bytes_per_token: int
 
     @classmethod
-    def of(cls, model) -> "Shape":
+    def of(cls, model) -> Shape:
         cfg = model.config.get_text_config(decoder=True)
         embedding, head = model.get_input_embeddings().weight, model.get_output_embeddings().weight
         weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
         if embedding is not head:
             weight_bytes -= embedding.numel() * embedding.element_size()
-        return cls(layers=cfg.num_hidden_layers, hidden=cfg.hidden_size, heads=cfg.num_attention_heads,
-                   kv_heads=getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads,
-                   head_dim=getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads,
-                   intermediate=cfg.intermediate_size, vocab=cfg.vocab_size, weight_bytes=weight_bytes,
-                   kv_bytes_per_token=kv_bytes_per_token(model))
+        return cls(
+            layers=cfg.num_hidden_layers,
+            hidden=cfg.hidden_size,
+            heads=cfg.num_attention_heads,
+            kv_heads=getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads,
+            head_dim=getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads,
+            intermediate=cfg.intermediate_size,
+            vocab=cfg.vocab_size,
+            weight_bytes=weight_bytes,
+            kv_bytes_per_token=kv_bytes_per_token(model),
+        )
 
 
 def linear_flops(shape: Shape, tokens: int, head_tokens: int) -> int:
@@ -64,12 +70,14 @@ def decode_step_bytes(shape: Shape, batch: int, cached: int) -> int:
     return shape.weight_bytes + batch * (cached + 1) * shape.kv_bytes_per_token
 
 
-def sampling_bound_s(shape: Shape, batch: int, context: int, new_tokens: int, *, matmul_flops_per_s: float,
-                     copy_bytes_per_s: float) -> float:
+def sampling_bound_s(
+    shape: Shape, batch: int, context: int, new_tokens: int, *, matmul_flops_per_s: float, copy_bytes_per_s: float
+) -> float:
     """Seconds to sample ``new_tokens`` per row: the prefill at the matmul rate, then ``new_tokens - 1``
     decode steps at the copy bandwidth."""
     prefill = forward_flops(shape, batch, context, 1) / matmul_flops_per_s
     steps = new_tokens - 1
     decode_bytes = steps * shape.weight_bytes + batch * shape.kv_bytes_per_token * (
-        steps * (context + 1) + steps * (steps - 1) // 2)
+        steps * (context + 1) + steps * (steps - 1) // 2
+    )
     return prefill + decode_bytes / copy_bytes_per_s

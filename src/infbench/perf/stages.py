@@ -35,11 +35,19 @@ def stage_config(raw: dict[str, Any], device: str, origin: dict[str, Any] | None
     out = {k: v for k, v in raw.items() if k != "serving"}
     for section in ("likelihood", "verification", "answers"):
         out[section] = {**out.get(section, {}), "device": device}
-    out["compression"] = {**out.get("compression", {}), "bf16": True, "starter": True, "gguf_types": [],
-                          "gptq": {**out.get("compression", {}).get("gptq", {}), "enabled": False},
-                          "released_gguf": {}}
-    out["runs"] = {**out.get("runs", {}), "dir": "no-runs",
-                   "reference_search": {**out.get("runs", {}).get("reference_search", {}), "enabled": False}}
+    out["compression"] = {
+        **out.get("compression", {}),
+        "bf16": True,
+        "starter": True,
+        "gguf_types": [],
+        "gptq": {**out.get("compression", {}).get("gptq", {}), "enabled": False},
+        "released_gguf": {},
+    }
+    out["runs"] = {
+        **out.get("runs", {}),
+        "dir": "no-runs",
+        "reference_search": {**out.get("runs", {}).get("reference_search", {}), "enabled": False},
+    }
     if origin is not None:
         out["sources"] = {name: {**spec, "origin": origin} for name, spec in out["sources"].items()}
     return out
@@ -52,8 +60,16 @@ def targets(results: Layout, source: str, likelihood_only: bool) -> list[str]:
     return out
 
 
-def run(config_path: str, out_dir: str, *, device: str, origin: dict[str, Any] | None = None,
-        compare: str | None = None, likelihood_only: bool = False, cores: int = 2) -> str:
+def run(
+    config_path: str,
+    out_dir: str,
+    *,
+    device: str,
+    origin: dict[str, Any] | None = None,
+    compare: str | None = None,
+    likelihood_only: bool = False,
+    cores: int = 2,
+) -> str:
     out = Path(out_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
     config = stage_config(yaml.safe_load(Path(config_path).read_text()), device, origin)
@@ -61,14 +77,27 @@ def run(config_path: str, out_dir: str, *, device: str, origin: dict[str, Any] |
     source = sorted(config["sources"])[0]
     results = Layout(str(out / "results"))
     snakemake = str(Path(sys.executable).with_name("snakemake"))
-    subprocess.run([snakemake, "--snakefile", str(REPO / "Snakefile"), "--directory", str(out), "--cores",
-                    str(cores), "--configfile", str(out / "config.yaml"), "--rerun-incomplete",
-                    *[str(Path(t).relative_to(out)) for t in targets(results, source, likelihood_only)]],
-                   check=True)
+    subprocess.run(
+        [
+            snakemake,
+            "--snakefile",
+            str(REPO / "Snakefile"),
+            "--directory",
+            str(out),
+            "--cores",
+            str(cores),
+            "--configfile",
+            str(out / "config.yaml"),
+            "--rerun-incomplete",
+            *[str(Path(t).relative_to(out)) for t in targets(results, source, likelihood_only)],
+        ],
+        check=True,
+    )
     text = stage_times.report(out / "benchmarks")
     if compare:
-        text += "\n" + comparison(results, Layout(str(Path(compare).resolve() / "results")), source, config,
-                                  out / "cross")
+        text += "\n" + comparison(
+            results, Layout(str(Path(compare).resolve() / "results")), source, config, out / "cross"
+        )
     atomic.write_text(out / "summary.md", text)
     return text
 
@@ -89,11 +118,20 @@ def _cross_scores(this: Layout, other: Layout, source: str, config: dict[str, An
     secret = operator_secret.load(SecretSettings.model_validate(config.get("operator_secret", {})))
     for set_name in SETS:
         likelihood.score_reference(
-            source, this.checkpoint(source), other.continuations(source, set_name),
-            str(cross / set_name / "reference_scores.parquet"), str(cross / set_name / "reference.json"),
-            backend=lc.backend, dtype=lc.dtype, device=lc.device, tensor_parallel=lc.tensor_parallel,
-            batch_size=lc.score_batch_size, bootstrap_resamples=lc.bootstrap_resamples, seed=lc.seed,
-            secret=secret)
+            source,
+            this.checkpoint(source),
+            other.continuations(source, set_name),
+            str(cross / set_name / "reference_scores.parquet"),
+            str(cross / set_name / "reference.json"),
+            backend=lc.backend,
+            dtype=lc.dtype,
+            device=lc.device,
+            tensor_parallel=lc.tensor_parallel,
+            batch_size=lc.score_batch_size,
+            bootstrap_resamples=lc.bootstrap_resamples,
+            seed=lc.seed,
+            secret=secret,
+        )
 
 
 def comparison(this: Layout, other: Layout, source: str, config: dict[str, Any], cross: Path) -> str:
@@ -105,23 +143,36 @@ def comparison(this: Layout, other: Layout, source: str, config: dict[str, Any],
     for set_name in SETS:
         a, b = (_json(run.reference_summary(source, set_name)) for run in (this, other))
         crossed = _json(str(cross / set_name / "reference.json"))
-        ta, tb = (stack(read_continuations(run.continuations(source, set_name))["continuation_ids"], np.int32)
-                  for run in (this, other))
+        ta, tb = (
+            stack(read_continuations(run.continuations(source, set_name))["continuation_ids"], np.int32)
+            for run in (this, other)
+        )
         rows += [
             {"what": f"{set_name}: reference PPL", "a": a["ppl"], "b": b["ppl"]},
-            {"what": f"{set_name}: reference PPL of b's continuations (a's scorer)", "a": crossed["ppl"],
-             "b": b["ppl"]},
+            {
+                "what": f"{set_name}: reference PPL of b's continuations (a's scorer)",
+                "a": crossed["ppl"],
+                "b": b["ppl"],
+            },
             {"what": f"{set_name}: sampler PPL", "a": a["sampler_ppl"], "b": b["sampler_ppl"]},
             {"what": f"{set_name}: F_self", "a": a["f_self"], "b": b["f_self"]},
-            {"what": f"{set_name}: continuations identical in a and b (share of contexts)",
-             "a": float(np.mean(np.all(ta == tb, axis=1))), "b": None},
-            {"what": f"{set_name}: tokens before the first difference (share)",
-             "a": float(np.mean([np.argmax(r != s) if np.any(r != s) else len(r) for r, s in zip(ta, tb)])
-                        / ta.shape[1]), "b": None},
+            {
+                "what": f"{set_name}: continuations identical in a and b (share of contexts)",
+                "a": float(np.mean(np.all(ta == tb, axis=1))),
+                "b": None,
+            },
+            {
+                "what": f"{set_name}: tokens before the first difference (share)",
+                "a": float(
+                    np.mean([np.argmax(r != s) if np.any(r != s) else len(r) for r, s in zip(ta, tb)]) / ta.shape[1]
+                ),
+                "b": None,
+            },
         ]
     answers = [Path(run.answers_reference(source)) for run in (this, other)]
-    rows.append({"what": "A(p)", **{k: _json(str(p))["mean_accuracy"] if p.exists() else None
-                                    for k, p in zip("ab", answers)}})
+    rows.append(
+        {"what": "A(p)", **{k: _json(str(p))["mean_accuracy"] if p.exists() else None for k, p in zip("ab", answers)}}
+    )
     for candidate in CANDIDATES:
         measured = [Path(run.measured(source, candidate)) for run in (this, other)]
         if not all(p.exists() for p in measured):
@@ -129,9 +180,16 @@ def comparison(this: Layout, other: Layout, source: str, config: dict[str, Any],
         a, b = (_json(str(p)) for p in measured)
         for key in ("f", "ppl", "accuracy_mean", "s_res_bytes"):
             rows.append({"what": f"{candidate}: {key}", "a": a.get(key), "b": b.get(key)})
-        rows.append({"what": f"{candidate}: decode TPS", "a": (a.get("decode") or {}).get("tps"),
-                     "b": (b.get("decode") or {}).get("tps")})
+        rows.append(
+            {
+                "what": f"{candidate}: decode TPS",
+                "a": (a.get("decode") or {}).get("tps"),
+                "b": (b.get("decode") or {}).get("tps"),
+            }
+        )
     frame = pd.DataFrame(rows)
-    frame["a / b - 1"] = [x / y - 1 if isinstance(x, float) and isinstance(y, (int, float)) and y else None
-                         for x, y in zip(frame["a"], frame["b"])]
+    frame["a / b - 1"] = [
+        x / y - 1 if isinstance(x, float) and isinstance(y, (int, float)) and y else None
+        for x, y in zip(frame["a"], frame["b"])
+    ]
     return f"a: {this.root}, b: {other.root}\n\n" + frame.to_markdown(index=False, floatfmt=".8g") + "\n"

@@ -61,12 +61,24 @@ def points(records: list[tuple[EvaluationRecord, str]], n_params: dict[str, int]
     out = []
     for r, label in records:
         ci = r.f_ci95 or (None, None)
-        out.append(CandidatePoint(
-            number=numbers[(r.source, label)], source=r.source, task=r.task, limit_gib=r.limit_gib,
-            limit_bits_per_param=8 * r.limit_gib * GIB / n_params[r.source], candidate=label,
-            bits_per_param=r.package_bits_per_param, f_v=r.f, f_v_ci95_low=ci[0], f_v_ci95_high=ci[1],
-            accuracy_rel=r.accuracy_mean / r.accuracy_ref if r.accuracy_mean is not None and r.accuracy_ref else None,
-            verdict=r.failed_check or VERIFIED))
+        out.append(
+            CandidatePoint(
+                number=numbers[(r.source, label)],
+                source=r.source,
+                task=r.task,
+                limit_gib=r.limit_gib,
+                limit_bits_per_param=8 * r.limit_gib * GIB / n_params[r.source],
+                candidate=label,
+                bits_per_param=r.package_bits_per_param,
+                f_v=r.f,
+                f_v_ci95_low=ci[0],
+                f_v_ci95_high=ci[1],
+                accuracy_rel=r.accuracy_mean / r.accuracy_ref
+                if r.accuracy_mean is not None and r.accuracy_ref
+                else None,
+                verdict=r.failed_check or VERIFIED,
+            )
+        )
     return sorted(out, key=lambda p: (p.number, p.limit_gib))
 
 
@@ -102,13 +114,26 @@ def marker(judged: list[CandidatePoint]) -> tuple[str, str]:
 def _style_legend() -> list[Line2D]:
     def entry(m, fill, label):
         return Line2D([], [], ls="none", marker=m, fillstyle=fill, color="0.3", markersize=7, label=label)
-    return [entry("o", "full", "verified (every limit)"), entry("o", "left", "verified under some limits"),
-            entry("s", "none", "failed: storage"), entry("v", "none", "failed: accuracy gate"),
-            entry("D", "none", "failed: integrity check"), entry("X", "none", "failed: package / execution")]
+
+    return [
+        entry("o", "full", "verified (every limit)"),
+        entry("o", "left", "verified under some limits"),
+        entry("s", "none", "failed: storage"),
+        entry("v", "none", "failed: accuracy gate"),
+        entry("D", "none", "failed: integrity check"),
+        entry("X", "none", "failed: package / execution"),
+    ]
 
 
-def _panel(ax, candidates: dict[int, list[CandidatePoint]], value, interval, colors, missing_on_edge: bool,
-           lines: tuple[float, ...]) -> list:
+def _panel(
+    ax,
+    candidates: dict[int, list[CandidatePoint]],
+    value,
+    interval,
+    colors,
+    missing_on_edge: bool,
+    lines: tuple[float, ...],
+) -> list:
     """Markers (and intervals) of one quantity, on a range that shows the reference ``lines``; a
     candidate without a value sits on the bottom edge if ``missing_on_edge``, else is left out.
     Returns the number labels to place and their points."""
@@ -130,10 +155,30 @@ def _panel(ax, candidates: dict[int, list[CandidatePoint]], value, interval, col
         lo, hi = interval(p)
         if lo is not None and hi is not None and not on_edge:
             ax.errorbar(p.bits_per_param, y, yerr=[[y - lo], [hi - y]], color=colors[n], lw=1, capsize=3, zorder=2)
-        ax.plot(p.bits_per_param, y, ls="none", marker=m, fillstyle=fill, markersize=8, color=colors[n],
-                markeredgewidth=1.3, clip_on=False, zorder=6)
-        texts.append(ax.text(p.bits_per_param, y, str(n), fontsize=8, color=colors[n], fontweight="bold",
-                             bbox=figure.LABEL_BOX, zorder=7))  # over the markers of a cluster
+        ax.plot(
+            p.bits_per_param,
+            y,
+            ls="none",
+            marker=m,
+            fillstyle=fill,
+            markersize=8,
+            color=colors[n],
+            markeredgewidth=1.3,
+            clip_on=False,
+            zorder=6,
+        )
+        texts.append(
+            ax.text(
+                p.bits_per_param,
+                y,
+                str(n),
+                fontsize=8,
+                color=colors[n],
+                fontweight="bold",
+                bbox=figure.LABEL_BOX,
+                zorder=7,
+            )
+        )  # over the markers of a cluster
         xs.append(p.bits_per_param)
         ys.append(y)
         if lo is not None and hi is not None and not on_edge:
@@ -145,16 +190,26 @@ def _limit_lines(ax, judged: list[CandidatePoint], label: bool) -> None:
     for bits, limit in sorted({(p.limit_bits_per_param, p.limit_gib) for p in judged}):
         ax.axvline(bits, color="0.45", ls=":", lw=1.2, zorder=1)
         if label:
-            ax.text(bits, 0.02, f" limit C = {limit:g} GiB", transform=ax.get_xaxis_transform(), rotation=90,
-                    ha="left", va="bottom", fontsize=7, color="0.3")
+            ax.text(
+                bits,
+                0.02,
+                f" limit C = {limit:g} GiB",
+                transform=ax.get_xaxis_transform(),
+                rotation=90,
+                ha="left",
+                va="bottom",
+                fontsize=7,
+                color="0.3",
+            )
 
 
 def draw(pts: list[CandidatePoint], rho: float) -> Figure:
     sources = sorted({p.source for p in pts})
     has_acc = any(p.accuracy_rel is not None for p in pts)
     rows = 2 if has_acc else 1
-    fig, axes = plt.subplots(rows, max(1, len(sources)), figsize=(6.2 * max(1, len(sources)), 3.6 * rows + 0.6),
-                             squeeze=False, sharex="col")
+    fig, axes = plt.subplots(
+        rows, max(1, len(sources)), figsize=(6.2 * max(1, len(sources)), 3.6 * rows + 0.6), squeeze=False, sharex="col"
+    )
     if not pts:
         figure.say_empty(axes[0][0], "no verification records")
         return fig
@@ -170,8 +225,17 @@ def draw(pts: list[CandidatePoint], rho: float) -> Figure:
         candidates = {n: ps for n, ps in sorted(by_number.items()) if ps[0].source == source}
         judged = [p for ps in candidates.values() for p in ps]
         top = axes[0][col]
-        labels = [_panel(top, candidates, lambda p: p.f_v, lambda p: (p.f_v_ci95_low, p.f_v_ci95_high), colors,
-                         missing_on_edge=True, lines=(1.0,))]
+        labels = [
+            _panel(
+                top,
+                candidates,
+                lambda p: p.f_v,
+                lambda p: (p.f_v_ci95_low, p.f_v_ci95_high),
+                colors,
+                missing_on_edge=True,
+                lines=(1.0,),
+            )
+        ]
         top.axhline(1.0, color="0.2", lw=0.8, ls="--", zorder=1)
         top.text(0.01, 1.0, "BF16 reference, F = 1", transform=top.get_yaxis_transform(), fontsize=7, va="bottom")
         top.set_ylabel("F_v = PPL(BF16) / PPL(candidate)\n(verification set, 95% bootstrap interval)", fontsize=8)
@@ -179,12 +243,28 @@ def draw(pts: list[CandidatePoint], rho: float) -> Figure:
         _limit_lines(top, judged, label=True)
         if has_acc:
             bottom = axes[1][col]
-            labels.append(_panel(bottom, candidates, lambda p: p.accuracy_rel, lambda p: (None, None), colors,
-                                 missing_on_edge=False, lines=(1.0, rho)))
+            labels.append(
+                _panel(
+                    bottom,
+                    candidates,
+                    lambda p: p.accuracy_rel,
+                    lambda p: (None, None),
+                    colors,
+                    missing_on_edge=False,
+                    lines=(1.0, rho),
+                )
+            )
             bottom.axhline(1.0, color="0.2", lw=0.8, ls="--", zorder=1)
             bottom.axhline(rho, color="C3", lw=1, ls="-.", zorder=1)
-            bottom.text(0.01, rho, f"gate: A >= {rho:g} A(BF16)", transform=bottom.get_yaxis_transform(), fontsize=7,
-                        va="bottom", color="C3")
+            bottom.text(
+                0.01,
+                rho,
+                f"gate: A >= {rho:g} A(BF16)",
+                transform=bottom.get_yaxis_transform(),
+                fontsize=7,
+                va="bottom",
+                color="C3",
+            )
             bottom.set_ylabel("mean accuracy relative to BF16\n(GSM8K, HumanEval, TriviaQA)", fontsize=8)
             _limit_lines(bottom, judged, label=False)
         axes[-1][col].set_xlabel("package bits per source parameter (8 S_pkg / n_params)")
@@ -194,20 +274,49 @@ def draw(pts: list[CandidatePoint], rho: float) -> Figure:
         for ax in axes[:, col]:
             ax.grid(alpha=0.25)
         numbers += zip(axes[:, col], labels)
-    entries = [Line2D([], [], ls="none", marker=marker(ps)[0], fillstyle=marker(ps)[1], color=colors[n],
-                      markersize=7, markeredgewidth=1.3,
-                      label=textwrap.fill(f"{n}  {(ps[0].source + ': ') if len(sources) > 1 else ''}"
-                                          f"{ps[0].candidate}: {verdict_text(ps)}"
-                                          + ("" if ps[0].bits_per_param is not None else
-                                             " (not plotted: no package size)"), 100, subsequent_indent="     "))
-               for n, ps in sorted(by_number.items())]
+    entries = [
+        Line2D(
+            [],
+            [],
+            ls="none",
+            marker=marker(ps)[0],
+            fillstyle=marker(ps)[1],
+            color=colors[n],
+            markersize=7,
+            markeredgewidth=1.3,
+            label=textwrap.fill(
+                f"{n}  {(ps[0].source + ': ') if len(sources) > 1 else ''}"
+                f"{ps[0].candidate}: {verdict_text(ps)}"
+                + ("" if ps[0].bits_per_param is not None else " (not plotted: no package size)"),
+                100,
+                subsequent_indent="     ",
+            ),
+        )
+        for n, ps in sorted(by_number.items())
+    ]
     fig.tight_layout(h_pad=2.0, w_pad=2.0)  # tick labels at the panels' ends stay apart
     for ax, (texts, xs, ys, avoid) in numbers:
         figure.place_labels(ax, texts, xs, ys, avoid, objects=[t for t in ax.texts if t not in texts])
-    fig.legend(handles=entries, loc="upper left", bbox_to_anchor=(0.0, 0.0), fontsize=7.5, frameon=False,
-               title="candidates (number: name: verdict per storage limit)", title_fontsize=8, alignment="left")
-    fig.legend(handles=_style_legend(), loc="upper left", bbox_to_anchor=(1.0, 0.97), fontsize=7.5, frameon=False,
-               title="marker", title_fontsize=8, alignment="left")
+    fig.legend(
+        handles=entries,
+        loc="upper left",
+        bbox_to_anchor=(0.0, 0.0),
+        fontsize=7.5,
+        frameon=False,
+        title="candidates (number: name: verdict per storage limit)",
+        title_fontsize=8,
+        alignment="left",
+    )
+    fig.legend(
+        handles=_style_legend(),
+        loc="upper left",
+        bbox_to_anchor=(1.0, 0.97),
+        fontsize=7.5,
+        frameon=False,
+        title="marker",
+        title_fontsize=8,
+        alignment="left",
+    )
     return fig
 
 

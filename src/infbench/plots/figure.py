@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import matplotlib
 
@@ -51,8 +51,14 @@ def _stack_coincident(ax: plt.Axes, texts: list) -> None:
             t.set_position(ax.transData.inverted().transform((x, y + 1.6 * k * t.get_fontsize())))
 
 
-def place_labels(ax: plt.Axes, texts: list, x: Sequence[float], y: Sequence[float],
-                 avoid: Sequence[tuple[float, float]] = (), objects: Sequence = ()) -> None:
+def place_labels(
+    ax: plt.Axes,
+    texts: list,
+    x: Sequence[float],
+    y: Sequence[float],
+    avoid: Sequence[tuple[float, float]] = (),
+    objects: Sequence = (),
+) -> None:
     """Move ``texts`` (labels of the points ``x``, ``y``) apart and off the points, ``avoid`` (more
     data points, e.g. along error bars) and ``objects`` (other texts), with a thin line back to
     their point. adjustText runs for a fixed number of iterations (by default it stops after a
@@ -61,7 +67,18 @@ def place_labels(ax: plt.Axes, texts: list, x: Sequence[float], y: Sequence[floa
         return
     _stack_coincident(ax, texts)
     extra_x, extra_y = zip(*avoid) if avoid else ((), ())
-    adjust_text(texts, x=[*x, *extra_x], y=[*y, *extra_y], target_x=list(x), target_y=list(y), ax=ax,
-                objects=list(objects) or None,
-                expand=(1.5, 1.8), force_static=(0.5, 0.8), force_text=(0.3, 0.5), iter_lim=400, time_lim=None,
-                arrowprops={"arrowstyle": "-", "color": "0.5", "lw": 0.5})
+    adjust_text(
+        texts,
+        x=[*x, *extra_x],
+        y=[*y, *extra_y],
+        target_x=list(x),
+        target_y=list(y),
+        ax=ax,
+        objects=list(objects) or None,
+        expand=(1.5, 1.8),
+        force_static=(0.5, 0.8),
+        force_text=(0.3, 0.5),
+        iter_lim=400,
+        time_lim=None,
+        arrowprops={"arrowstyle": "-", "color": "0.5", "lw": 0.5},
+    )

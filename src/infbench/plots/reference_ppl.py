@@ -40,8 +40,17 @@ def points(items: list[tuple[tuple[str, str], str, str]]) -> list[ContextPoint]:
         for index, lp in zip(scored["index"], scored["logprobs"]):
             lp = np.asarray(lp, dtype=np.float64)
             ln_ppl = float(-lp.mean())
-            out.append(ContextPoint(source=source, set=set_name, index=int(index), family=str(families[index]),
-                                    tokens=int(lp.size), ppl=float(np.exp(ln_ppl)), ln_ppl=ln_ppl))
+            out.append(
+                ContextPoint(
+                    source=source,
+                    set=set_name,
+                    index=int(index),
+                    family=str(families[index]),
+                    tokens=int(lp.size),
+                    ppl=float(np.exp(ln_ppl)),
+                    ln_ppl=ln_ppl,
+                )
+            )
     return out
 
 
@@ -53,8 +62,9 @@ def _set_ppl(pts: list[ContextPoint]) -> float:
 def draw(pts: list[ContextPoint]) -> Figure:
     panels = list(dict.fromkeys((p.source, p.set) for p in pts))
     families = sorted({p.family for p in pts})
-    fig, axes = plt.subplots(1, max(1, len(panels)), figsize=(4.8 * max(1, len(panels)), 3.8), squeeze=False,
-                             sharex=True)
+    fig, axes = plt.subplots(
+        1, max(1, len(panels)), figsize=(4.8 * max(1, len(panels)), 3.8), squeeze=False, sharex=True
+    )
     if not pts:
         figure.say_empty(axes[0][0], "no reference scores")
     values = [p.ln_ppl for p in pts] or [0.0]
@@ -62,17 +72,35 @@ def draw(pts: list[ContextPoint]) -> Figure:
     for ax, (source, set_name) in zip(axes[0], panels):
         mine = [p for p in pts if (p.source, p.set) == (source, set_name)]
         stacks = [[p.ln_ppl for p in mine if p.family == f] for f in families]
-        ax.hist(stacks, bins=edges, stacked=True, color=[f"C{i}" for i in range(len(families))],
-                label=[f"{f} (n = {len(s)})" for f, s in zip(families, stacks)])
+        ax.hist(
+            stacks,
+            bins=edges,
+            stacked=True,
+            color=[f"C{i}" for i in range(len(families))],
+            label=[f"{f} (n = {len(s)})" for f, s in zip(families, stacks)],
+        )
         reference = _set_ppl(mine)
         ax.axvline(np.log(reference), color="0.2", ls="--", lw=1)
-        ax.text(np.log(reference), 0.98, f" PPL_D(p) = {reference:.4g}", transform=ax.get_xaxis_transform(),
-                fontsize=7, va="top", bbox=figure.LABEL_BOX)
+        ax.text(
+            np.log(reference),
+            0.98,
+            f" PPL_D(p) = {reference:.4g}",
+            transform=ax.get_xaxis_transform(),
+            fontsize=7,
+            va="top",
+            bbox=figure.LABEL_BOX,
+        )
         ax.set_title(f"{source} / {set_name} set ({len(mine)} contexts)", fontsize=9)
         ax.set_xlabel("ln PPL per context (teacher-forced BF16)")
         ax.yaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.legend(title="source family", fontsize=7, title_fontsize=7, loc="upper left", bbox_to_anchor=(0, -0.2),
-                  frameon=False)
+        ax.legend(
+            title="source family",
+            fontsize=7,
+            title_fontsize=7,
+            loc="upper left",
+            bbox_to_anchor=(0, -0.2),
+            frameon=False,
+        )
     axes[0][0].set_ylabel("contexts")
     fig.tight_layout()
     return fig

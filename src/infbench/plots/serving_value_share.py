@@ -46,10 +46,21 @@ class ServingPoint(BaseModel):
 
 
 def point(row: ServingRow, role: str) -> ServingPoint:
-    return ServingPoint(deployment=row.deployment, role=role, system=row.system, concurrency=row.concurrency,
-                        seeds=row.seeds, f=row.f, G=row.G, D=row.D, G_ci95_low=row.g_ci95_low,
-                        G_ci95_high=row.g_ci95_high, D_ci95_low=row.d_ci95_low, D_ci95_high=row.d_ci95_high,
-                        completed_requests=row.completed_timed_requests)
+    return ServingPoint(
+        deployment=row.deployment,
+        role=role,
+        system=row.system,
+        concurrency=row.concurrency,
+        seeds=row.seeds,
+        f=row.f,
+        G=row.G,
+        D=row.D,
+        G_ci95_low=row.g_ci95_low,
+        G_ci95_high=row.g_ci95_high,
+        D_ci95_low=row.d_ci95_low,
+        D_ci95_high=row.d_ci95_high,
+        completed_requests=row.completed_timed_requests,
+    )
 
 
 def points(baseline: ServingRow, systems: list[ServingRow]) -> list[ServingPoint]:
@@ -63,13 +74,16 @@ def _label(p: ServingPoint) -> str:
     seeds = len(p.seeds.split(","))
     head = f"{name} ({BASELINE})" if p.role == BASELINE else name
     tail = "" if p.f is not None else " (nothing completed: f undefined)"
-    return f"{head}: D = {d} @{p.concurrency}, n = {p.completed_requests} req, {seeds} seed{'s' if seeds > 1 else ''}{tail}"
+    plural = "s" if seeds > 1 else ""
+    return f"{head}: D = {d} @{p.concurrency}, n = {p.completed_requests} req, {seeds} seed{plural}{tail}"
 
 
 def _iso_levels(baseline: ServingPoint, g_max: float) -> list[tuple[float, str]]:
     if baseline.D:
-        return [(k * baseline.D, f"D = {k:g}x baseline" if k != 1 else f"D = baseline {baseline.D:.3g}")
-                for k in ISO_MULTIPLES]
+        return [
+            (k * baseline.D, f"D = {k:g}x baseline" if k != 1 else f"D = baseline {baseline.D:.3g}")
+            for k in ISO_MULTIPLES
+        ]
     return [(d, f"D = {d:.3g}") for d in MaxNLocator(4).tick_values(0, g_max)[1:]]
 
 
@@ -84,23 +98,56 @@ def _panel(ax, pts: list[ServingPoint]) -> None:
         if d >= g_max:  # G = D / f >= D: the curve never enters the panel
             continue
         ax.plot(f, d / f, color="0.55", lw=0.8, ls="--", zorder=1)
-        ax.annotate(text, (1.0, d), xytext=(4, 0), textcoords="offset points", fontsize=7, color="0.4",
-                    ha="left", va="center", annotation_clip=False)  # where the curve meets f = 1, outside
+        ax.annotate(
+            text,
+            (1.0, d),
+            xytext=(4, 0),
+            textcoords="offset points",
+            fontsize=7,
+            color="0.4",
+            ha="left",
+            va="center",
+            annotation_clip=False,
+        )  # where the curve meets f = 1, outside
     colors = itertools.cycle(plt.get_cmap("tab10").colors)
     texts, xs, ys, avoid = [], [], [], []
     for p in pts:
         x, y = (0.0 if p.f is None else p.f), p.G
         if p.role == BASELINE:
-            ax.plot(x, y, marker="*", markersize=16, color="black", markeredgecolor="white", ls="none", zorder=7,
-                    clip_on=False)  # over the systems' markers
+            ax.plot(
+                x,
+                y,
+                marker="*",
+                markersize=16,
+                color="black",
+                markeredgecolor="white",
+                ls="none",
+                zorder=7,
+                clip_on=False,
+            )  # over the systems' markers
             color = "black"
         else:
             color = next(colors)
-            ax.errorbar(x, y, yerr=[[max(0.0, y - p.G_ci95_low)], [max(0.0, p.G_ci95_high - y)]], color=color,
-                        capsize=3, lw=1, clip_on=False)
+            ax.errorbar(
+                x,
+                y,
+                yerr=[[max(0.0, y - p.G_ci95_low)], [max(0.0, p.G_ci95_high - y)]],
+                color=color,
+                capsize=3,
+                lw=1,
+                clip_on=False,
+            )
             avoid += [(x, g) for g in np.linspace(p.G_ci95_low, p.G_ci95_high, 15)]
-            ax.plot(x, y, marker="o" if p.f is not None else "x", markersize=8, color=color, ls="none", zorder=6,
-                    clip_on=False)
+            ax.plot(
+                x,
+                y,
+                marker="o" if p.f is not None else "x",
+                markersize=8,
+                color=color,
+                ls="none",
+                zorder=6,
+                clip_on=False,
+            )
         texts.append(ax.text(x, y, _label(p), fontsize=7, color=color, bbox=figure.LABEL_BOX, zorder=5))
         xs.append(x)
         ys.append(y)

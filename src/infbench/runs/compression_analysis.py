@@ -40,8 +40,11 @@ def best_so_far(records: list[RunRecord]) -> list[BestSoFarRow]:
         for i, call in enumerate(rewards(rec), start=1):
             if call.reward > 0 and call.ppl is not None:
                 best = call.ppl if best is None else min(best, call.ppl)
-            rows.append(BestSoFarRow(run=rec.run, call=i, t_hours=hours(rec, call.time), ppl=call.ppl,
-                                     reward=call.reward, best_ppl=best))
+            rows.append(
+                BestSoFarRow(
+                    run=rec.run, call=i, t_hours=hours(rec, call.time), ppl=call.ppl, reward=call.reward, best_ppl=best
+                )
+            )
     return rows
 
 
@@ -77,8 +80,16 @@ def outcomes(records: list[RunRecord], tolerance: float) -> list[OutcomeRow]:
         for call in rewards(rec):
             counts[quarter(rec, call.time)][outcome(call.reward, best, tolerance)] += 1
             best = call.reward if best is None else max(best, call.reward)
-        rows += [OutcomeRow(run=rec.run, quarter=q, new_best=c["new best"], same_as_best=c["same as best"],
-                            worse=c["worse"]) for q, c in counts.items()] if rewards(rec) else []
+        rows += (
+            [
+                OutcomeRow(
+                    run=rec.run, quarter=q, new_best=c["new best"], same_as_best=c["same as best"], worse=c["worse"]
+                )
+                for q, c in counts.items()
+            ]
+            if rewards(rec)
+            else []
+        )
     return rows
 
 
@@ -113,8 +124,17 @@ def ranking_pairs(records: list[RunRecord], tolerance: float) -> list[RankingPai
                 ma, mb = a.local_metrics[metric], b.local_metrics[metric]
                 local = a.version if ma < mb else b.version
                 verdict = "tie" if feedback is None else ("confirmed" if feedback == local else "reversed")
-                rows.append(RankingPairRow(run=rec.run, metric=metric, before=a.version, after=b.version,
-                                           local_prefers=local, feedback_prefers=feedback, verdict=verdict))
+                rows.append(
+                    RankingPairRow(
+                        run=rec.run,
+                        metric=metric,
+                        before=a.version,
+                        after=b.version,
+                        local_prefers=local,
+                        feedback_prefers=feedback,
+                        verdict=verdict,
+                    )
+                )
     return rows
 
 
@@ -143,10 +163,19 @@ def revisions(records: list[RunRecord], band_gib: float) -> list[RevisionRow]:
             if abs(ea) < 1e-12:
                 continue
             size = None if a.s_pkg_bytes is None or b.s_pkg_bytes is None else (b.s_pkg_bytes - a.s_pkg_bytes) / GIB
-            rows.append(RevisionRow(run=rec.run, before=a.submission, after=b.submission, t_hours=hours(rec, b.time),
-                                    e_before=ea, e_after=eb, effect_pct=100 * (eb / ea - 1), size_change_gib=size,
-                                    size_band="within band" if size is not None and abs(size) <= band_gib
-                                    else "size changed"))
+            rows.append(
+                RevisionRow(
+                    run=rec.run,
+                    before=a.submission,
+                    after=b.submission,
+                    t_hours=hours(rec, b.time),
+                    e_before=ea,
+                    e_after=eb,
+                    effect_pct=100 * (eb / ea - 1),
+                    size_change_gib=size,
+                    size_band="within band" if size is not None and abs(size) <= band_gib else "size changed",
+                )
+            )
     return rows
 
 
@@ -164,13 +193,20 @@ def stopping(records: list[RunRecord]) -> list[StoppingRow]:
     rows = []
     for rec in records:
         completions = [e for e in rec.events if isinstance(e, CompletionDeclared)]
-        packages = [(e.time, e.content_hash) for e in rec.events if isinstance(e, VersionPublished)] or \
-                   [(c.time, c.content_hash) for c in rewards(rec)]
+        packages = [(e.time, e.content_hash) for e in rec.events if isinstance(e, VersionPublished)] or [
+            (c.time, c.content_hash) for c in rewards(rec)
+        ]
         changes = [t for (t, h), (_, prev) in zip(packages, [(None, None), *packages]) if h != prev]
         first = hours(rec, completions[0].time) if completions else None
         last = hours(rec, changes[-1]) if changes else None
         both = first is not None and last is not None
-        rows.append(StoppingRow(run=rec.run, first_completion_h=first, last_weight_change_h=last,
-                                declared_before_last_change=first < last if both else None,
-                                gap_h=last - first if both else None))
+        rows.append(
+            StoppingRow(
+                run=rec.run,
+                first_completion_h=first,
+                last_weight_change_h=last,
+                declared_before_last_change=first < last if both else None,
+                gap_h=last - first if both else None,
+            )
+        )
     return rows

@@ -60,19 +60,33 @@ def discover(cfg: Config, tasks: dict[str, Task]) -> dict[str, RunEntry]:
     found: dict[str, RunEntry] = {}
     task = reference_task(cfg, tasks)
     if task is not None:
-        found[REFERENCE] = RunEntry(name=REFERENCE, path=REFERENCE_DIR, inputs=[REFERENCE_DIR], task=task.name, source=task.source,
-                                    candidate=f"run-{REFERENCE}", final=f"{REFERENCE_DIR}/final", final_inputs=[REFERENCE_DIR],
-                                    label=_label(REFERENCE, REFERENCE_AGENT.model, REFERENCE_AGENT.scaffold, REFERENCE_AGENT.effort))
+        found[REFERENCE] = RunEntry(
+            name=REFERENCE,
+            path=REFERENCE_DIR,
+            inputs=[REFERENCE_DIR],
+            task=task.name,
+            source=task.source,
+            candidate=f"run-{REFERENCE}",
+            final=f"{REFERENCE_DIR}/final",
+            final_inputs=[REFERENCE_DIR],
+            label=_label(REFERENCE, REFERENCE_AGENT.model, REFERENCE_AGENT.scaffold, REFERENCE_AGENT.effort),
+        )
     root = Path(cfg.runs.dir)
     for path in sorted(root.iterdir()) if root.is_dir() else []:
         if not path.is_dir() or path.name.startswith("."):
             continue
         if not NAME.match(path.name) or path.name in found:
-            raise ConfigError("runs.dir", f"run directory '{path}': names are [A-Za-z0-9._-]+ and not "
-                                          f"'{REFERENCE}' (the reference search's)")
+            raise ConfigError(
+                "runs.dir",
+                f"run directory '{path}': names are [A-Za-z0-9._-]+ and not '{REFERENCE}' (the reference search's)",
+            )
         inputs = sorted(str(p) for p in path.rglob("*") if p.is_file())
-        entry = RunEntry(name=path.name, path=str(path), inputs=inputs,
-                         reason=ingest.check(path, known_models=known, tasks=set(tasks)))
+        entry = RunEntry(
+            name=path.name,
+            path=str(path),
+            inputs=inputs,
+            reason=ingest.check(path, known_models=known, tasks=set(tasks)),
+        )
         if entry.reason is None:
             spec = ingest.read_spec(path)
             if spec.track == "compression":

@@ -4,14 +4,14 @@ declarations, load (concurrency) changes, tool calls."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Union
+from typing import Annotated
 
 from pydantic import Field, TypeAdapter
 
 from infbench.runs.jsonl import timed_events
 from infbench.runs.schema import CompletionDeclared, LoadChange, ToolCall
 
-_Line = TypeAdapter(Annotated[Union[CompletionDeclared, LoadChange, ToolCall], Field(discriminator="type")])
+_Line = TypeAdapter(Annotated[CompletionDeclared | LoadChange | ToolCall, Field(discriminator="type")])
 
 
 def events(path: Path) -> list[CompletionDeclared | LoadChange | ToolCall]:

@@ -17,9 +17,16 @@ from infbench.runs.jsonl import RunError, first_error
 from infbench.runs.schema import RunRecord, RunSpec, RunStatus
 
 SPEC = "run.yaml"
-EVENTS_SCHEMA = pa.schema([("run", pa.string()), ("seq", pa.int64()), ("type", pa.string()),
-                           ("time", pa.timestamp("us", tz="UTC")), ("t_hours", pa.float64()),
-                           ("payload", pa.string())])
+EVENTS_SCHEMA = pa.schema(
+    [
+        ("run", pa.string()),
+        ("seq", pa.int64()),
+        ("type", pa.string()),
+        ("time", pa.timestamp("us", tz="UTC")),
+        ("t_hours", pa.float64()),
+        ("payload", pa.string()),
+    ]
+)
 
 
 def read_spec(run_dir: Path) -> RunSpec:
@@ -50,16 +57,22 @@ def load(run_dir: str | Path, *, known_models: set[str], tasks: set[str], hashes
     run_dir = Path(run_dir)
     spec = read_spec(run_dir)
     if spec.agent.model not in known_models:
-        raise RunError(run_dir / SPEC, f"field 'agent.model': unknown agent '{spec.agent.model}' (config "
-                                       f"runs.prices names {', '.join(sorted(known_models))})")
+        raise RunError(
+            run_dir / SPEC,
+            f"field 'agent.model': unknown agent '{spec.agent.model}' (config "
+            f"runs.prices names {', '.join(sorted(known_models))})",
+        )
     if spec.track == "compression" and spec.task not in tasks:
         raise RunError(run_dir / SPEC, f"field 'task': unknown task '{spec.task}' (tasks: {', '.join(sorted(tasks))})")
     if spec.end <= spec.start:
         raise RunError(run_dir / SPEC, "field 'end' is not after 'start'")
     final_submission(run_dir, spec)
     found = []
-    sources = [("reward_log.jsonl", reward_log.events), ("replay_log.jsonl", replay_log.events),
-               ("events.jsonl", events_log.events)]
+    sources = [
+        ("reward_log.jsonl", reward_log.events),
+        ("replay_log.jsonl", replay_log.events),
+        ("events.jsonl", events_log.events),
+    ]
     for name, read in sources:
         if (run_dir / name).is_file():
             found += [(run_dir / name, e) for e in read(run_dir / name)]
@@ -69,8 +82,11 @@ def load(run_dir: str | Path, *, known_models: set[str], tasks: set[str], hashes
         found += [(run_dir / "transcripts", e) for e in transcripts.events(run_dir / "transcripts")]
     for path, event in found:
         if not spec.start <= event.time <= spec.end:
-            raise RunError(path, f"{event.type} event at {event.time.isoformat()} is outside the run's "
-                                 f"start..end ({spec.start.isoformat()} .. {spec.end.isoformat()})")
+            raise RunError(
+                path,
+                f"{event.type} event at {event.time.isoformat()} is outside the run's "
+                f"start..end ({spec.start.isoformat()} .. {spec.end.isoformat()})",
+            )
     events = sorted((e for _, e in found), key=lambda e: e.time)
     return RunRecord(run=run_dir.name, spec=spec, events=events)
 
@@ -84,8 +100,17 @@ def check(run_dir: Path, *, known_models: set[str], tasks: set[str]) -> str | No
     return None
 
 
-def ingest(run_dir: str | Path, name: str, *, known_models: set[str], tasks: set[str], candidate: str | None,
-           status_path: str, record_path: str, events_path: str) -> RunStatus:
+def ingest(
+    run_dir: str | Path,
+    name: str,
+    *,
+    known_models: set[str],
+    tasks: set[str],
+    candidate: str | None,
+    status_path: str,
+    record_path: str,
+    events_path: str,
+) -> RunStatus:
     """Write the status, the record and the events table; a run that fails gets a status naming why
     (and an empty record and table), never an exception."""
     try:
@@ -97,12 +122,26 @@ def ingest(run_dir: str | Path, name: str, *, known_models: set[str], tasks: set
     else:
         record = record.model_copy(update={"run": name})
         spec = record.spec
-        status = RunStatus(run=name, ingested=True, agent=spec.agent, track=spec.track, task=spec.task,
-                           candidate=candidate, events=len(record.events))
-        rows = [{"run": name, "seq": i, "type": e.type, "time": e.time,
-                 "t_hours": (e.time - spec.start).total_seconds() / 3600,
-                 "payload": json.dumps(e.model_dump(mode="json", exclude={"type", "time"}), sort_keys=True)}
-                for i, e in enumerate(record.events)]
+        status = RunStatus(
+            run=name,
+            ingested=True,
+            agent=spec.agent,
+            track=spec.track,
+            task=spec.task,
+            candidate=candidate,
+            events=len(record.events),
+        )
+        rows = [
+            {
+                "run": name,
+                "seq": i,
+                "type": e.type,
+                "time": e.time,
+                "t_hours": (e.time - spec.start).total_seconds() / 3600,
+                "payload": json.dumps(e.model_dump(mode="json", exclude={"type", "time"}), sort_keys=True),
+            }
+            for i, e in enumerate(record.events)
+        ]
         atomic.write_json(record_path, record.model_dump(mode="json"))
     atomic.write_parquet(events_path, pd.DataFrame(rows, columns=EVENTS_SCHEMA.names), EVENTS_SCHEMA)
     atomic.write_json(status_path, status.model_dump(mode="json"))

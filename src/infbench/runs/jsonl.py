@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterator
 from datetime import datetime
 from pathlib import Path
-from typing import Callable, Iterator, TypeVar
+from typing import TypeVar
 
 from pydantic import ValidationError
 
@@ -41,8 +42,11 @@ def check_order(path: Path, times: list[tuple[int, datetime]]) -> None:
     """A log is appended as things happen: its times never go backwards."""
     for (_, before), (line, after) in zip(times, times[1:]):
         if after < before:
-            raise RunError(path, f"event out of order: {after.isoformat()} is before the previous line's "
-                                 f"{before.isoformat()}", line)
+            raise RunError(
+                path,
+                f"event out of order: {after.isoformat()} is before the previous line's {before.isoformat()}",
+                line,
+            )
 
 
 def first_error(exc) -> str:

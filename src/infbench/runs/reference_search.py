@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import shutil
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
@@ -38,7 +38,7 @@ KEY = "runs.reference_search.candidates"
 
 
 def _now() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 def reconstruction_error(f16_gguf: Path, quantized: Path) -> float:
@@ -69,9 +69,19 @@ class _Log:
             fh.write(json.dumps({"time": _now().isoformat(), **fields}, sort_keys=True) + "\n")
 
 
-def run(out_dir: str | Path, *, f16_gguf: str, checkpoint: str, task: Task, search: ReferenceSearchSettings,
-        results: Layout, settings: VerificationSettings, sandbox: SandboxSettings, threads: int,
-        worker_log: str | None = None) -> str:
+def run(
+    out_dir: str | Path,
+    *,
+    f16_gguf: str,
+    checkpoint: str,
+    task: Task,
+    search: ReferenceSearchSettings,
+    results: Layout,
+    settings: VerificationSettings,
+    sandbox: SandboxSettings,
+    threads: int,
+    worker_log: str | None = None,
+) -> str:
     """Search, leaving a run directory at ``out_dir``; returns the name of the best version."""
     plan, budget_hours = search.candidates, search.budget_hours
     start = _now()
@@ -81,11 +91,19 @@ def run(out_dir: str | Path, *, f16_gguf: str, checkpoint: str, task: Task, sear
         best: tuple[float, str] | None = None
         for step, cand in enumerate(plan):
             version = f"v{step + 1}-{cand.name}"
-            events.event(type="tool_call", name=f"quantize {cand.type}"
-                                                + (f" token_embd={cand.token_embd}" if cand.token_embd else ""))
-            manifest = Manifest(name=cand.name, source=task.source, runtime="llama.cpp", weights=WEIGHTS,
-                                tokenizer="tokenizer", description=f"reference search: llama.cpp {cand.type}"
-                                + (f", token_embd {cand.token_embd}" if cand.token_embd else ""))
+            events.event(
+                type="tool_call",
+                name=f"quantize {cand.type}" + (f" token_embd={cand.token_embd}" if cand.token_embd else ""),
+            )
+            manifest = Manifest(
+                name=cand.name,
+                source=task.source,
+                runtime="llama.cpp",
+                weights=WEIGHTS,
+                tokenizer="tokenizer",
+                description=f"reference search: llama.cpp {cand.type}"
+                + (f", token_embd {cand.token_embd}" if cand.token_embd else ""),
+            )
 
             def fill(pkg: Path, cand=cand) -> None:
                 quantize(f16_gguf, pkg / WEIGHTS, cand.type, threads, token_embd=cand.token_embd, key=KEY)
@@ -93,18 +111,35 @@ def run(out_dir: str | Path, *, f16_gguf: str, checkpoint: str, task: Task, sear
 
             write_package(versions / version, manifest, fill)
             mse = reconstruction_error(Path(f16_gguf), versions / version / WEIGHTS)
-            atomic.write_json(versions / f"{version}.json", {"published_at": _now().isoformat(),
-                                                             "local_metrics": {"weight_rel_mse": mse}})
+            atomic.write_json(
+                versions / f"{version}.json",
+                {"published_at": _now().isoformat(), "local_metrics": {"weight_rel_mse": mse}},
+            )
             events.event(type="tool_call", name="infbench reward")
-            record = reward(str(versions / version), task, results=results, settings=settings,
-                            sandbox=sandbox, threads=threads, log_path=tmp / "reward_log.jsonl", worker_log=worker_log)
+            record = reward(
+                str(versions / version),
+                task,
+                results=results,
+                settings=settings,
+                sandbox=sandbox,
+                threads=threads,
+                log_path=tmp / "reward_log.jsonl",
+                worker_log=worker_log,
+            )
             if record.reward > 0 and (best is None or record.reward > best[0]):
                 best = (record.reward, version)
         if best is None:
             raise RuntimeError(f"reference search: no candidate of {KEY} has a positive reward on {task.name}")
         shutil.copytree(versions / best[1], tmp / "final")
         events.event(type="completion", note=f"best: {best[1]} (reward {best[0]:.4f})")
-        spec = RunSpec(agent=AGENT, track="compression", task=task.name, budget_hours=budget_hours, start=start,
-                       end=_now(), final_submission="final")
+        spec = RunSpec(
+            agent=AGENT,
+            track="compression",
+            task=task.name,
+            budget_hours=budget_hours,
+            start=start,
+            end=_now(),
+            final_submission="final",
+        )
         (tmp / "run.yaml").write_text(yaml.safe_dump(spec.model_dump(mode="json"), sort_keys=False))
     return best[1]

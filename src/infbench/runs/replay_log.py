@@ -5,7 +5,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from pydantic import BaseModel, ValidationError
@@ -44,9 +44,17 @@ def append(summary_json: str | Path, server_dir: str | Path, log_path: str | Pat
         raise RunError(path, f"not a replay summary: {first_error(exc)}") from None
     if not Path(server_dir).is_dir():
         raise RunError(server_dir, "the server's code and configuration directory does not exist")
-    call = ReplayCall(time=datetime.now(timezone.utc), content_hash=content_hash(server_dir), seed=summary.seed,
-                      concurrency=summary.concurrency, D=summary.score.D, G=summary.score.G, f=summary.score.f,
-                      completed=summary.score.completed, wall_s=wall_s)
+    call = ReplayCall(
+        time=datetime.now(UTC),
+        content_hash=content_hash(server_dir),
+        seed=summary.seed,
+        concurrency=summary.concurrency,
+        D=summary.score.D,
+        G=summary.score.G,
+        f=summary.score.f,
+        completed=summary.score.completed,
+        wall_s=wall_s,
+    )
     Path(log_path).parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "a") as log:
         log.write(call.model_dump_json(exclude={"type"}) + "\n")

@@ -23,8 +23,11 @@ def _table(rows: list[BaseModel], model: type[BaseModel], paths: dict[str, str],
     frame = pd.DataFrame([r.model_dump() for r in rows], columns=list(model.model_fields))
     atomic.write_text(paths["csv"], frame.to_csv(index=False, float_format="%.6g", lineterminator="\n"))
     shown = frame.astype(object).where(frame.notna(), "")  # an empty cell, not "nan", for a missing value
-    md = shown.to_markdown(index=False, floatfmt=".6g") if rows else "| " + " | ".join(frame.columns) + " |\n" \
-        + "|" + "---|" * len(frame.columns) + "\n\n(no rows)"
+    md = (
+        shown.to_markdown(index=False, floatfmt=".6g")
+        if rows
+        else "| " + " | ".join(frame.columns) + " |\n" + "|" + "---|" * len(frame.columns) + "\n\n(no rows)"
+    )
     atomic.write_text(paths["md"], md + "\n")
     atomic.write_json(paths["provenance"], provenance.collect(params, inputs).model_dump(mode="json"))
 
@@ -45,8 +48,14 @@ def _status_row(s: RunStatus) -> StatusRow:
     return StatusRow(**s.model_dump(exclude={"agent"}), agent=agent)
 
 
-def write(statuses: list[str], records: list[str], verified: dict[str, str], *, tables: dict[str, dict[str, str]],
-          settings: dict) -> dict[str, list[BaseModel]]:
+def write(
+    statuses: list[str],
+    records: list[str],
+    verified: dict[str, str],
+    *,
+    tables: dict[str, dict[str, str]],
+    settings: dict,
+) -> dict[str, list[BaseModel]]:
     """``tables[name]`` = {csv, md, provenance}; ``verified`` = run -> the verification record of its
     final submission on its own task. Returns what each figure of :data:`PLOTTED` draws: its table's
     rows (the concurrency paths: their points)."""
@@ -61,11 +70,16 @@ def write(statuses: list[str], records: list[str], verified: dict[str, str], *, 
     costs = cost.cost(recs, settings["prices"])
     checked = {run: EvaluationRecord.model_validate_json(Path(p).read_text()) for run, p in verified.items()}
     results = {
-        "status": ([_status_row(s) for s in status], StatusRow), "best_so_far": (ca.best_so_far(comp), ca.BestSoFarRow),
-        "outcomes": (ca.outcomes(comp, tol), ca.OutcomeRow), "ranking_pairs": (ca.ranking_pairs(comp, tol), ca.RankingPairRow),
-        "revisions": (ca.revisions(comp, band), ca.RevisionRow), "stopping": (ca.stopping(comp), ca.StoppingRow),
-        "concurrency_paths": (paths, sa.PathRow), "first_usable_replay": (sa.first_usable(serv, gap), sa.FirstUsableRow),
-        "matched_seeds": (sa.matched_seeds(serv), sa.MatchedSeedRow), "cost": (costs, cost.CostRow),
+        "status": ([_status_row(s) for s in status], StatusRow),
+        "best_so_far": (ca.best_so_far(comp), ca.BestSoFarRow),
+        "outcomes": (ca.outcomes(comp, tol), ca.OutcomeRow),
+        "ranking_pairs": (ca.ranking_pairs(comp, tol), ca.RankingPairRow),
+        "revisions": (ca.revisions(comp, band), ca.RevisionRow),
+        "stopping": (ca.stopping(comp), ca.StoppingRow),
+        "concurrency_paths": (paths, sa.PathRow),
+        "first_usable_replay": (sa.first_usable(serv, gap), sa.FirstUsableRow),
+        "matched_seeds": (sa.matched_seeds(serv), sa.MatchedSeedRow),
+        "cost": (costs, cost.CostRow),
         "frontier": (cost.frontier(costs, checked), cost.FrontierRow),
     }
     inputs = {p: sha256_file(p) for p in [*statuses, *records, *verified.values()]}

@@ -7,7 +7,7 @@ lie within the run's ``[start, end]``. ``docs/runs.md`` documents each field.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Literal, Union
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -116,8 +116,10 @@ class TokenUsage(Strict):
     output: int = Field(ge=0)
 
 
-Event = Annotated[Union[RewardCall, ReplayCall, VersionPublished, CompletionDeclared, LoadChange, ToolCall,
-                        TokenUsage], Field(discriminator="type")]
+Event = Annotated[
+    RewardCall | ReplayCall | VersionPublished | CompletionDeclared | LoadChange | ToolCall | TokenUsage,
+    Field(discriminator="type"),
+]
 
 
 class RunRecord(Strict):

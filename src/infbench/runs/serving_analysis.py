@@ -63,11 +63,25 @@ def concurrency_paths(records: list[RunRecord], idle_gap_s: float) -> tuple[list
     for rec in records:
         path = concurrency_path(rec)
         values = [c for _, c in path]
-        rows.append(PathRow(run=rec.run, path=" > ".join(map(str, values)), moves=max(0, len(values) - 1),
-                            final=values[-1] if values else None, peak=max(values) if values else None,
-                            classification=classify(values)))
-        points += [PathPoint(run=rec.run, classification=rows[-1].classification,
-                             active_h=active_hours(rec, t, idle_gap_s), concurrency=c) for t, c in path]
+        rows.append(
+            PathRow(
+                run=rec.run,
+                path=" > ".join(map(str, values)),
+                moves=max(0, len(values) - 1),
+                final=values[-1] if values else None,
+                peak=max(values) if values else None,
+                classification=classify(values),
+            )
+        )
+        points += [
+            PathPoint(
+                run=rec.run,
+                classification=rows[-1].classification,
+                active_h=active_hours(rec, t, idle_gap_s),
+                concurrency=c,
+            )
+            for t, c in path
+        ]
     return rows, points
 
 
@@ -83,9 +97,14 @@ def first_usable(records: list[RunRecord], idle_gap_s: float) -> list[FirstUsabl
     for rec in records:
         replays = [e for e in rec.events if isinstance(e, ReplayCall)]
         usable = next((e for e in replays if e.completed > 0 and (e.D or 0) > 0), None)
-        rows.append(FirstUsableRow(run=rec.run, replays=len(replays),
-                                   first_usable_h=hours(rec, usable.time) if usable else None,
-                                   first_usable_active_h=active_hours(rec, usable.time, idle_gap_s) if usable else None))
+        rows.append(
+            FirstUsableRow(
+                run=rec.run,
+                replays=len(replays),
+                first_usable_h=hours(rec, usable.time) if usable else None,
+                first_usable_active_h=active_hours(rec, usable.time, idle_gap_s) if usable else None,
+            )
+        )
     return rows
 
 
@@ -114,6 +133,15 @@ def matched_seeds(records: list[RunRecord]) -> list[MatchedSeedRow]:
         for a, b in zip(order, order[1:]):
             for seed in sorted({s for h, s in last if h == a} & {s for h, s in last if h == b}):
                 x, y = last[(a, seed)], last[(b, seed)]
-                rows.append(MatchedSeedRow(run=rec.run, before=a[:12], after=b[:12], seed=seed, d_ratio=_ratio(y.D, x.D),
-                                           g_ratio=_ratio(y.G, x.G), f_ratio=_ratio(y.f, x.f)))
+                rows.append(
+                    MatchedSeedRow(
+                        run=rec.run,
+                        before=a[:12],
+                        after=b[:12],
+                        seed=seed,
+                        d_ratio=_ratio(y.D, x.D),
+                        g_ratio=_ratio(y.G, x.G),
+                        f_ratio=_ratio(y.f, x.f),
+                    )
+                )
     return rows

@@ -66,11 +66,13 @@ def claude_code(path: Path) -> list[TokenUsage | ToolCall]:
             key = str(message.get("id") or f"line-{line}")
             first = usage_by_message.get(key)
             usage_by_message[key] = TokenUsage(
-                time=first.time if first else time, model=str(message.get("model", "unknown")),
+                time=first.time if first else time,
+                model=str(message.get("model", "unknown")),
                 input=_count(path, line, usage, "input_tokens"),
                 cache_write=_count(path, line, usage, "cache_creation_input_tokens"),
                 cached=_count(path, line, usage, "cache_read_input_tokens"),
-                output=_count(path, line, usage, "output_tokens"))
+                output=_count(path, line, usage, "output_tokens"),
+            )
         for block in message.get("content") or []:
             if isinstance(block, dict) and block.get("type") == "tool_use":
                 tools.append(ToolCall(time=time, name=str(block.get("name", "unknown"))))
@@ -103,14 +105,23 @@ def codex(path: Path) -> list[TokenUsage | ToolCall]:
             if last is None and total is None:
                 raise RunError(path, "token_count info has neither last_token_usage nor total_token_usage", line)
             if last is None:
-                last = {k: _count(path, line, total, k) - (previous_total or {}).get(k, 0)
-                        for k in ("input_tokens", "cached_input_tokens", "output_tokens")}
+                last = {
+                    k: _count(path, line, total, k) - (previous_total or {}).get(k, 0)
+                    for k in ("input_tokens", "cached_input_tokens", "output_tokens")
+                }
             previous_total = total or previous_total
             inputs, cached = _count(path, line, last, "input_tokens"), _count(path, line, last, "cached_input_tokens")
             if cached > inputs:
                 raise RunError(path, f"cached_input_tokens {cached} exceed input_tokens {inputs}", line)
-            found.append(TokenUsage(time=time, model=model, input=inputs - cached, cached=cached,
-                                    output=_count(path, line, last, "output_tokens")))
+            found.append(
+                TokenUsage(
+                    time=time,
+                    model=model,
+                    input=inputs - cached,
+                    cached=cached,
+                    output=_count(path, line, last, "output_tokens"),
+                )
+            )
     check_order(path, times)
     return found
 

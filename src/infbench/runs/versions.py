@@ -35,6 +35,13 @@ def events(versions_dir: Path, *, hashes: bool = True) -> list[VersionPublished]
             digest, size = (content_hash(folder), package_bytes(folder)) if hashes else ("", 0)
         except SubmissionError as exc:  # a link out of the version folder
             raise RunError(folder, str(exc)) from None
-        found.append(VersionPublished(time=meta.published_at, version=folder.name, content_hash=digest,
-                                      s_pkg_bytes=size, local_metrics=meta.local_metrics))
+        found.append(
+            VersionPublished(
+                time=meta.published_at,
+                version=folder.name,
+                content_hash=digest,
+                s_pkg_bytes=size,
+                local_metrics=meta.local_metrics,
+            )
+        )
     return sorted(found, key=lambda e: e.time)

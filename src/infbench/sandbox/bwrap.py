@@ -2,7 +2,8 @@
 
 New mount, PID, network, IPC, UTS and cgroup namespaces (``--unshare-all``; the network namespace holds only
 its own loopback), no capabilities, a new session (no terminal to inject into), killed with its parent, an
-environment of exactly ``policy.env``, the kernel keyring calls refused (:mod:`.seccomp`). Read-only binds are mount-level read-only: writes fail with ``EROFS``.
+environment of exactly ``policy.env``, the kernel keyring calls refused (:mod:`.seccomp`). Read-only binds are
+mount-level read-only: writes fail with ``EROFS``.
 """
 
 from __future__ import annotations
@@ -25,8 +26,21 @@ def unavailable_reason() -> str | None:
     exe = executable()
     if exe is None:
         return "bubblewrap (bwrap) is not installed (Debian/Ubuntu: apt-get install bubblewrap)"
-    probe = [exe, "--unshare-all", "--die-with-parent", "--ro-bind", "/usr", "/usr",
-             *_links(), "--proc", "/proc", "--dev", "/dev", "--", "/usr/bin/true"]
+    probe = [
+        exe,
+        "--unshare-all",
+        "--die-with-parent",
+        "--ro-bind",
+        "/usr",
+        "/usr",
+        *_links(),
+        "--proc",
+        "/proc",
+        "--dev",
+        "/dev",
+        "--",
+        "/usr/bin/true",
+    ]
     try:
         out = subprocess.run(probe, capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired) as exc:
@@ -60,10 +74,16 @@ def _under(path: str, root: str) -> bool:
     return path == root or path.startswith(root + "/")
 
 
-def argv(policy: Policy, command: list[str], *, info_fd: int | None = None,
-         seccomp_fd: int | None = None) -> list[str]:
-    args = [executable() or "bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
-            "--clearenv"]
+def argv(policy: Policy, command: list[str], *, info_fd: int | None = None, seccomp_fd: int | None = None) -> list[str]:
+    args = [
+        executable() or "bwrap",
+        "--unshare-all",
+        "--die-with-parent",
+        "--new-session",
+        "--cap-drop",
+        "ALL",
+        "--clearenv",
+    ]
     for key, value in sorted(policy.env.items()):
         args += ["--setenv", key, value]
     size = ["--size", str(policy.tmp_bytes)] if policy.tmp_bytes else []

@@ -49,12 +49,12 @@ class CgroupMemory(BaseModel):
     """One reading of a sandbox's memory cgroup."""
 
     version: int
-    usage_bytes: int          # everything charged (v1 usage_in_bytes, v2 memory.current)
-    file_bytes: int           # page cache, shared memory included
-    shmem_bytes: int          # tmpfs, memfds, SysV and POSIX shared memory
+    usage_bytes: int  # everything charged (v1 usage_in_bytes, v2 memory.current)
+    file_bytes: int  # page cache, shared memory included
+    shmem_bytes: int  # tmpfs, memfds, SysV and POSIX shared memory
     anon_bytes: int
     kernel_bytes: int | None  # v1 kmem usage; v2 "kernel" (None where the kernel does not report it)
-    sock_bytes: int | None    # v2 only (v1 charges socket buffers as kernel memory)
+    sock_bytes: int | None  # v2 only (v1 charges socket buffers as kernel memory)
     swap_bytes: int
 
     @property
@@ -107,8 +107,10 @@ def parent() -> tuple[int, Path]:
             try:
                 (path / "cgroup.subtree_control").write_text("+memory")
             except OSError as exc:
-                raise CgroupUnavailable(f"cgroup v2: the memory controller is not delegated below {path} "
-                                        f"({exc.strerror}: the cgroup holds processes)") from None
+                raise CgroupUnavailable(
+                    f"cgroup v2: the memory controller is not delegated below {path} "
+                    f"({exc.strerror}: the cgroup holds processes)"
+                ) from None
     _remove_stale(path)
     return version, path
 
@@ -116,7 +118,7 @@ def parent() -> tuple[int, Path]:
 def _remove_stale(path: Path) -> None:
     """Sandbox cgroups left by jobs that were killed (their creator's PID is gone) are removed."""
     for child in path.glob(f"{PREFIX}*"):
-        pid = child.name[len(PREFIX):].split("-")[0]
+        pid = child.name[len(PREFIX) :].split("-")[0]
         if pid.isdigit() and not Path(f"/proc/{pid}").exists():
             with contextlib.suppress(OSError):
                 child.rmdir()
@@ -166,15 +168,26 @@ class MemoryCgroup:
     def read(self) -> CgroupMemory:
         stat = _stat(self.path)
         if self.version == 1:
-            return CgroupMemory(version=1, usage_bytes=_read_int(self.path / "memory.usage_in_bytes"),
-                                file_bytes=stat.get("cache", 0), shmem_bytes=stat.get("shmem", 0),
-                                anon_bytes=stat.get("rss", 0),
-                                kernel_bytes=_read_int(self.path / "memory.kmem.usage_in_bytes"), sock_bytes=None,
-                                swap_bytes=stat.get("swap", 0))
-        return CgroupMemory(version=2, usage_bytes=_read_int(self.path / "memory.current"),
-                            file_bytes=stat.get("file", 0), shmem_bytes=stat.get("shmem", 0),
-                            anon_bytes=stat.get("anon", 0), kernel_bytes=stat.get("kernel"),
-                            sock_bytes=stat.get("sock", 0), swap_bytes=_read_int(self.path / "memory.swap.current"))
+            return CgroupMemory(
+                version=1,
+                usage_bytes=_read_int(self.path / "memory.usage_in_bytes"),
+                file_bytes=stat.get("cache", 0),
+                shmem_bytes=stat.get("shmem", 0),
+                anon_bytes=stat.get("rss", 0),
+                kernel_bytes=_read_int(self.path / "memory.kmem.usage_in_bytes"),
+                sock_bytes=None,
+                swap_bytes=stat.get("swap", 0),
+            )
+        return CgroupMemory(
+            version=2,
+            usage_bytes=_read_int(self.path / "memory.current"),
+            file_bytes=stat.get("file", 0),
+            shmem_bytes=stat.get("shmem", 0),
+            anon_bytes=stat.get("anon", 0),
+            kernel_bytes=stat.get("kernel"),
+            sock_bytes=stat.get("sock", 0),
+            swap_bytes=_read_int(self.path / "memory.swap.current"),
+        )
 
     def oom_kills(self) -> int:
         """Processes the kernel killed because the sandbox reached its limit."""

@@ -36,7 +36,7 @@ from infbench.config.model import SandboxSettings
 from infbench.sandbox import judge_harness, stdlib_runtime
 from infbench.sandbox.launch import Sandboxed, SandboxRecord
 
-FILE_BYTES = 16 << 20   # largest file a judged process may write (RLIMIT_FSIZE); also its /tmp's size
+FILE_BYTES = 16 << 20  # largest file a judged process may write (RLIMIT_FSIZE); also its /tmp's size
 OPEN_FILES = 64
 VERDICT_BYTES = 1 << 16
 NETWORK = "none (own network namespace, loopback only)"
@@ -45,16 +45,16 @@ HARNESS = Path(judge_harness.__file__).read_text()
 
 class Case(BaseModel):
     model_config = ConfigDict(frozen=True)
-    program: str        # untrusted: defines entry_point
+    program: str  # untrusted: defines entry_point
     entry_point: str
-    helpers: str        # trusted code run before the test (a HumanEval prompt)
-    test: str           # trusted: defines check(candidate)
+    helpers: str  # trusted code run before the test (a HumanEval prompt)
+    test: str  # trusted: defines check(candidate)
 
 
 class Outcome(BaseModel):
     status: Literal["passed", "failed", "timed_out"]
-    reason: str = ""    # why it failed, in the checker's words ("AssertionError", "the candidate exited ...")
-    calls: int = 0      # calls of the candidate the checker made
+    reason: str = ""  # why it failed, in the checker's words ("AssertionError", "the candidate exited ...")
+    calls: int = 0  # calls of the candidate the checker made
     wall_s: float = 0.0
     sandbox: SandboxRecord | None = None  # how the candidate was isolated
 
@@ -64,20 +64,33 @@ class Outcome(BaseModel):
 
 
 def _limits(timeout_s: float, memory_mb: int) -> dict[str, int]:
-    return {"memory_bytes": memory_mb << 20, "cpu_s": math.ceil(timeout_s) + 1, "file_bytes": FILE_BYTES,
-            "open_files": OPEN_FILES}
+    return {
+        "memory_bytes": memory_mb << 20,
+        "cpu_s": math.ceil(timeout_s) + 1,
+        "file_bytes": FILE_BYTES,
+        "open_files": OPEN_FILES,
+    }
 
 
 def _command(role: str, fds: tuple[int, ...]) -> list[str]:
     return [stdlib_runtime.runtime().interpreter, "-I", "-S", "-c", HARNESS, role, *map(str, fds)]
 
 
-def _start(stack: contextlib.ExitStack, role: str, fds: tuple[int, ...], job: dict,
-           sandbox: SandboxSettings) -> Sandboxed:
-    box = stack.enter_context(Sandboxed(stdlib_runtime.policy(tmp_bytes=FILE_BYTES), _command(role, fds),
-                                        allow_unsandboxed=sandbox.allow_unsandboxed, network=NETWORK,
-                                        stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                                        stderr=subprocess.DEVNULL, pass_fds=fds))
+def _start(
+    stack: contextlib.ExitStack, role: str, fds: tuple[int, ...], job: dict, sandbox: SandboxSettings
+) -> Sandboxed:
+    box = stack.enter_context(
+        Sandboxed(
+            stdlib_runtime.policy(tmp_bytes=FILE_BYTES),
+            _command(role, fds),
+            allow_unsandboxed=sandbox.allow_unsandboxed,
+            network=NETWORK,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            pass_fds=fds,
+        )
+    )
     with contextlib.suppress(OSError):  # a harness that died at once: no verdict comes, which says so
         box.proc.stdin.write(json.dumps(job).encode())
         box.proc.stdin.close()
@@ -112,17 +125,25 @@ def run_case(case: Case, *, timeout_s: float, memory_mb: int, sandbox: SandboxSe
     exist (their interpreters' start counts)."""
     limits = _limits(timeout_s, memory_mb)
     stdlib_runtime.runtime()  # found once per process (about a second), never on a case's clock
-    calls_r, calls_w = os.pipe()      # checker -> candidate
+    calls_r, calls_w = os.pipe()  # checker -> candidate
     answers_r, answers_w = os.pipe()  # candidate -> checker
     verdict_r, verdict_w = os.pipe()  # checker -> here; nothing else holds its write end
     try:
         with contextlib.ExitStack() as stack:
-            candidate = _start(stack, "candidate", (calls_r, answers_w),
-                               {"program": case.program, "entry_point": case.entry_point, "limits": limits},
-                               sandbox)
-            _start(stack, "checker", (answers_r, calls_w, verdict_w),
-                   {"helpers": case.helpers, "test": case.test, "entry_point": case.entry_point,
-                    "limits": limits}, sandbox)
+            candidate = _start(
+                stack,
+                "candidate",
+                (calls_r, answers_w),
+                {"program": case.program, "entry_point": case.entry_point, "limits": limits},
+                sandbox,
+            )
+            _start(
+                stack,
+                "checker",
+                (answers_r, calls_w, verdict_w),
+                {"helpers": case.helpers, "test": case.test, "entry_point": case.entry_point, "limits": limits},
+                sandbox,
+            )
             start = time.monotonic()
             for fd in (calls_r, calls_w, answers_r, answers_w, verdict_w):
                 os.close(fd)
@@ -134,7 +155,8 @@ def run_case(case: Case, *, timeout_s: float, memory_mb: int, sandbox: SandboxSe
             if fd >= 0:
                 os.close(fd)
     if line is None:
-        return Outcome(status="timed_out", reason=f"no verdict within {timeout_s} s", wall_s=wall,
-                       sandbox=candidate.record)
+        return Outcome(
+            status="timed_out", reason=f"no verdict within {timeout_s} s", wall_s=wall, sandbox=candidate.record
+        )
     status, reason, calls = _outcome(line)
     return Outcome(status=status, reason=reason, calls=calls, wall_s=wall, sandbox=candidate.record)

@@ -13,7 +13,8 @@ literal: this process is the tested code's, and may be replaced by it entirely.
 ``checker ANSWERS_FD CALLS_FD VERDICT_FD``: runs trusted code, ``helpers`` (the problem's prompt: its imports
 and helper functions) and ``test`` (defining ``check``), with ``entry_point`` bound to a proxy that sends each
 call to the candidate and parses each answer with :func:`ast.literal_eval` (a value, never an object with
-methods of the candidate's making), then calls ``check(proxy)``. It writes one JSON line on ``VERDICT_FD``, which only it
+methods of the candidate's making), then calls ``check(proxy)``. It writes one JSON line on ``VERDICT_FD``, which
+only it
 holds: ``{"passed": true}`` iff ``check`` returned and every call got a well-formed answer, else the reason.
 """
 
@@ -29,9 +30,13 @@ REASON_CHARS = 500
 
 
 def _limit(limits: dict) -> None:
-    for name, value in (("RLIMIT_AS", limits["memory_bytes"]), ("RLIMIT_CPU", limits["cpu_s"]),
-                        ("RLIMIT_FSIZE", limits["file_bytes"]), ("RLIMIT_NOFILE", limits["open_files"]),
-                        ("RLIMIT_CORE", 0)):
+    for name, value in (
+        ("RLIMIT_AS", limits["memory_bytes"]),
+        ("RLIMIT_CPU", limits["cpu_s"]),
+        ("RLIMIT_FSIZE", limits["file_bytes"]),
+        ("RLIMIT_NOFILE", limits["open_files"]),
+        ("RLIMIT_CORE", 0),
+    ):
         resource.setrlimit(getattr(resource, name), (value, value))
 
 
@@ -121,8 +126,10 @@ class Proxy:
 
 def checker(answers_fd: int, calls_fd: int, verdict_fd: int, job: dict) -> None:
     verdict = os.fdopen(verdict_fd, "w", encoding="utf-8")
-    proxy = Proxy(os.fdopen(answers_fd, "r", encoding="utf-8", newline="\n"),
-                  os.fdopen(calls_fd, "w", encoding="utf-8", newline="\n"))
+    proxy = Proxy(
+        os.fdopen(answers_fd, "r", encoding="utf-8", newline="\n"),
+        os.fdopen(calls_fd, "w", encoding="utf-8", newline="\n"),
+    )
     try:
         namespace = {"__name__": "__main__", "__builtins__": builtins}
         exec(compile(job["helpers"], "prompt.py", "exec"), namespace)

@@ -29,9 +29,9 @@ class MemoryAccounting(BaseModel):
     """Where a sandbox's memory was measured: its own cgroup, or ``/proc`` only (and why)."""
 
     kind: Literal["cgroup v1", "cgroup v2", "proc"]
-    reason: str = ""                  # why there is no cgroup
-    limit_bytes: int | None = None    # the hard limit of the cgroup, if one was set
-    oom_kills: int = 0                # processes the kernel killed at the limit
+    reason: str = ""  # why there is no cgroup
+    limit_bytes: int | None = None  # the hard limit of the cgroup, if one was set
+    oom_kills: int = 0  # processes the kernel killed at the limit
 
 
 class SandboxRecord(BaseModel):
@@ -40,10 +40,10 @@ class SandboxRecord(BaseModel):
     kind: Literal["bwrap", "none"]
     reason: str = ""  # why there was no sandbox
     bwrap_version: str = ""
-    distributions: list[str] = []     # the runtime's distributions ("name==version")
+    distributions: list[str] = []  # the runtime's distributions ("name==version")
     read_only: list[str] = []
-    hidden: list[str] = []            # runtime files left out (weight-like, or of distributions outside)
-    mounts: dict[str, str] = {}       # inside path -> host path
+    hidden: list[str] = []  # runtime files left out (weight-like, or of distributions outside)
+    mounts: dict[str, str] = {}  # inside path -> host path
     env_keys: list[str] = []
     network: str = ""
     seccomp: str = ""
@@ -77,9 +77,19 @@ class Sandboxed:
     the sandbox's memory cgroup (:mod:`.cgroup`; none where no cgroup can be made, which the record says).
     """
 
-    def __init__(self, policy: Policy, command: list[str], *, allow_unsandboxed: bool, network: str,
-                 stdin=None, stdout=None, stderr=None, pass_fds: tuple[int, ...] = (),
-                 memory_limit_bytes: int | None = None):
+    def __init__(
+        self,
+        policy: Policy,
+        command: list[str],
+        *,
+        allow_unsandboxed: bool,
+        network: str,
+        stdin=None,
+        stdout=None,
+        stderr=None,
+        pass_fds: tuple[int, ...] = (),
+        memory_limit_bytes: int | None = None,
+    ):
         self.policy, self.command, self.network = policy, command, network
         self.allow_unsandboxed = allow_unsandboxed
         self._streams = dict(stdin=stdin, stdout=stdout, stderr=stderr)
@@ -92,11 +102,13 @@ class Sandboxed:
         self.cgroup: cgroup.MemoryCgroup | None = None
         self.copiers: list[LogCopier] = []
 
-    def __enter__(self) -> "Sandboxed":
+    def __enter__(self) -> Sandboxed:
         reason = bwrap.unavailable_reason()
         if reason is not None and not self.allow_unsandboxed:
-            raise SandboxUnavailable(f"{reason}; set sandbox.allow_unsandboxed: true to run without a sandbox "
-                                     "(its verdicts are then marked unsandboxed)")
+            raise SandboxUnavailable(
+                f"{reason}; set sandbox.allow_unsandboxed: true to run without a sandbox "
+                "(its verdicts are then marked unsandboxed)"
+            )
         accounting = self._make_cgroup()
         try:
             if reason is None:
@@ -159,8 +171,11 @@ class Sandboxed:
         read, write = os.pipe()
         rules = seccomp.filter_fd()
         try:
-            self.proc = self._popen(bwrap.argv(self.policy, self.command, info_fd=write, seccomp_fd=rules), env={},
-                                    pass_fds=(write, *([rules] if rules is not None else []), *self._pass_fds))
+            self.proc = self._popen(
+                bwrap.argv(self.policy, self.command, info_fd=write, seccomp_fd=rules),
+                env={},
+                pass_fds=(write, *([rules] if rules is not None else []), *self._pass_fds),
+            )
         finally:
             os.close(write)
             if rules is not None:
@@ -169,17 +184,22 @@ class Sandboxed:
             raw = info.read()
         if not raw:
             self.proc.wait()
-            raise SandboxUnavailable(f"bwrap exited ({self.proc.returncode}) before the sandbox was made: "
-                                     f"{self.output_tail()}")
+            raise SandboxUnavailable(
+                f"bwrap exited ({self.proc.returncode}) before the sandbox was made: {self.output_tail()}"
+            )
         self.init_pid = int(json.loads(raw)["child-pid"])
         self._pid_ns = os.readlink(f"/proc/{self.init_pid}/ns/pid")
-        self.record = SandboxRecord(kind="bwrap", bwrap_version=bwrap.version(),
-                                    distributions=list(self.policy.distributions),
-                                    read_only=list(self.policy.read_only), hidden=sorted(self.policy.hidden),
-                                    mounts=dict(self.policy.mounts),
-                                    env_keys=sorted(self.policy.env), network=self.network,
-                                    seccomp="keyring calls refused" if rules is not None else
-                                    "none (no filter for this architecture)")
+        self.record = SandboxRecord(
+            kind="bwrap",
+            bwrap_version=bwrap.version(),
+            distributions=list(self.policy.distributions),
+            read_only=list(self.policy.read_only),
+            hidden=sorted(self.policy.hidden),
+            mounts=dict(self.policy.mounts),
+            env_keys=sorted(self.policy.env),
+            network=self.network,
+            seccomp="keyring calls refused" if rules is not None else "none (no filter for this architecture)",
+        )
 
     def _start_plain(self, reason: str) -> None:
         self._private_tmp = tempfile.mkdtemp(prefix="infbench-unsandboxed-")
@@ -187,9 +207,14 @@ class Sandboxed:
         cwd = self._private_tmp if self.policy.cwd == "/tmp" else self.policy.cwd
         self.proc = self._popen(self.command, env=env, cwd=cwd, pass_fds=self._pass_fds)
         self.init_pid = self.proc.pid
-        self.record = SandboxRecord(kind="none", reason=reason, distributions=list(self.policy.distributions),
-                                    mounts=dict(self.policy.mounts), env_keys=sorted(env),
-                                    network="host (no sandbox)")
+        self.record = SandboxRecord(
+            kind="none",
+            reason=reason,
+            distributions=list(self.policy.distributions),
+            mounts=dict(self.policy.mounts),
+            env_keys=sorted(env),
+            network="host (no sandbox)",
+        )
 
     def output_tail(self, n: int = 2000) -> str:
         """The last bytes the sandbox wrote to the streams the parent copies."""

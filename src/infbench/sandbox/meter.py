@@ -45,20 +45,26 @@ KIB = 1024
 
 class MemoryUse(BaseModel):
     processes: int
-    pss_counted_bytes: int      # PSS of the mappings that are neither runtime files nor mounted files
+    pss_counted_bytes: int  # PSS of the mappings that are neither runtime files nor mounted files
     mounted_file_bytes: int = 0  # PSS of mapped files of the read-only mounts (the package)
-    runtime_anon_bytes: int     # copy-on-write pages inside runtime-file mappings
-    runtime_file_bytes: int     # PSS of runtime files (library code; not counted)
-    written_file_bytes: int     # files in the sandbox's private /tmp and /dev/shm
-    held_file_bytes: int = 0    # open memfds and deleted files (/proc/<pid>/fd), not counted above
-    pipe_bytes: int = 0         # bytes queued in the pipes the sandbox holds open
+    runtime_anon_bytes: int  # copy-on-write pages inside runtime-file mappings
+    runtime_file_bytes: int  # PSS of runtime files (library code; not counted)
+    written_file_bytes: int  # files in the sandbox's private /tmp and /dev/shm
+    held_file_bytes: int = 0  # open memfds and deleted files (/proc/<pid>/fd), not counted above
+    pipe_bytes: int = 0  # bytes queued in the pipes the sandbox holds open
     cgroup: CgroupMemory | None = None
 
     @property
     def proc_bytes(self) -> int:
         """The figure from /proc alone (the meter without a cgroup)."""
-        return (self.pss_counted_bytes + self.mounted_file_bytes + self.runtime_anon_bytes
-                + self.written_file_bytes + self.held_file_bytes + self.pipe_bytes)
+        return (
+            self.pss_counted_bytes
+            + self.mounted_file_bytes
+            + self.runtime_anon_bytes
+            + self.written_file_bytes
+            + self.held_file_bytes
+            + self.pipe_bytes
+        )
 
     @property
     def counted_bytes(self) -> int:
@@ -77,8 +83,9 @@ def _device(field: str) -> int:
     return os.makedev(int(major, 16), int(minor, 16))
 
 
-def _process_smaps(pid: int, runtime_roots: tuple[str, ...], mounted_roots: tuple[str, ...],
-                   skip: set[tuple[int, int]]) -> tuple[int, int, int, int]:
+def _process_smaps(
+    pid: int, runtime_roots: tuple[str, ...], mounted_roots: tuple[str, ...], skip: set[tuple[int, int]]
+) -> tuple[int, int, int, int]:
     counted = mounted = runtime_anon = runtime_file = 0
     kind = "counted"
     with open(f"/proc/{pid}/smaps") as smaps:
@@ -169,8 +176,14 @@ def _same_device(path: str, device: int) -> bool:
         return False
 
 
-def measure(pids: list[int], runtime_roots: list[str], written: list[str] = (), *, mounted_roots: list[str] = (),
-            cgroup: MemoryCgroup | None = None) -> MemoryUse:
+def measure(
+    pids: list[int],
+    runtime_roots: list[str],
+    written: list[str] = (),
+    *,
+    mounted_roots: list[str] = (),
+    cgroup: MemoryCgroup | None = None,
+) -> MemoryUse:
     """Memory of the processes ``pids``: ``runtime_roots`` hold library files, ``mounted_roots`` the package
     (paths as the processes see them), ``written`` the directories they can write (host paths)."""
     roots = tuple(os.path.realpath(r) for r in runtime_roots)
@@ -184,10 +197,17 @@ def measure(pids: list[int], runtime_roots: list[str], written: list[str] = (), 
             continue  # exited meanwhile
         counted, package, runtime_anon, runtime_file = counted + c, package + m, runtime_anon + a, runtime_file + f
         processes += 1
-    return MemoryUse(processes=processes, pss_counted_bytes=counted, mounted_file_bytes=package,
-                     runtime_anon_bytes=runtime_anon, runtime_file_bytes=runtime_file,
-                     written_file_bytes=written_bytes(list(written)), held_file_bytes=sum(held.values()),
-                     pipe_bytes=pipes, cgroup=cgroup.read() if cgroup is not None else None)
+    return MemoryUse(
+        processes=processes,
+        pss_counted_bytes=counted,
+        mounted_file_bytes=package,
+        runtime_anon_bytes=runtime_anon,
+        runtime_file_bytes=runtime_file,
+        written_file_bytes=written_bytes(list(written)),
+        held_file_bytes=sum(held.values()),
+        pipe_bytes=pipes,
+        cgroup=cgroup.read() if cgroup is not None else None,
+    )
 
 
 def _rss(pid: int) -> int:
@@ -231,7 +251,7 @@ class PeakSampler:
             self.samples += 1
             self._stop.wait(self.period_s)
 
-    def __enter__(self) -> "PeakSampler":
+    def __enter__(self) -> PeakSampler:
         self._thread.start()
         return self
 

@@ -34,7 +34,7 @@ class LogCopier:
                 with self._lock:
                     self._tail += chunk
                     del self._tail[:-TAIL_BYTES]
-                keep = chunk[:max(0, self.limit - self.copied)]
+                keep = chunk[: max(0, self.limit - self.copied)]
                 if keep and self.log is not None:
                     self.log.write(keep)
                     self.log.flush()

@@ -22,25 +22,33 @@ from infbench.sandbox.runtime import pythonpath, runtime
 
 SYSTEM_DIRS = ("/usr",)
 SYSTEM_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
-ETC_FILES = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/alternatives", "/etc/passwd",
-             "/etc/group", "/etc/nsswitch.conf", "/etc/localtime")
+ETC_FILES = (
+    "/etc/ld.so.cache",
+    "/etc/ld.so.conf",
+    "/etc/ld.so.conf.d",
+    "/etc/alternatives",
+    "/etc/passwd",
+    "/etc/group",
+    "/etc/nsswitch.conf",
+    "/etc/localtime",
+)
 
 
 class Policy(BaseModel):
     model_config = ConfigDict(frozen=True)
-    read_only: tuple[str, ...]                # host paths bound read-only at the same path (system, runtime)
-    links: tuple[tuple[str, str], ...] = ()   # (target, path): symbolic links (the interpreter's chain)
-    site_dirs: tuple[str, ...] = ()           # empty read-only directories; read_only entries below bound back
-    covered: tuple[str, ...] = ()             # files inside a system directory that appear empty
-    mounts: dict[str, str] = {}               # inside path -> host path, read-only (package, server copy)
-    neutral: bool = True                      # mounts at their inside paths (False: unsandboxed, host paths)
-    env: dict[str, str]                       # the whole environment of the process
+    read_only: tuple[str, ...]  # host paths bound read-only at the same path (system, runtime)
+    links: tuple[tuple[str, str], ...] = ()  # (target, path): symbolic links (the interpreter's chain)
+    site_dirs: tuple[str, ...] = ()  # empty read-only directories; read_only entries below bound back
+    covered: tuple[str, ...] = ()  # files inside a system directory that appear empty
+    mounts: dict[str, str] = {}  # inside path -> host path, read-only (package, server copy)
+    neutral: bool = True  # mounts at their inside paths (False: unsandboxed, host paths)
+    env: dict[str, str]  # the whole environment of the process
     cwd: str = "/tmp"
-    devices: tuple[str, ...] = ()             # device nodes bound in (GPUs)
-    tmp_bytes: int | None = None              # size limit of the private /tmp and /dev/shm (None: the kernel's)
-    listen_fd: int | None = None              # a listening socket passed in (servers; see relay)
-    distributions: tuple[str, ...] = ()       # "name==version" of the runtime's distributions
-    hidden: dict[str, str] = {}               # runtime files left out or covered, and why
+    devices: tuple[str, ...] = ()  # device nodes bound in (GPUs)
+    tmp_bytes: int | None = None  # size limit of the private /tmp and /dev/shm (None: the kernel's)
+    listen_fd: int | None = None  # a listening socket passed in (servers; see relay)
+    distributions: tuple[str, ...] = ()  # "name==version" of the runtime's distributions
+    hidden: dict[str, str] = {}  # runtime files left out or covered, and why
 
     def path(self, inside: str) -> str:
         """Where the process sees mount ``inside`` (or a path below it): there, or unsandboxed its host path."""
@@ -48,7 +56,7 @@ class Policy(BaseModel):
             return inside
         for name, host in self.mounts.items():
             if inside == name or inside.startswith(name + "/"):
-                return host + inside[len(name):]
+                return host + inside[len(name) :]
         return inside
 
 
@@ -56,14 +64,28 @@ def base_env(threads: int) -> dict[str, str]:
     """The allowlisted environment every sandboxed Python process starts from."""
     env = {
         "PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin",
-        "HOME": "/tmp", "TMPDIR": "/tmp", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8",
+        "HOME": "/tmp",
+        "TMPDIR": "/tmp",
+        "LANG": "C.UTF-8",
+        "LC_ALL": "C.UTF-8",
         "PYTHONPATH": os.pathsep.join(pythonpath()),
-        "PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1",
-        "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_HOME": "/tmp/hf", "TOKENIZERS_PARALLELISM": "false",
-        "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads), "OPENBLAS_NUM_THREADS": str(threads),
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONUNBUFFERED": "1",
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "HF_HOME": "/tmp/hf",
+        "TOKENIZERS_PARALLELISM": "false",
+        "OMP_NUM_THREADS": str(threads),
+        "MKL_NUM_THREADS": str(threads),
+        "OPENBLAS_NUM_THREADS": str(threads),
     }
-    for key in ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "NCCL_NVLS_ENABLE",
-                "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS"):
+    for key in (
+        "CUDA_VISIBLE_DEVICES",
+        "NVIDIA_VISIBLE_DEVICES",
+        "NCCL_NVLS_ENABLE",
+        "TORCH_SYMM_MEM_DISABLE_MULTICAST",
+        "NVSHMEM_DISABLE_NVLS",
+    ):
         if key in os.environ:
             env[key] = os.environ[key]
     return env
@@ -74,9 +96,17 @@ def gpu_devices() -> tuple[str, ...]:
     return tuple(sorted(str(p) for p in Path("/dev").glob("nvidia*") if not p.is_dir()))
 
 
-def python_policy(*, modules: list[str] | tuple[str, ...], env: dict[str, str], mounts: dict[str, str] | None = None,
-                  read_only: list[str] = (), cwd: str = "/tmp", cuda: bool = False,
-                  tmp_bytes: int | None = None, listen_fd: int | None = None) -> Policy:
+def python_policy(
+    *,
+    modules: list[str] | tuple[str, ...],
+    env: dict[str, str],
+    mounts: dict[str, str] | None = None,
+    read_only: list[str] = (),
+    cwd: str = "/tmp",
+    cuda: bool = False,
+    tmp_bytes: int | None = None,
+    listen_fd: int | None = None,
+) -> Policy:
     """A policy for a Python program that imports ``modules`` (the runtime is their closure, :mod:`.runtime`).
     ``mounts``: inside path -> host path, read-only; ``read_only``: host paths bound at their own path."""
     from infbench.sandbox import bwrap
@@ -89,13 +119,24 @@ def python_policy(*, modules: list[str] | tuple[str, ...], env: dict[str, str], 
     neutral = bwrap.unavailable_reason() is None
     bound = [*system, *rt.binds, *rt.site_dirs]
     for inside in mounts:
-        clash = next((p for p in bound if p == inside or p.startswith(inside + "/") or inside.startswith(p + "/")),
-                     None)
+        clash = next(
+            (p for p in bound if p == inside or p.startswith(inside + "/") or inside.startswith(p + "/")), None
+        )
         if neutral and clash:
             raise ValueError(f"sandbox mount {inside} would cover or sit inside {clash} of the runtime")
-    policy = Policy(read_only=tuple(dict.fromkeys([*system, *rt.binds, *map(os.path.realpath, read_only)])),
-                    links=rt.links, site_dirs=rt.site_dirs, covered=rt.covered, mounts=mounts,
-                    neutral=neutral, env=env, cwd=cwd,
-                    devices=gpu_devices() if cuda else (), tmp_bytes=tmp_bytes, listen_fd=listen_fd,
-                    distributions=rt.distributions, hidden=rt.hidden_reasons)
+    policy = Policy(
+        read_only=tuple(dict.fromkeys([*system, *rt.binds, *map(os.path.realpath, read_only)])),
+        links=rt.links,
+        site_dirs=rt.site_dirs,
+        covered=rt.covered,
+        mounts=mounts,
+        neutral=neutral,
+        env=env,
+        cwd=cwd,
+        devices=gpu_devices() if cuda else (),
+        tmp_bytes=tmp_bytes,
+        listen_fd=listen_fd,
+        distributions=rt.distributions,
+        hidden=rt.hidden_reasons,
+    )
     return policy.model_copy(update={"cwd": policy.path(cwd)})

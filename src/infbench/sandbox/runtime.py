@@ -45,20 +45,24 @@ from pydantic import BaseModel, ConfigDict
 from infbench.sandbox import weightlike
 
 # Distribution directories of system Pythons, masked even when this interpreter does not use them.
-SYSTEM_SITE_GLOBS = ("/usr/lib/python3*/dist-packages", "/usr/lib/python3*/site-packages",
-                     "/usr/local/lib/python3*/dist-packages", "/usr/local/lib/python3*/site-packages")
+SYSTEM_SITE_GLOBS = (
+    "/usr/lib/python3*/dist-packages",
+    "/usr/lib/python3*/site-packages",
+    "/usr/local/lib/python3*/dist-packages",
+    "/usr/local/lib/python3*/site-packages",
+)
 
 
 class Runtime(BaseModel):
     """What :func:`runtime` binds; paths are host paths, bound at the same path."""
 
     model_config = ConfigDict(frozen=True)
-    binds: tuple[str, ...]              # read-only, inside ``site_dirs`` or beside them
+    binds: tuple[str, ...]  # read-only, inside ``site_dirs`` or beside them
     links: tuple[tuple[str, str], ...]  # (target, path) symbolic links: the interpreter's chain
-    site_dirs: tuple[str, ...]          # each an empty read-only directory, ``binds`` below it bound back
-    covered: tuple[str, ...]            # hidden files inside a system directory: covered by an empty file
-    hidden_reasons: dict[str, str]      # every file left out or covered, and why
-    distributions: tuple[str, ...]      # "name==version" of the closure, sorted
+    site_dirs: tuple[str, ...]  # each an empty read-only directory, ``binds`` below it bound back
+    covered: tuple[str, ...]  # hidden files inside a system directory: covered by an empty file
+    hidden_reasons: dict[str, str]  # every file left out or covered, and why
+    distributions: tuple[str, ...]  # "name==version" of the closure, sorted
 
 
 def _real(path: str | Path) -> str:
@@ -138,12 +142,12 @@ class _Installed:
         tops = set()
         for f in self.files(name):
             if f.startswith(base + os.sep):
-                first = f[len(base) + 1:].split(os.sep)[0]
+                first = f[len(base) + 1 :].split(os.sep)[0]
                 if not first.endswith((".dist-info", ".egg-info", ".pth")) and first != "__pycache__":
                     tops.add(first.split(".")[0])
         return tops
 
-    @functools.lru_cache(maxsize=None)
+    @functools.cache  # noqa: B019  (one runtime per process, kept for its life)
     def files(self, name: str) -> tuple[str, ...]:
         """Absolute paths of the files distribution ``name`` installed (its RECORD), or its metadata directory."""
         dist = self.by_name[name]
@@ -185,8 +189,9 @@ def _owners(module: str, installed: _Installed, dirs: list[str]) -> list[str]:
     return [f"path:{_real(origin)}"] if origin else []
 
 
-def closure(modules: tuple[str, ...], installed: _Installed, dirs: list[str]) -> tuple[list[md.Distribution],
-                                                                                        list[str]]:
+def closure(
+    modules: tuple[str, ...], installed: _Installed, dirs: list[str]
+) -> tuple[list[md.Distribution], list[str]]:
     """The distributions ``modules`` need, transitively; and modules found outside any distribution."""
     queue: deque[tuple[str, frozenset[str]]] = deque()
     loose: list[str] = []
@@ -213,7 +218,7 @@ def _entries(closure_files: list[str], other_files: list[str], dirs: list[str]) 
 
     def inside(path: str) -> tuple[str, list[str]] | None:
         base = next((d for d in dirs if path.startswith(d + os.sep)), None)
-        return (base, path[len(base) + 1:].split(os.sep)) if base else None
+        return (base, path[len(base) + 1 :].split(os.sep)) if base else None
 
     shared: set[str] = set()
     for f in other_files:
@@ -249,7 +254,7 @@ def _files_below(root: str, skip: list[str]) -> list[str]:
     return found
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _weightlike(path: str) -> str | None:
     return weightlike.reason(path, os.path.getsize(path))
 
@@ -313,6 +318,11 @@ def _runtime(modules: tuple[str, ...], system: tuple[str, ...], site: tuple[str,
             binds.append(root)
         else:
             _split(root, set(reasons), dirs, binds, links)
-    return Runtime(binds=tuple(binds), links=tuple(links), site_dirs=tuple(dirs),
-                   covered=tuple(sorted(h for h in reasons if _under(h, system))), hidden_reasons=reasons,
-                   distributions=tuple(sorted(f"{d.metadata['Name']}=={d.version}" for d in dists)))
+    return Runtime(
+        binds=tuple(binds),
+        links=tuple(links),
+        site_dirs=tuple(dirs),
+        covered=tuple(sorted(h for h in reasons if _under(h, system))),
+        hidden_reasons=reasons,
+        distributions=tuple(sorted(f"{d.metadata['Name']}=={d.version}" for d in dists)),
+    )

@@ -43,10 +43,12 @@ def program() -> bytes | None:
     arch, calls = known
     tests = [(_JGE_K, _X32), *((_JEQ_K, nr) for nr in calls)]
     refuse = 4 + len(tests) + 1  # index of the final "return EPERM"
-    insns = [_insn(_LD_W_ABS, 0, 0, _ARCH_OFFSET),
-             _insn(_JEQ_K, 1, 0, arch),
-             _insn(_RET_K, 0, 0, _EPERM),
-             _insn(_LD_W_ABS, 0, 0, _NR_OFFSET)]
+    insns = [
+        _insn(_LD_W_ABS, 0, 0, _ARCH_OFFSET),
+        _insn(_JEQ_K, 1, 0, arch),
+        _insn(_RET_K, 0, 0, _EPERM),
+        _insn(_LD_W_ABS, 0, 0, _NR_OFFSET),
+    ]
     for i, (op, k) in enumerate(tests):
         insns.append(_insn(op, refuse - (4 + i) - 1, 0, k))
     insns += [_insn(_RET_K, 0, 0, _ALLOW), _insn(_RET_K, 0, 0, _EPERM)]

@@ -29,28 +29,59 @@ WORK, MODEL, GGUF = "/submission", "/model", "/gguf"  # where a server sees its 
 SERVER_IMPORTS = ("numpy", "pydantic", "starlette", "uvicorn", "uvloop", "httptools")
 
 
-def server_policy(requires: list[str], *, mounts: dict[str, str], env: dict[str, str], cuda: bool, threads: int,
-                  settings: SandboxSettings, cwd: str = WORK) -> Policy:
+def server_policy(
+    requires: list[str],
+    *,
+    mounts: dict[str, str],
+    env: dict[str, str],
+    cuda: bool,
+    threads: int,
+    settings: SandboxSettings,
+    cwd: str = WORK,
+) -> Policy:
     """The policy of a server that imports ``requires`` (its spec's), with ``mounts`` (inside -> host)."""
-    return python_policy(modules=[*requires, *SERVER_IMPORTS], mounts=mounts, env={**base_env(threads), **env},
-                         cwd=cwd, cuda=cuda, tmp_bytes=settings.tmp_mb << 20)
+    return python_policy(
+        modules=[*requires, *SERVER_IMPORTS],
+        mounts=mounts,
+        env={**base_env(threads), **env},
+        cwd=cwd,
+        cuda=cuda,
+        tmp_bytes=settings.tmp_mb << 20,
+    )
 
 
 @contextlib.contextmanager
-def sandboxed(command: list[str], *, policy: Policy, inner_port: int, host: str, settings: SandboxSettings,
-              log: BinaryIO) -> Iterator[tuple[str, Sandboxed]]:
+def sandboxed(
+    command: list[str], *, policy: Policy, inner_port: int, host: str, settings: SandboxSettings, log: BinaryIO
+) -> Iterator[tuple[str, Sandboxed]]:
     """Start ``command`` (rendered to listen on ``127.0.0.1:inner_port``); yield its base URL and sandbox."""
     listener = socket.socket()
     listener.bind((host, 0))
     listener.listen(1024)
     listener.set_inheritable(True)
     port = listener.getsockname()[1]
-    relay = [sys.executable, "-m", "infbench.sandbox.relay", "--listen-fd", str(listener.fileno()),
-             "--port", str(inner_port), "--", *command]
+    relay = [
+        sys.executable,
+        "-m",
+        "infbench.sandbox.relay",
+        "--listen-fd",
+        str(listener.fileno()),
+        "--port",
+        str(inner_port),
+        "--",
+        *command,
+    ]
     try:
-        with Sandboxed(policy, relay, allow_unsandboxed=settings.allow_unsandboxed, network=NETWORK,
-                       stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                       pass_fds=(listener.fileno(),)) as box:
+        with Sandboxed(
+            policy,
+            relay,
+            allow_unsandboxed=settings.allow_unsandboxed,
+            network=NETWORK,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            pass_fds=(listener.fileno(),),
+        ) as box:
             listener.close()  # the sandbox holds it now
             yield f"http://{host}:{port}", box
     finally:

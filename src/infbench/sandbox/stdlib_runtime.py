@@ -28,17 +28,19 @@ from infbench.sandbox.policy import SYSTEM_DIRS, Policy
 
 # ldd lines: "libc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x...)" and "/lib64/ld-linux-x86-64.so.2 (0x...)"
 _LDD_PATH = re.compile(r"(?:=>\s*)?(/\S+)\s+\(0x[0-9a-f]+\)")
-_PROBE = ("import json, sys, sysconfig; print(json.dumps({'path': sys.path, "
-          "'site': sorted({sysconfig.get_path('purelib'), sysconfig.get_path('platlib')})}))")
+_PROBE = (
+    "import json, sys, sysconfig; print(json.dumps({'path': sys.path, "
+    "'site': sorted({sysconfig.get_path('purelib'), sysconfig.get_path('platlib')})}))"
+)
 ENV = {"PATH": "/nonexistent", "HOME": "/tmp", "TMPDIR": "/tmp", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
 
 
 class StdlibRuntime(BaseModel):
     model_config = ConfigDict(frozen=True)
-    interpreter: str             # the base interpreter, run as ``interpreter -I -S``
-    read_only: tuple[str, ...]   # what is bound, each at its own path
-    hidden: tuple[str, ...]      # site-packages directories inside what is bound
-    libraries: str               # "ldd closure" or "system directories (no ldd)"
+    interpreter: str  # the base interpreter, run as ``interpreter -I -S``
+    read_only: tuple[str, ...]  # what is bound, each at its own path
+    hidden: tuple[str, ...]  # site-packages directories inside what is bound
+    libraries: str  # "ldd closure" or "system directories (no ldd)"
 
 
 def base_interpreter() -> str:
@@ -61,21 +63,26 @@ def _under(path: str, roots: list[str]) -> bool:
 @functools.lru_cache(maxsize=1)
 def runtime() -> StdlibRuntime:
     interpreter = base_interpreter()
-    probe = json.loads(subprocess.run([interpreter, "-I", "-S", "-c", _PROBE], capture_output=True, text=True,
-                                      check=True, timeout=120).stdout)
+    probe = json.loads(
+        subprocess.run(
+            [interpreter, "-I", "-S", "-c", _PROBE], capture_output=True, text=True, check=True, timeout=120
+        ).stdout
+    )
     dirs = sorted({os.path.realpath(p) for p in probe["path"] if os.path.isdir(p)})
     dirs = [d for d in dirs if not _under(d, [o for o in dirs if o != d])]  # a directory inside another: once
     site = sorted({s for s in map(os.path.realpath, probe["site"]) if os.path.isdir(s) and _under(s, dirs)})
     if shutil.which("ldd"):
-        extensions = [f for d in dirs for f in glob.glob(os.path.join(d, "**", "*.so"), recursive=True)
-                      if not _under(f, site)]
+        extensions = [
+            f for d in dirs for f in glob.glob(os.path.join(d, "**", "*.so"), recursive=True) if not _under(f, site)
+        ]
         libraries, kind = _ldd_closure([interpreter, *extensions]), "ldd closure"
     else:
         libraries, kind = [p for p in SYSTEM_DIRS if os.path.isdir(p)], "system directories (no ldd)"
     etc = [p for p in ("/etc/ld.so.cache",) if os.path.exists(p)]
     read_only = [interpreter, *dirs, *etc, *(p for p in libraries if not _under(p, dirs))]
-    return StdlibRuntime(interpreter=interpreter, read_only=tuple(dict.fromkeys(read_only)), hidden=tuple(site),
-                         libraries=kind)
+    return StdlibRuntime(
+        interpreter=interpreter, read_only=tuple(dict.fromkeys(read_only)), hidden=tuple(site), libraries=kind
+    )
 
 
 def policy(*, tmp_bytes: int) -> Policy:

@@ -24,16 +24,29 @@ import re
 
 import numpy as np
 
-MIN_BYTES = 1 << 20        # smaller files are not looked at (a model in many small parts is caught by layer 1)
-LARGE_BYTES = 64 << 20     # non-library files this large are hidden whatever they hold
-ENTROPY_BITS = 6.0         # bits per byte: BF16 weights read 6.5, quantised ones 7.2, code and text 4-5.7
+MIN_BYTES = 1 << 20  # smaller files are not looked at (a model in many small parts is caught by layer 1)
+LARGE_BYTES = 64 << 20  # non-library files this large are hidden whatever they hold
+ENTROPY_BITS = 6.0  # bits per byte: BF16 weights read 6.5, quantised ones 7.2, code and text 4-5.7
 SAMPLE_BYTES = 1 << 16
 SAMPLES = 4
 
-WEIGHT_NAMES = re.compile(r"\.(gguf|ggml|safetensors|bin|pt|pth|ckpt|onnx|npz|npy|h5|hdf5|msgpack|pkl|pickle|"
-                          r"model|tflite|mlmodel|params|weights)(\.|$|-)", re.IGNORECASE)
-MAGICS = (b"GGUF", b"GGML", b"GGJT", b"PK\x03\x04", b"\x93NUMPY", b"\x89HDF\r\n\x1a\n", b"\x80\x02", b"\x80\x03",
-          b"\x80\x04", b"\x80\x05")
+WEIGHT_NAMES = re.compile(
+    r"\.(gguf|ggml|safetensors|bin|pt|pth|ckpt|onnx|npz|npy|h5|hdf5|msgpack|pkl|pickle|"
+    r"model|tflite|mlmodel|params|weights)(\.|$|-)",
+    re.IGNORECASE,
+)
+MAGICS = (
+    b"GGUF",
+    b"GGML",
+    b"GGJT",
+    b"PK\x03\x04",
+    b"\x93NUMPY",
+    b"\x89HDF\r\n\x1a\n",
+    b"\x80\x02",
+    b"\x80\x03",
+    b"\x80\x04",
+    b"\x80\x05",
+)
 ELF = b"\x7fELF"
 
 

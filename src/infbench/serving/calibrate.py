@@ -64,18 +64,28 @@ def key(serving: ServingCore, workload_sha: str) -> str:
 def _seed_run(summary: replay_job.RunSummary) -> SeedRun:
     s = summary.score
     if s.p90_ttft_s is None or s.p90_tpot_s is None:
-        raise InfbenchError(f"reference {summary.server} completed no request in the window at "
-                            f"c={summary.concurrency}, seed {summary.seed} ({s.failed} failed): "
-                            f"lengthen serving.replay.window_s or shorten the workload; records {summary.records}")
+        raise InfbenchError(
+            f"reference {summary.server} completed no request in the window at "
+            f"c={summary.concurrency}, seed {summary.seed} ({s.failed} failed): "
+            f"lengthen serving.replay.window_s or shorten the workload; records {summary.records}"
+        )
     if not s.valid:
-        raise InfbenchError(f"reference {summary.server} at c={summary.concurrency}, seed {summary.seed}: the run is "
-                            f"invalid, {s.invalid_reason}; records {summary.records}")
-    return SeedRun(seed=summary.seed, records=summary.records, p90_ttft_s=s.p90_ttft_s,
-                   p90_tpot_s=s.p90_tpot_s, G=s.G)
+        raise InfbenchError(
+            f"reference {summary.server} at c={summary.concurrency}, seed {summary.seed}: the run is "
+            f"invalid, {s.invalid_reason}; records {summary.records}"
+        )
+    return SeedRun(seed=summary.seed, records=summary.records, p90_ttft_s=s.p90_ttft_s, p90_tpot_s=s.p90_tpot_s, G=s.G)
 
 
-def calibrate(serving: ServingCore, sessions_path: str, model_dir: str, gguf: str, out_dir: str,
-              targets_path: str, server_log: str) -> TargetsRecord:
+def calibrate(
+    serving: ServingCore,
+    sessions_path: str,
+    model_dir: str,
+    gguf: str,
+    out_dir: str,
+    targets_path: str,
+    server_log: str,
+) -> TargetsRecord:
     sessions = workload.load(sessions_path)
     inputs = replay_job.input_hashes(sessions_path)
     ref = serving.calibration.reference
@@ -84,26 +94,33 @@ def calibrate(serving: ServingCore, sessions_path: str, model_dir: str, gguf: st
     out.mkdir(parents=True, exist_ok=True)
 
     def one(base: str, c: int, seed: int) -> replay_job.RunSummary:
-        return replay_job.replay_once(serving, sessions, ref, base, c, seed,
-                                      str(out / f"c{c}_seed{seed}.parquet"), None, inputs)
+        return replay_job.replay_once(
+            serving, sessions, ref, base, c, seed, str(out / f"c{c}_seed{seed}.parquet"), None, inputs
+        )
 
-    with servers.launched(ref, serving.servers[ref], servers.LaunchVars.for_serving(serving, model_dir, gguf),
-                          server_log) as base:
+    with servers.launched(
+        ref, serving.servers[ref], servers.LaunchVars.for_serving(serving, model_dir, gguf), server_log
+    ) as base:
         scan = {c: one(base, c, seeds[0]) for c in serving.calibration.concurrencies}
         best = max(scan, key=lambda c: (scan[c].score.G, -c))
         seed_runs = [scan[best]] + [one(base, best, s) for s in seeds[1:]]
     per_seed = [_seed_run(r) for r in seed_runs]
-    targets = Targets(tau_first_s=max(r.p90_ttft_s for r in per_seed),
-                      tau_token_s=max(r.p90_tpot_s for r in per_seed))
+    targets = Targets(tau_first_s=max(r.p90_ttft_s for r in per_seed), tau_token_s=max(r.p90_tpot_s for r in per_seed))
     for r in per_seed:
         r.D = replay_job.rescore(r.records, serving, targets).D
     record = TargetsRecord(
-        key=key(serving, inputs[sessions_path]), deployment=serving.deployment.name, reference=ref,
-        concurrency_scan={c: r.score.G for c, r in scan.items()}, concurrency=best, targets=targets,
-        runs=per_seed, baseline_p90_ttft_s=statistics.fmean(r.p90_ttft_s for r in per_seed),
+        key=key(serving, inputs[sessions_path]),
+        deployment=serving.deployment.name,
+        reference=ref,
+        concurrency_scan={c: r.score.G for c, r in scan.items()},
+        concurrency=best,
+        targets=targets,
+        runs=per_seed,
+        baseline_p90_ttft_s=statistics.fmean(r.p90_ttft_s for r in per_seed),
         baseline_p90_tpot_s=statistics.fmean(r.p90_tpot_s for r in per_seed),
         baseline_D=statistics.fmean(r.D for r in per_seed),
-        provenance=provenance.collect({"serving": serving.model_dump(mode="json")}, inputs))
+        provenance=provenance.collect({"serving": serving.model_dump(mode="json")}, inputs),
+    )
     atomic.write_json(targets_path, record.model_dump(mode="json"))
     return record
 
@@ -113,6 +130,9 @@ def read_targets(path: str, serving: ServingCore, sessions_path: str) -> Targets
     record = TargetsRecord.model_validate_json(Path(path).read_text())
     want = key(serving, replay_job.input_hashes(sessions_path)[sessions_path])
     if record.key != want:
-        raise InputFileError(path, "targets were calibrated for another deployment, workload or reference "
-                                   "engine; recalibrate (rule serving_calibrate)")
+        raise InputFileError(
+            path,
+            "targets were calibrated for another deployment, workload or reference "
+            "engine; recalibrate (rule serving_calibrate)",
+        )
     return record

@@ -40,6 +40,7 @@ Segment = tuple[str, object]  # ("block", hash id) or ("tail", request id): a un
 @dataclass(frozen=True)
 class Carrier:
     """One carrier request: its cue ``[cue, cue + span)`` repeats ``[source, source + span)``."""
+
     request_id: str
     source: int
     cue: int
@@ -52,7 +53,7 @@ class Carrier:
 
     def copied(self, prompt: list[int], n: int) -> list[int]:
         """The ``n`` ids after the source: what a model that reads the whole prompt copies."""
-        return prompt[self.source + self.span:self.source + self.span + n]
+        return prompt[self.source + self.span : self.source + self.span + n]
 
 
 def segment_of(request: TraceRequest, block_size: int, position: int) -> tuple[Segment, int]:
@@ -67,8 +68,9 @@ class Store:
     """The content of one session instance's segments: defaults (``blocks``: the rows of the given hash ids,
     ``tail``: a request's ids beyond its hashed blocks), and the carriers' overrides."""
 
-    def __init__(self, session: Session, blocks: Callable[[list], np.ndarray],
-                 tail: Callable[[TraceRequest], np.ndarray]):
+    def __init__(
+        self, session: Session, blocks: Callable[[list], np.ndarray], tail: Callable[[TraceRequest], np.ndarray]
+    ):
         self.session = session
         self.blocks = blocks
         self.tail = tail
@@ -93,7 +95,7 @@ class Store:
         if self.overridden.intersection(request.hash_ids):
             for i, h in enumerate(request.hash_ids):
                 if h in self.overridden:
-                    out[i * bs:(i + 1) * bs] = self.overrides[("block", h)][:len(out) - i * bs]
+                    out[i * bs : (i + 1) * bs] = self.overrides[("block", h)][: len(out) - i * bs]
         if len(out) < n:
             out = np.concatenate([out, self.segment(("tail", request.id), request)])
         return out
@@ -114,8 +116,9 @@ class Store:
         return {segment_of(request, self.session.block_size, p)[0] for p in range(start, stop)}
 
 
-def place(store: Store, settings: FarContextSettings, marker_tokens: int,
-          rng: np.random.Generator) -> dict[str, Carrier]:
+def place(
+    store: Store, settings: FarContextSettings, marker_tokens: int, rng: np.random.Generator
+) -> dict[str, Carrier]:
     """Draw and write the carriers of one session instance into ``store``; returns them by request id."""
     locked: set[Segment] = set()
     placed: dict[str, tuple[Carrier, list[int]]] = {}
@@ -134,10 +137,15 @@ def place(store: Store, settings: FarContextSettings, marker_tokens: int,
         for i, t in enumerate(ids):
             store.put(r, cue + i, t)
         locked |= cue_segments | store.segments(r, source, source + span + r.output_tokens)
-        placed[r.id] = (Carrier(r.id, source, cue, span), ids + [store.token(r, p) for p in range(
-            source + span, source + span + r.output_tokens)])
+        placed[r.id] = (
+            Carrier(r.id, source, cue, span),
+            ids + [store.token(r, p) for p in range(source + span, source + span + r.output_tokens)],
+        )
     by_id = {r.id: r for r in store.session.requests}
     # A hash id repeated inside one prompt could alias a write onto a carrier's ids: keep only intact ones.
-    return {rid: c for rid, (c, ids) in placed.items()
-            if [store.token(by_id[rid], p) for p in range(c.source, c.source + len(ids))] == ids
-            and [store.token(by_id[rid], p) for p in range(c.cue, c.cue + c.span)] == ids[:c.span]}
+    return {
+        rid: c
+        for rid, (c, ids) in placed.items()
+        if [store.token(by_id[rid], p) for p in range(c.source, c.source + len(ids))] == ids
+        and [store.token(by_id[rid], p) for p in range(c.cue, c.cue + c.span)] == ids[: c.span]
+    }

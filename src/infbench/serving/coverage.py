@@ -39,16 +39,23 @@ class CoverageRow(BaseModel):
     pct_requests: float | None = None
 
 
-def draw_stats(sessions: list[Session], seed: int, n: int, concurrency: int, start_ratio: tuple[float, float],
-               seed_set: str) -> CoverageRow:
+def draw_stats(
+    sessions: list[Session], seed: int, n: int, concurrency: int, start_ratio: tuple[float, float], seed_set: str
+) -> CoverageRow:
     drawn = list(itertools.islice(workload.draw(sessions, seed), max(n, concurrency)))
-    streams = sum(workload.initial_streams(s, workload.lane_start(s, workload.start_fraction(seed, lane, start_ratio)))
-                  for lane, s in enumerate(drawn[:concurrency]))
+    streams = sum(
+        workload.initial_streams(s, workload.lane_start(s, workload.start_fraction(seed, lane, start_ratio)))
+        for lane, s in enumerate(drawn[:concurrency])
+    )
     drawn = drawn[:n]
-    return CoverageRow(seed_set=seed_set, seed=seed, initial_streams=streams,
-                       input_tokens=sum(s.total_input_tokens for s in drawn),
-                       branches=sum(s.n_subagents for s in drawn),
-                       requests=sum(len(s.requests) for s in drawn))
+    return CoverageRow(
+        seed_set=seed_set,
+        seed=seed,
+        initial_streams=streams,
+        input_tokens=sum(s.total_input_tokens for s in drawn),
+        branches=sum(s.n_subagents for s in drawn),
+        requests=sum(len(s.requests) for s in drawn),
+    )
 
 
 def scan(sessions_path: str, serving: ServingCore, out_csv: str, out_json: str) -> pd.DataFrame:
@@ -63,13 +70,21 @@ def scan(sessions_path: str, serving: ServingCore, out_csv: str, out_json: str) 
     for name, seeds in serving.seeds.model_dump().items():
         for s in seeds:
             row = draw_stats(sessions, s, n, c, start_ratio, name)
-            rows.append(row.model_copy(update={
-                f"pct_{m}": float(100.0 * np.mean(ref[m].to_numpy() <= getattr(row, m))) for m in METRICS}))
+            rows.append(
+                row.model_copy(
+                    update={f"pct_{m}": float(100.0 * np.mean(ref[m].to_numpy() <= getattr(row, m))) for m in METRICS}
+                )
+            )
     frame = pd.DataFrame([r.model_dump() for r in rows + extra])
     atomic.write_text(out_csv, frame.to_csv(index=False, lineterminator="\n"))
-    summary = {"seconds": time.perf_counter() - t0, "scan_seeds": cov.seeds, "sessions_per_draw": n,
-               "concurrency": c, "scan_quantiles": {m: ref[m].quantile([0.1, 0.5, 0.9]).tolist() for m in METRICS},
-               "draws": [r.model_dump() for r in rows],
-               "provenance": provenance.collect({"coverage": cov.model_dump(mode="json")}).model_dump(mode="json")}
+    summary = {
+        "seconds": time.perf_counter() - t0,
+        "scan_seeds": cov.seeds,
+        "sessions_per_draw": n,
+        "concurrency": c,
+        "scan_quantiles": {m: ref[m].quantile([0.1, 0.5, 0.9]).tolist() for m in METRICS},
+        "draws": [r.model_dump() for r in rows],
+        "provenance": provenance.collect({"coverage": cov.model_dump(mode="json")}).model_dump(mode="json"),
+    }
     atomic.write_json(out_json, summary)
     return frame

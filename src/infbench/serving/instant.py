@@ -34,8 +34,20 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-MODES = ("ok", "die", "hang", "malformed", "short", "bad_usage", "hold", "endless_line", "trickle", "oversize",
-         "endless_tokens", "endless_health")
+MODES = (
+    "ok",
+    "die",
+    "hang",
+    "malformed",
+    "short",
+    "bad_usage",
+    "hold",
+    "endless_line",
+    "trickle",
+    "oversize",
+    "endless_tokens",
+    "endless_health",
+)
 FLOOD = b"x" * (1 << 16)
 
 
@@ -58,13 +70,26 @@ def app(mode: str = "ok", seconds_per_token: float = 0.0, after: int = 0, contex
         body = await request.json()
         prompt = " ".join(m["content"] for m in body["messages"]).split() if chat else body["prompt"]
         n = int(body["max_tokens"])
-        received.append({"prompt": prompt, "max_tokens": n, "receive_time": t_recv,
-                         "client_port": request.client.port if request.client else None})
+        received.append(
+            {
+                "prompt": prompt,
+                "max_tokens": n,
+                "receive_time": t_recv,
+                "client_port": request.client.port if request.client else None,
+            }
+        )
         late = len(received) > after
         if context_limit and len(prompt) + n > context_limit:
-            return JSONResponse({"error": {"message": f"This model's maximum context length is {context_limit} tokens. "
-                                           f"However, you requested {len(prompt) + n} tokens.",
-                                           "type": "invalid_request_error"}}, 400)
+            return JSONResponse(
+                {
+                    "error": {
+                        "message": f"This model's maximum context length is {context_limit} tokens. "
+                        f"However, you requested {len(prompt) + n} tokens.",
+                        "type": "invalid_request_error",
+                    }
+                },
+                400,
+            )
         if mode == "die" and late:
             os._exit(1)
         if mode == "hang" and late:
@@ -86,8 +111,11 @@ def app(mode: str = "ok", seconds_per_token: float = 0.0, after: int = 0, contex
                     continue
                 yield f"data: {json.dumps(chunk)}\n\n"
             reported = n_send + 1 if mode == "bad_usage" and late else n_send
-            usage = {"prompt_tokens": len(prompt), "completion_tokens": reported,
-                     "total_tokens": len(prompt) + reported}
+            usage = {
+                "prompt_tokens": len(prompt),
+                "completion_tokens": reported,
+                "total_tokens": len(prompt) + reported,
+            }
             yield f"data: {json.dumps({'object': 'text_completion', 'choices': [], 'usage': usage})}\n\n"
             yield "data: [DONE]\n\n"
 
@@ -122,9 +150,15 @@ def app(mode: str = "ok", seconds_per_token: float = 0.0, after: int = 0, contex
     async def models(request: Request) -> Response:
         return JSONResponse({"object": "list", "data": [{"id": "instant", "object": "model"}]})
 
-    return Starlette(routes=[Route("/v1/completions", completions, methods=["POST"]),
-                             Route("/v1/chat/completions", chat_completions, methods=["POST"]),
-                             Route("/v1/models", models), Route("/health", health), Route("/debug/requests", debug)])
+    return Starlette(
+        routes=[
+            Route("/v1/completions", completions, methods=["POST"]),
+            Route("/v1/chat/completions", chat_completions, methods=["POST"]),
+            Route("/v1/models", models),
+            Route("/health", health),
+            Route("/debug/requests", debug),
+        ]
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -136,8 +170,15 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--seconds-per-token", type=float, default=0.0)
     p.add_argument("--context-limit", type=int, default=0, help="refuse longer prompt + max_tokens (0: no limit)")
     a = p.parse_args(argv)
-    uvicorn.run(app(a.mode, a.seconds_per_token, a.after, a.context_limit), host=a.host, port=a.port,
-                log_level="warning", backlog=4096, timeout_keep_alive=60, timeout_graceful_shutdown=2)
+    uvicorn.run(
+        app(a.mode, a.seconds_per_token, a.after, a.context_limit),
+        host=a.host,
+        port=a.port,
+        log_level="warning",
+        backlog=4096,
+        timeout_keep_alive=60,
+        timeout_graceful_shutdown=2,
+    )
 
 
 if __name__ == "__main__":

@@ -55,8 +55,9 @@ class LlamaCppEngine:
     def __init__(self, gguf: str, name: str, n_ctx: int, threads: int | None, n_batch: int):
         from llama_cpp import Llama
 
-        self.llm = Llama(model_path=gguf, n_ctx=n_ctx, n_threads=threads, n_threads_batch=threads,
-                         n_batch=n_batch, verbose=False)
+        self.llm = Llama(
+            model_path=gguf, n_ctx=n_ctx, n_threads=threads, n_threads_batch=threads, n_batch=n_batch, verbose=False
+        )
         self.name = name
         self.context_limit = n_ctx
         self.eos = self.llm.token_eos()
@@ -74,8 +75,9 @@ class LlamaCppEngine:
     async def generate(self, prompt: list[int], req: CompletionRequest):
         if req.seed is not None:
             self.llm.set_seed(req.seed)
-        gen = self.llm.generate(prompt, temp=req.temperature, top_k=0, top_p=1.0, min_p=0.0,
-                                repeat_penalty=1.0, reset=True)
+        gen = self.llm.generate(
+            prompt, temp=req.temperature, top_k=0, top_p=1.0, min_p=0.0, repeat_penalty=1.0, reset=True
+        )
         loop = asyncio.get_running_loop()
         try:
             for _ in range(req.max_tokens):

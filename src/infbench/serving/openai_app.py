@@ -53,8 +53,13 @@ class Engine(Protocol):
 
 
 def _chunk(cid: str, name: str, text: str, ids: list[int], finish: str | None) -> str:
-    body = {"id": cid, "object": "text_completion", "created": int(time.time()), "model": name,
-            "choices": [{"index": 0, "text": text, "token_ids": ids, "logprobs": None, "finish_reason": finish}]}
+    body = {
+        "id": cid,
+        "object": "text_completion",
+        "created": int(time.time()),
+        "model": name,
+        "choices": [{"index": 0, "text": text, "token_ids": ids, "logprobs": None, "finish_reason": finish}],
+    }
     return f"data: {json.dumps(body)}\n\n"
 
 
@@ -66,9 +71,16 @@ def app(engine: Engine) -> Starlette:
             return JSONResponse({"error": {"message": str(exc)[:1000], "type": "invalid_request_error"}}, 400)
         prompt = req.prompt if isinstance(req.prompt, list) else engine.tokenize(req.prompt)
         if not prompt or len(prompt) + req.max_tokens > engine.context_limit:
-            return JSONResponse({"error": {"message": f"prompt of {len(prompt)} tokens + max_tokens "
-                                           f"{req.max_tokens} exceeds the context limit {engine.context_limit}",
-                                           "type": "invalid_request_error"}}, 400)
+            return JSONResponse(
+                {
+                    "error": {
+                        "message": f"prompt of {len(prompt)} tokens + max_tokens "
+                        f"{req.max_tokens} exceeds the context limit {engine.context_limit}",
+                        "type": "invalid_request_error",
+                    }
+                },
+                400,
+            )
         cid = f"cmpl-{uuid.uuid4().hex}"
 
         async def run():
@@ -81,13 +93,16 @@ def app(engine: Engine) -> Starlette:
                     if full.endswith("\ufffd"):  # an incomplete UTF-8 sequence: its text waits for the next ids
                         yield "", token
                         continue
-                    piece, text = full[len(text):], full
+                    piece, text = full[len(text) :], full
                     yield piece, token
             finish = "length" if len(out) == req.max_tokens else "stop"
             yield finish, None
 
-        usage = lambda n: {"prompt_tokens": len(prompt), "completion_tokens": n,  # noqa: E731
-                           "total_tokens": len(prompt) + n}
+        usage = lambda n: {
+            "prompt_tokens": len(prompt),
+            "completion_tokens": n,  # noqa: E731
+            "total_tokens": len(prompt) + n,
+        }
         if not req.stream:
             ids, text = [], ""
             async for piece, token in run():
@@ -96,10 +111,18 @@ def app(engine: Engine) -> Starlette:
                 else:
                     ids.append(token)
                     text += piece
-            return JSONResponse({"id": cid, "object": "text_completion", "created": int(time.time()),
-                                 "model": engine.name, "usage": usage(len(ids)),
-                                 "choices": [{"index": 0, "text": text, "token_ids": ids,
-                                              "logprobs": None, "finish_reason": finish}]})
+            return JSONResponse(
+                {
+                    "id": cid,
+                    "object": "text_completion",
+                    "created": int(time.time()),
+                    "model": engine.name,
+                    "usage": usage(len(ids)),
+                    "choices": [
+                        {"index": 0, "text": text, "token_ids": ids, "logprobs": None, "finish_reason": finish}
+                    ],
+                }
+            )
 
         async def events():
             n = 0
@@ -110,8 +133,13 @@ def app(engine: Engine) -> Starlette:
                     n += 1
                     yield _chunk(cid, engine.name, piece, [token], None)
             if req.stream_options and req.stream_options.include_usage:
-                body: dict[str, Any] = {"id": cid, "object": "text_completion", "model": engine.name,
-                                        "choices": [], "usage": usage(n)}
+                body: dict[str, Any] = {
+                    "id": cid,
+                    "object": "text_completion",
+                    "model": engine.name,
+                    "choices": [],
+                    "usage": usage(n),
+                }
                 yield f"data: {json.dumps(body)}\n\n"
             yield "data: [DONE]\n\n"
 
@@ -123,5 +151,10 @@ def app(engine: Engine) -> Starlette:
     async def models(request: Request) -> Response:
         return JSONResponse({"object": "list", "data": [{"id": engine.name, "object": "model"}]})
 
-    return Starlette(routes=[Route("/v1/completions", completions, methods=["POST"]),
-                             Route("/health", health), Route("/v1/models", models)])
+    return Starlette(
+        routes=[
+            Route("/v1/completions", completions, methods=["POST"]),
+            Route("/health", health),
+            Route("/v1/models", models),
+        ]
+    )

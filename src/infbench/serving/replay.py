@@ -75,8 +75,11 @@ from infbench.serving.workload import (
 
 JSON_BODY = {"Content-Type": "application/json"}
 # How OpenAI-compatible servers word a prompt that does not fit (vLLM, SGLang, llama.cpp, S0, OpenAI).
-CONTEXT_OVERFLOW = re.compile(r"context (length|limit|window|size)|maximum context|max_model_len|too many tokens"
-                              r"|(prompt|input) is too long|longer than the model", re.IGNORECASE)
+CONTEXT_OVERFLOW = re.compile(
+    r"context (length|limit|window|size)|maximum context|max_model_len|too many tokens"
+    r"|(prompt|input) is too long|longer than the model",
+    re.IGNORECASE,
+)
 
 
 class ReplaySettings(BaseModel):
@@ -93,43 +96,76 @@ class ReplaySettings(BaseModel):
     token_high: int
     marker_tokens: int = Field(ge=1)
     temperature: float = Field(ge=0)
-    start_ratio: tuple[float, float] = Field(description="range of the sampled start point of a lane's first "
-                                                         "session, as fractions of its main chain")
-    request_fields: dict[str, Any] = Field(default_factory=dict,
-                                           description="extra JSON fields a server needs, e.g. logit_bias")
+    start_ratio: tuple[float, float] = Field(
+        description="range of the sampled start point of a lane's first session, as fractions of its main chain"
+    )
+    request_fields: dict[str, Any] = Field(
+        default_factory=dict, description="extra JSON fields a server needs, e.g. logit_bias"
+    )
     api: API = "completions"
     tokenizer: str | None = Field(default=None, description="chat: the tokenizer.json that turns prompts to text")
     far_context: FarContextSettings | None = Field(
-        default=None, description="far-context carriers placed in the prompts (None: none)")
-    prompt_seed: int | None = Field(default=None, exclude=True, repr=False,
-                                    description="the prompts' content seed; None: the public one of `seed`. "
-                                                "Verification passes one drawn from the operator's secret, "
-                                                "which is never written out with the settings")
+        default=None, description="far-context carriers placed in the prompts (None: none)"
+    )
+    prompt_seed: int | None = Field(
+        default=None,
+        exclude=True,
+        repr=False,
+        description="the prompts' content seed; None: the public one of `seed`. "
+        "Verification passes one drawn from the operator's secret, "
+        "which is never written out with the settings",
+    )
 
     @classmethod
-    def for_serving(cls, serving: ServingCore, base_url: str, concurrency: int, seed: int,
-                    request_fields: dict[str, Any], prompt_seed: int | None = None) -> ReplaySettings:
+    def for_serving(
+        cls,
+        serving: ServingCore,
+        base_url: str,
+        concurrency: int,
+        seed: int,
+        request_fields: dict[str, Any],
+        prompt_seed: int | None = None,
+    ) -> ReplaySettings:
         """A replay of ``seed`` as ``serving`` configures it; ``prompt_seed`` None: its prompts' public
         content seed (development, calibration), else the held-out one verification draws from the
         operator's secret."""
         r, w = serving.replay, serving.workload
         low, high = w.token_id_range
-        return cls(base_url=base_url, model=serving.deployment.name, concurrency=concurrency, seed=seed,
-                   warmup_s=r.warmup_s, window_s=r.window_s, request_timeout_s=r.request_timeout_s,
-                   idle_cap_s=r.idle_cap_s, token_low=low, token_high=high, marker_tokens=w.marker_tokens,
-                   temperature=r.temperature, start_ratio=r.start_ratio, request_fields=request_fields,
-                   far_context=w.far_context, prompt_seed=prompt_seed)
+        return cls(
+            base_url=base_url,
+            model=serving.deployment.name,
+            concurrency=concurrency,
+            seed=seed,
+            warmup_s=r.warmup_s,
+            window_s=r.window_s,
+            request_timeout_s=r.request_timeout_s,
+            idle_cap_s=r.idle_cap_s,
+            token_low=low,
+            token_high=high,
+            marker_tokens=w.marker_tokens,
+            temperature=r.temperature,
+            start_ratio=r.start_ratio,
+            request_fields=request_fields,
+            far_context=w.far_context,
+            prompt_seed=prompt_seed,
+        )
 
     def prompt_builder(self) -> PromptBuilder:
         """The prompts this replay sends (the same for the same content seed and concurrency)."""
         seed = public_prompt_seed(self.seed) if self.prompt_seed is None else self.prompt_seed
-        return PromptBuilder(token_low=self.token_low, token_high=self.token_high,
-                             marker_tokens=self.marker_tokens, content_seed=seed,
-                             concurrency=self.concurrency, carriers=self.far_context)
+        return PromptBuilder(
+            token_low=self.token_low,
+            token_high=self.token_high,
+            marker_tokens=self.marker_tokens,
+            content_seed=seed,
+            concurrency=self.concurrency,
+            carriers=self.far_context,
+        )
 
 
 class RequestRecord(BaseModel):
     """One row of the replay's parquet file; times in seconds since replay start."""
+
     run_id: str
     instance: int
     session_id: str
@@ -150,11 +186,14 @@ class RequestRecord(BaseModel):
     n_chunks: int = Field(description="chunks that carried token ids or text")
     id_chunks: int = Field(description="chunks that carried at least one token id (the arrivals)")
     text_chunks_without_ids: int = Field(description="chunks with text but no token id (never a token arrival)")
-    counts_from_token_ids: bool = Field(description="output counted and timed by streamed token ids (false: by "
-                                                    "usage and text chunks, unverified)")
+    counts_from_token_ids: bool = Field(
+        description="output counted and timed by streamed token ids (false: by usage and text chunks, unverified)"
+    )
     streamed_token_ids: list[int]
-    token_arrivals: list[float] = Field(description="arrival of each streamed token id, seconds after send (the "
-                                                    "ids of one chunk share their chunk's arrival)")
+    token_arrivals: list[float] = Field(
+        description="arrival of each streamed token id, seconds after send (the "
+        "ids of one chunk share their chunk's arrival)"
+    )
     text: str
     usage_prompt_tokens: int | None
     usage_completion_tokens: int | None
@@ -188,8 +227,12 @@ class _Stream:
     """What one streamed response carried; a body beyond :func:`~infbench.serving.sse.response_limit` or more
     ids than ``max_tokens`` stop it with an error (the verifier's memory and time stay bounded)."""
 
-    def __init__(self, max_tokens: int, byte_limit: int,
-                 piece: Callable[[dict[str, Any]], tuple[str, list[int] | None]] = Completions().piece):
+    def __init__(
+        self,
+        max_tokens: int,
+        byte_limit: int,
+        piece: Callable[[dict[str, Any]], tuple[str, list[int] | None]] = Completions().piece,  # noqa: B008  (stateless)
+    ):
         self.piece = piece  # (text, token ids) of one streamed choice, as the endpoint lays it out
         self.max_tokens = max_tokens
         self.lines = BoundedLines(byte_limit)
@@ -357,9 +400,15 @@ class Replay:
     def _start(self, lane: int, session: Session, start: LaneStart) -> None:
         """Run ``session`` on ``lane``; the requests ``start`` skips are taken as done and never sent."""
         sent = [r for r in session.requests if r.id not in start.skipped]
-        inst = _Instance(number=next(self.numbers), session=session, lane=lane, sent_requests=len(sent),
-                         waiting={r.id: sum(d not in start.skipped for d in r.depends_on) for r in sent},
-                         dependents={r.id: [] for r in sent}, outstanding=len(sent))
+        inst = _Instance(
+            number=next(self.numbers),
+            session=session,
+            lane=lane,
+            sent_requests=len(sent),
+            waiting={r.id: sum(d not in start.skipped for d in r.depends_on) for r in sent},
+            dependents={r.id: [] for r in sent},
+            outstanding=len(sent),
+        )
         for r in sent:
             for dep in r.depends_on:
                 if dep not in start.skipped:
@@ -394,8 +443,9 @@ class Replay:
         # latency added to every TTFT once hundreds of streams share the client's core (bench-replay).
         # No connection limit; every request's own deadline is applied in _send.
         connector = aiohttp.TCPConnector(limit=0)
-        async with aiohttp.ClientSession(connector=connector, read_bufsize=2**22,
-                                         timeout=aiohttp.ClientTimeout(total=None)) as self.http:
+        async with aiohttp.ClientSession(
+            connector=connector, read_bufsize=2**22, timeout=aiohttp.ClientTimeout(total=None)
+        ) as self.http:
             return await self._run()
 
     async def _run(self) -> list[RequestRecord]:
@@ -441,9 +491,16 @@ class Replay:
 
     async def _send(self, inst: _Instance, r: TraceRequest, ready: float) -> None:
         prompt = self.prompts.build(inst.session, inst.number, r)
-        body = {"model": self.s.model, **self.api.prompt_fields(prompt), "max_tokens": r.output_tokens,
-                "stream": True, "ignore_eos": True, "stream_options": {"include_usage": True}, "temperature": self.s.temperature,
-                **self.s.request_fields}
+        body = {
+            "model": self.s.model,
+            **self.api.prompt_fields(prompt),
+            "max_tokens": r.output_tokens,
+            "stream": True,
+            "ignore_eos": True,
+            "stream_options": {"include_usage": True},
+            "temperature": self.s.temperature,
+            **self.s.request_fields,
+        }
         stream = _Stream(r.output_tokens, response_limit(len(prompt), r.output_tokens), self.api.piece)
         error = ""
         overflow = False
@@ -467,27 +524,46 @@ class Replay:
         except (aiohttp.ClientError, ValueError, TypeError, KeyError, AttributeError) as exc:
             error = f"{type(exc).__name__}: {exc}"[:500]
         end = self.now()
-        n_out, check_error = _check(stream, len(prompt) if self.api.compares_prompt_tokens else None,
-                                    r.output_tokens)
+        n_out, check_error = _check(stream, len(prompt) if self.api.compares_prompt_tokens else None, r.output_tokens)
         error = error or check_error
         ttft = stream.first - send
         tpot = 0.0 if n_out == 1 else (stream.last - stream.first) / (n_out - 1) if n_out > 1 else math.nan
         usage = stream.usage or {}
-        self.records.append(RequestRecord(
-            run_id=self.run_id, instance=inst.number, session_id=inst.session.id, request_id=r.id,
-            chain=r.chain, input_tokens=len(prompt), max_tokens=r.output_tokens, ready_time=ready,
-            send_time=send, first_token_time=stream.first, last_token_time=stream.last, end_time=end,
-            in_window=self.s.warmup_s <= send < self.s.warmup_s + self.s.window_s, ok=not error, error=error,
-            context_overflow=overflow, instance_requests=inst.sent_requests, n_chunks=stream.chunks,
-            id_chunks=stream.id_chunks, text_chunks_without_ids=stream.text_without_ids,
-            counts_from_token_ids=stream.saw_ids,
-            streamed_token_ids=stream.ids, token_arrivals=[a - send for a in stream.arrivals],
-            text="".join(stream.text),
-            usage_prompt_tokens=usage.get("prompt_tokens"), usage_completion_tokens=usage.get("completion_tokens"),
-            output_tokens=n_out, ttft=ttft if not error else math.nan, tpot=tpot if not error else math.nan,
-            server_ttft=stream.server_ttft,
-            server_receive_time=None if stream.server_receive is None else stream.server_receive - self.t0,
-        ))
+        self.records.append(
+            RequestRecord(
+                run_id=self.run_id,
+                instance=inst.number,
+                session_id=inst.session.id,
+                request_id=r.id,
+                chain=r.chain,
+                input_tokens=len(prompt),
+                max_tokens=r.output_tokens,
+                ready_time=ready,
+                send_time=send,
+                first_token_time=stream.first,
+                last_token_time=stream.last,
+                end_time=end,
+                in_window=self.s.warmup_s <= send < self.s.warmup_s + self.s.window_s,
+                ok=not error,
+                error=error,
+                context_overflow=overflow,
+                instance_requests=inst.sent_requests,
+                n_chunks=stream.chunks,
+                id_chunks=stream.id_chunks,
+                text_chunks_without_ids=stream.text_without_ids,
+                counts_from_token_ids=stream.saw_ids,
+                streamed_token_ids=stream.ids,
+                token_arrivals=[a - send for a in stream.arrivals],
+                text="".join(stream.text),
+                usage_prompt_tokens=usage.get("prompt_tokens"),
+                usage_completion_tokens=usage.get("completion_tokens"),
+                output_tokens=n_out,
+                ttft=ttft if not error else math.nan,
+                tpot=tpot if not error else math.nan,
+                server_ttft=stream.server_ttft,
+                server_receive_time=None if stream.server_receive is None else stream.server_receive - self.t0,
+            )
+        )
         self._finished(inst, r)
 
 
@@ -512,19 +588,41 @@ def run_tuned(main: Coroutine[Any, Any, list[RequestRecord]]) -> list[RequestRec
         gc.unfreeze()
 
 
-RECORD_SCHEMA = pa.schema([
-    ("run_id", pa.string()), ("instance", pa.int64()), ("session_id", pa.string()), ("request_id", pa.string()),
-    ("chain", pa.string()), ("input_tokens", pa.int64()), ("max_tokens", pa.int64()),
-    ("ready_time", pa.float64()), ("send_time", pa.float64()), ("first_token_time", pa.float64()),
-    ("last_token_time", pa.float64()), ("end_time", pa.float64()), ("in_window", pa.bool_()), ("ok", pa.bool_()),
-    ("error", pa.string()), ("context_overflow", pa.bool_()),
-    ("instance_requests", pa.int64()), ("n_chunks", pa.int64()), ("id_chunks", pa.int64()),
-    ("text_chunks_without_ids", pa.int64()), ("counts_from_token_ids", pa.bool_()),
-    ("streamed_token_ids", pa.list_(pa.int64())), ("token_arrivals", pa.list_(pa.float64())),
-    ("text", pa.string()), ("usage_prompt_tokens", pa.int64()), ("usage_completion_tokens", pa.int64()),
-    ("output_tokens", pa.int64()), ("ttft", pa.float64()), ("tpot", pa.float64()), ("server_ttft", pa.float64()),
-    ("server_receive_time", pa.float64()),
-])
+RECORD_SCHEMA = pa.schema(
+    [
+        ("run_id", pa.string()),
+        ("instance", pa.int64()),
+        ("session_id", pa.string()),
+        ("request_id", pa.string()),
+        ("chain", pa.string()),
+        ("input_tokens", pa.int64()),
+        ("max_tokens", pa.int64()),
+        ("ready_time", pa.float64()),
+        ("send_time", pa.float64()),
+        ("first_token_time", pa.float64()),
+        ("last_token_time", pa.float64()),
+        ("end_time", pa.float64()),
+        ("in_window", pa.bool_()),
+        ("ok", pa.bool_()),
+        ("error", pa.string()),
+        ("context_overflow", pa.bool_()),
+        ("instance_requests", pa.int64()),
+        ("n_chunks", pa.int64()),
+        ("id_chunks", pa.int64()),
+        ("text_chunks_without_ids", pa.int64()),
+        ("counts_from_token_ids", pa.bool_()),
+        ("streamed_token_ids", pa.list_(pa.int64())),
+        ("token_arrivals", pa.list_(pa.float64())),
+        ("text", pa.string()),
+        ("usage_prompt_tokens", pa.int64()),
+        ("usage_completion_tokens", pa.int64()),
+        ("output_tokens", pa.int64()),
+        ("ttft", pa.float64()),
+        ("tpot", pa.float64()),
+        ("server_ttft", pa.float64()),
+        ("server_receive_time", pa.float64()),
+    ]
+)
 
 
 def write_records(records: list[RequestRecord], path: str) -> pd.DataFrame:

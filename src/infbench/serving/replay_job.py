@@ -28,26 +28,41 @@ class RunSummary(BaseModel):
     provenance: provenance.Provenance
 
 
-def replay_once(serving: ServingCore, sessions: list[Session], server: str, base_url: str, concurrency: int,
-                seed: int, records_path: str, summary_path: str | None, inputs: dict[str, str],
-                targets: Targets | None = None) -> RunSummary:
-    st = replay.ReplaySettings.for_serving(serving, base_url, concurrency, seed,
-                                           serving.servers[server].request_fields)
+def replay_once(
+    serving: ServingCore,
+    sessions: list[Session],
+    server: str,
+    base_url: str,
+    concurrency: int,
+    seed: int,
+    records_path: str,
+    summary_path: str | None,
+    inputs: dict[str, str],
+    targets: Targets | None = None,
+) -> RunSummary:
+    st = replay.ReplaySettings.for_serving(serving, base_url, concurrency, seed, serving.servers[server].request_fields)
     recs = replay.run(workload.draw(sessions, seed), st)
     frame = replay.write_records(recs, records_path)
     summary = RunSummary(
-        server=server, concurrency=concurrency, seed=seed, settings=st, records=str(records_path),
-        requests=len(frame), score=score_frame(frame, serving, targets),
-        provenance=provenance.collect({"server": server, "concurrency": concurrency, "seed": seed,
-                                       "serving": serving.model_dump(mode="json")}, inputs))
+        server=server,
+        concurrency=concurrency,
+        seed=seed,
+        settings=st,
+        records=str(records_path),
+        requests=len(frame),
+        score=score_frame(frame, serving, targets),
+        provenance=provenance.collect(
+            {"server": server, "concurrency": concurrency, "seed": seed, "serving": serving.model_dump(mode="json")},
+            inputs,
+        ),
+    )
     if summary_path:
         atomic.write_json(summary_path, summary.model_dump(mode="json"))
     return summary
 
 
 def score_frame(frame: pd.DataFrame, serving: ServingCore, targets: Targets | None) -> Score:
-    return score(frame, serving.deployment, serving.replay.window_s, serving.replay.max_context_overflow_share,
-                 targets)
+    return score(frame, serving.deployment, serving.replay.window_s, serving.replay.max_context_overflow_share, targets)
 
 
 def read_records(records_path: str) -> pd.DataFrame:
@@ -55,8 +70,11 @@ def read_records(records_path: str) -> pd.DataFrame:
     frame = pd.read_parquet(records_path)
     missing = [name for name in replay.RECORD_SCHEMA.names if name not in frame.columns]
     if missing:
-        raise InputFileError(records_path, f"replay records lack {', '.join(missing)} (written by an older replay "
-                                           "client); delete them and rerun the replay")
+        raise InputFileError(
+            records_path,
+            f"replay records lack {', '.join(missing)} (written by an older replay "
+            "client); delete them and rerun the replay",
+        )
     return frame
 
 

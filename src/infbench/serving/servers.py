@@ -44,13 +44,17 @@ class LaunchVars(BaseModel):
     context_limit: int = 8192
     devices: int = 1
 
-
     @classmethod
     def for_serving(cls, serving: ServingCore, model_dir: str, gguf: str) -> LaunchVars:
         """The placeholders of ``serving``'s deployment and replay (port and host left to the launch)."""
-        return cls(model_dir=model_dir, gguf=gguf, model_name=serving.deployment.name,
-                   threads=serving.replay.threads, context_limit=serving.deployment.context_limit,
-                   devices=serving.deployment.devices)
+        return cls(
+            model_dir=model_dir,
+            gguf=gguf,
+            model_name=serving.deployment.name,
+            threads=serving.replay.threads,
+            context_limit=serving.deployment.context_limit,
+            devices=serving.deployment.devices,
+        )
 
 
 class ServerFailed(InfbenchError):
@@ -62,8 +66,9 @@ def render(name: str, spec: ServerSpec, launch: LaunchVars) -> list[str]:
     try:
         return [arg.format(**values) for arg in spec.command]
     except (KeyError, IndexError, ValueError) as exc:
-        raise ConfigError(f"serving.servers.{name}.command",
-                          f"bad placeholder {exc} (known: {', '.join(sorted(values))})") from None
+        raise ConfigError(
+            f"serving.servers.{name}.command", f"bad placeholder {exc} (known: {', '.join(sorted(values))})"
+        ) from None
 
 
 def dry_run(name: str, spec: ServerSpec, launch: LaunchVars) -> str:
@@ -111,8 +116,14 @@ def launched(name: str, spec: ServerSpec, launch: LaunchVars, log_path: str | Pa
     with open(log_path, "ab") as log:
         log.write(f"$ {' '.join(cmd)}\n".encode())
         log.flush()
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env={**os.environ, **spec.env}, start_new_session=True)
+        proc = subprocess.Popen(
+            cmd,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, **spec.env},
+            start_new_session=True,
+        )
         try:
             _wait_healthy(name, proc, url_at(base, spec.health_path), spec.startup_timeout_s, log_path)
             yield base
@@ -124,13 +135,13 @@ def _wait_healthy(name: str, proc: subprocess.Popen, url: str, timeout_s: float,
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise ServerFailed(f"server {name} exited with {proc.returncode} before it was healthy; "
-                               f"log {log_path}:\n{_tail(log_path)}")
+            raise ServerFailed(
+                f"server {name} exited with {proc.returncode} before it was healthy; log {log_path}:\n{_tail(log_path)}"
+            )
         with contextlib.suppress(httpx.HTTPError):
             # the status is all that counts: the body is never read (an endless one cannot stall this)
             with httpx.stream("GET", url, timeout=2.0, trust_env=False) as resp:
                 if resp.status_code == 200:
                     return
         time.sleep(0.25)
-    raise ServerFailed(f"server {name} not healthy at {url} after {timeout_s} s; log {log_path}:\n"
-                       f"{_tail(log_path)}")
+    raise ServerFailed(f"server {name} not healthy at {url} after {timeout_s} s; log {log_path}:\n{_tail(log_path)}")

@@ -43,8 +43,10 @@ class BoundedLines:
         """The lines ``data`` completes (without their newline)."""
         self.received += len(data)
         if self.received > self.limit:
-            raise ResponseTooLarge(f"response larger than {self.limit} bytes (the most a completion of this size "
-                                   f"may take), its unfinished last line {len(self.pending) + len(data)} bytes")
+            raise ResponseTooLarge(
+                f"response larger than {self.limit} bytes (the most a completion of this size "
+                f"may take), its unfinished last line {len(self.pending) + len(data)} bytes"
+            )
         self.pending += data
         if b"\n" not in data:
             return []

@@ -54,7 +54,7 @@ class Session(BaseModel):
     requests: list[TraceRequest]
 
     @model_validator(mode="after")
-    def _check(self) -> "Session":
+    def _check(self) -> Session:
         ids = [r.id for r in self.requests]
         if len(set(ids)) != len(ids):
             raise ValueError(f"session {self.id}: duplicate request ids")
@@ -67,8 +67,10 @@ class Session(BaseModel):
                 if dep not in known:
                     raise ValueError(f"session {self.id}: request {r.id} depends on unknown request {dep}")
             if len(r.hash_ids) > math.ceil(r.input_tokens / self.block_size):
-                raise ValueError(f"session {self.id}: request {r.id} has {len(r.hash_ids)} hash ids for "
-                                 f"{r.input_tokens} input tokens in blocks of {self.block_size}")
+                raise ValueError(
+                    f"session {self.id}: request {r.id} has {len(r.hash_ids)} hash ids for "
+                    f"{r.input_tokens} input tokens in blocks of {self.block_size}"
+                )
         for c in self.chains:
             for ref in (c.spawned_by, c.joined_by, *c.requests):
                 if ref is not None and ref not in known:

@@ -89,13 +89,22 @@ def session_order(sessions: list[Session], order: Order, seed: int) -> Iterator[
 async def _replay_with_progress(rep: replay.Replay, show: bool) -> list[replay.RequestRecord]:
     loop = asyncio.get_running_loop()
     total = rep.s.warmup_s + rep.s.window_s
-    bar = tqdm(total=round(total), unit="s", desc="replay", disable=not show, file=sys.stderr,
-               bar_format="{desc} {bar} {n_fmt}/{total_fmt} s {postfix}")
+    bar = tqdm(
+        total=round(total),
+        unit="s",
+        desc="replay",
+        disable=not show,
+        file=sys.stderr,
+        bar_format="{desc} {bar} {n_fmt}/{total_fmt} s {postfix}",
+    )
 
     def interrupt() -> None:
-        tqdm.write("infbench replay: stopping: no new requests; waiting for those in flight "
-                   "(Ctrl-C again cancels them)" if rep.issuing and not rep.stopped else
-                   "infbench replay: cancelling the requests in flight", file=sys.stderr)
+        tqdm.write(
+            "infbench replay: stopping: no new requests; waiting for those in flight (Ctrl-C again cancels them)"
+            if rep.issuing and not rep.stopped
+            else "infbench replay: cancelling the requests in flight",
+            file=sys.stderr,
+        )
         rep.stop()
 
     async def refresh() -> None:
@@ -124,9 +133,20 @@ def ended(rep: replay.Replay) -> Ended:
     return "trace" if rep.busy_lanes == 0 else "window"
 
 
-def run(trace: str, fmt: str, settings: replay.ReplaySettings, deployment: Deployment, targets: Targets | None,
-        order: Order, out_dir: str | Path, *, block_size: int, context_limit: int | None,
-        max_context_overflow_share: float, progress: bool) -> TraceReplaySummary:
+def run(
+    trace: str,
+    fmt: str,
+    settings: replay.ReplaySettings,
+    deployment: Deployment,
+    targets: Targets | None,
+    order: Order,
+    out_dir: str | Path,
+    *,
+    block_size: int,
+    context_limit: int | None,
+    max_context_overflow_share: float,
+    progress: bool,
+) -> TraceReplaySummary:
     fmt, sessions, n_read = load_sessions(trace, fmt, block_size, context_limit)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -136,13 +156,27 @@ def run(trace: str, fmt: str, settings: replay.ReplaySettings, deployment: Deplo
     sending_ended = rep.sending_ended if rep.sending_ended is not None else 0.0
     window = max(0.0, min(sending_ended, settings.warmup_s + settings.window_s) - settings.warmup_s)
     summary = TraceReplaySummary(
-        trace=str(trace), trace_format=fmt, server=settings.base_url, concurrency=settings.concurrency,
-        seed=settings.seed, order=order, sessions_read=n_read, sessions_eligible=len(sessions), settings=settings,
-        deployment=deployment, targets=targets, max_context_overflow_share=max_context_overflow_share,
-        ended=ended(rep), measured_window_s=window, records=str(out / "records.parquet"), requests=len(frame),
+        trace=str(trace),
+        trace_format=fmt,
+        server=settings.base_url,
+        concurrency=settings.concurrency,
+        seed=settings.seed,
+        order=order,
+        sessions_read=n_read,
+        sessions_eligible=len(sessions),
+        settings=settings,
+        deployment=deployment,
+        targets=targets,
+        max_context_overflow_share=max_context_overflow_share,
+        ended=ended(rep),
+        measured_window_s=window,
+        records=str(out / "records.parquet"),
+        requests=len(frame),
         score=score(frame, deployment, window, max_context_overflow_share, targets) if window > 0 else None,
-        provenance=provenance.collect({"trace_format": fmt, "order": order, "block_size": block_size,
-                                       "context_limit": context_limit}, workload.trace_hashes(trace)),
+        provenance=provenance.collect(
+            {"trace_format": fmt, "order": order, "block_size": block_size, "context_limit": context_limit},
+            workload.trace_hashes(trace),
+        ),
     )
     atomic.write_json(out / "summary.json", summary.model_dump(mode="json"))
     return summary
@@ -151,20 +185,31 @@ def run(trace: str, fmt: str, settings: replay.ReplaySettings, deployment: Deplo
 def report(summary: TraceReplaySummary, out_dir: str | Path) -> str:
     """What a user reads when the replay ends: what was replayed, the score, where the files are."""
     s = summary.score
-    head = (f"{summary.sessions_eligible} sessions of {summary.trace} ({summary.trace_format}, {summary.order} order) "
-            f"against {summary.server}, concurrency {summary.concurrency}; ended: {summary.ended} "
-            f"after {summary.measured_window_s:.1f} s of the {summary.settings.window_s:g} s window")
+    head = (
+        f"{summary.sessions_eligible} sessions of {summary.trace} ({summary.trace_format}, {summary.order} order) "
+        f"against {summary.server}, concurrency {summary.concurrency}; ended: {summary.ended} "
+        f"after {summary.measured_window_s:.1f} s of the {summary.settings.window_s:g} s window"
+    )
     if s is None:
         body = "nothing measured: sending stopped before the warmup ended"
     else:
+
         def fmt(x, spec=".4g"):
             return "-" if x is None else format(x, spec)
-        rows = [("requests sent in the window", s.requests_in_window), ("completed", s.completed),
-                ("failed", s.failed), ("context overflows", s.context_overflows),
-                ("qualified", fmt(s.qualified, "d") if s.qualified is not None else "- (no targets)"),
-                ("p90 TTFT (s)", fmt(s.p90_ttft_s)), ("p90 TPOT (s)", fmt(s.p90_tpot_s)),
-                ("input / output tokens", f"{s.input_tokens} / {s.output_tokens}"),
-                ("G (gross $ per GPU $)", fmt(s.G)), ("D (qualified $ per GPU $)", fmt(s.D)), ("f = D / G", fmt(s.f))]
+
+        rows = [
+            ("requests sent in the window", s.requests_in_window),
+            ("completed", s.completed),
+            ("failed", s.failed),
+            ("context overflows", s.context_overflows),
+            ("qualified", fmt(s.qualified, "d") if s.qualified is not None else "- (no targets)"),
+            ("p90 TTFT (s)", fmt(s.p90_ttft_s)),
+            ("p90 TPOT (s)", fmt(s.p90_tpot_s)),
+            ("input / output tokens", f"{s.input_tokens} / {s.output_tokens}"),
+            ("G (gross $ per GPU $)", fmt(s.G)),
+            ("D (qualified $ per GPU $)", fmt(s.D)),
+            ("f = D / G", fmt(s.f)),
+        ]
         width = max(len(k) for k, _ in rows)
         body = "\n".join(f"  {k:<{width}}  {v}" for k, v in rows)
         if not s.valid:

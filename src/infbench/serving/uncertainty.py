@@ -50,8 +50,14 @@ def session_values(frame: pd.DataFrame, dep: Deployment, targets: Targets | None
     return sums.reindex(sorted(set(win["instance"])), fill_value=0.0)
 
 
-def spread(frames: list[pd.DataFrame], scores: list[Score], dep: Deployment, targets: Targets | None,
-           settings: UncertaintySettings, key: str) -> Spread:
+def spread(
+    frames: list[pd.DataFrame],
+    scores: list[Score],
+    dep: Deployment,
+    targets: Targets | None,
+    settings: UncertaintySettings,
+    key: str,
+) -> Spread:
     """Bootstrap intervals of the mean D and G over ``frames`` (one replay each, scored as ``scores``)."""
     rng = np.random.default_rng(derive_seed(settings.seed, "serving-bootstrap", key))
     b = settings.bootstrap_resamples
@@ -70,6 +76,11 @@ def spread(frames: list[pd.DataFrame], scores: list[Score], dep: Deployment, tar
     k = len(frames)
     g = np.percentile(g_sum / k, [2.5, 97.5])
     d = np.percentile(d_sum / k, [2.5, 97.5]) if targets is not None else (None, None)
-    return Spread(d_ci95_low=None if d[0] is None else float(d[0]), d_ci95_high=None if d[1] is None else float(d[1]),
-                  g_ci95_low=float(g[0]), g_ci95_high=float(g[1]), sessions=sessions,
-                  completed_timed_requests=sum(s.completed for s in scores))
+    return Spread(
+        d_ci95_low=None if d[0] is None else float(d[0]),
+        d_ci95_high=None if d[1] is None else float(d[1]),
+        g_ci95_low=float(g[0]),
+        g_ci95_high=float(g[1]),
+        sessions=sessions,
+        completed_timed_requests=sum(s.completed for s in scores),
+    )

@@ -64,7 +64,7 @@ def request_value(x: np.ndarray | float, y: np.ndarray | float, dep: Deployment)
 
 
 def completed_mask(frame: pd.DataFrame) -> pd.Series:
-    return (frame["in_window"] & frame["ok"] & np.isfinite(frame["ttft"]) & np.isfinite(frame["tpot"]))
+    return frame["in_window"] & frame["ok"] & np.isfinite(frame["ttft"]) & np.isfinite(frame["tpot"])
 
 
 def qualified_mask(done: pd.DataFrame, targets: Targets) -> np.ndarray:
@@ -74,6 +74,7 @@ def qualified_mask(done: pd.DataFrame, targets: Targets) -> np.ndarray:
 
 def deadline_mask(done: pd.DataFrame, targets: Targets) -> np.ndarray:
     """Completed requests whose every token i arrived by ``tau_first + i * tau_token`` after send."""
+
     def met(arrivals) -> bool:
         a = np.asarray(arrivals, dtype=float)
         return len(a) > 0 and bool((a <= targets.tau_first_s + targets.tau_token_s * np.arange(len(a))).all())
@@ -85,8 +86,9 @@ def _p90(values: pd.Series) -> float | None:
     return float(np.percentile(values, 90)) if len(values) else None
 
 
-def score(frame: pd.DataFrame, dep: Deployment, window_s: float, max_overflow_share: float,
-          targets: Targets | None = None) -> Score:
+def score(
+    frame: pd.DataFrame, dep: Deployment, window_s: float, max_overflow_share: float, targets: Targets | None = None
+) -> Score:
     """Score one replay's records; without targets only G and the latency percentiles."""
     win = frame[frame["in_window"]]
     done = frame[completed_mask(frame)]
@@ -95,9 +97,12 @@ def score(frame: pd.DataFrame, dep: Deployment, window_s: float, max_overflow_sh
     gross = float(values.sum())
     overflows = int(win["context_overflow"].sum())
     share = overflows / len(win) if len(win) else 0.0
-    invalid_reason = (f"{overflows} of {len(win)} requests in the window ({100 * share:.1f}%) overflowed the "
-                      f"server's context (at most {100 * max_overflow_share:g}% allowed)"
-                      if share > max_overflow_share else "")
+    invalid_reason = (
+        f"{overflows} of {len(win)} requests in the window ({100 * share:.1f}%) overflowed the "
+        f"server's context (at most {100 * max_overflow_share:g}% allowed)"
+        if share > max_overflow_share
+        else ""
+    )
     qualified_usd = n_q = D = f = D_deadline = f_deadline = n_deadline = None
     if targets is not None:
         q = qualified_mask(done, targets)
@@ -110,10 +115,26 @@ def score(frame: pd.DataFrame, dep: Deployment, window_s: float, max_overflow_sh
         D_deadline = 0.0 if invalid_reason else float(values[met].sum()) / cost
         f_deadline = float(values[met].sum()) / gross if gross > 0 else None
     return Score(
-        D=D, G=gross / cost, f=f, window_s=window_s, cost_usd=cost, gross_usd=gross, qualified_usd=qualified_usd,
-        requests_in_window=len(win), completed=len(done), qualified=n_q, D_deadline=D_deadline,
-        f_deadline=f_deadline, deadline_qualified=n_deadline, failed=int((~win["ok"]).sum()),
-        p90_ttft_s=_p90(done["ttft"]), p90_tpot_s=_p90(done["tpot"]),
-        output_tokens=int(done["output_tokens"].sum()), input_tokens=int(done["input_tokens"].sum()),
-        context_overflows=overflows, overflow_share=share, valid=not invalid_reason, invalid_reason=invalid_reason,
+        D=D,
+        G=gross / cost,
+        f=f,
+        window_s=window_s,
+        cost_usd=cost,
+        gross_usd=gross,
+        qualified_usd=qualified_usd,
+        requests_in_window=len(win),
+        completed=len(done),
+        qualified=n_q,
+        D_deadline=D_deadline,
+        f_deadline=f_deadline,
+        deadline_qualified=n_deadline,
+        failed=int((~win["ok"]).sum()),
+        p90_ttft_s=_p90(done["ttft"]),
+        p90_tpot_s=_p90(done["tpot"]),
+        output_tokens=int(done["output_tokens"].sum()),
+        input_tokens=int(done["input_tokens"].sum()),
+        context_overflows=overflows,
+        overflow_share=share,
+        valid=not invalid_reason,
+        invalid_reason=invalid_reason,
     )

@@ -62,11 +62,19 @@ def scale(session: Session, factor: float) -> Session:
         return session
     block = session.block_size * factor
     if block < 1 or abs(block - round(block)) > 1e-9:
-        raise ConfigError("serving.workload.length_scale",
-                          f"{factor} times block size {session.block_size} is not a whole number of tokens")
-    reqs = [r.model_copy(update={"input_tokens": math.ceil(r.input_tokens * factor),
-                                 "output_tokens": max(1, math.ceil(r.output_tokens * factor))})
-            for r in session.requests]
+        raise ConfigError(
+            "serving.workload.length_scale",
+            f"{factor} times block size {session.block_size} is not a whole number of tokens",
+        )
+    reqs = [
+        r.model_copy(
+            update={
+                "input_tokens": math.ceil(r.input_tokens * factor),
+                "output_tokens": max(1, math.ceil(r.output_tokens * factor)),
+            }
+        )
+        for r in session.requests
+    ]
     return session.model_copy(update={"block_size": int(round(block)), "requests": reqs})
 
 
@@ -75,21 +83,36 @@ def eligible(sessions: list[Session], context_limit: int) -> list[Session]:
     return [s for s in sessions if s.max_context <= context_limit]
 
 
-def prepare(trace_path: str, trace_format: str, *, length_scale: float, context_limit: int,
-            block_size: int, out_sessions: str, out_summary: str) -> WorkloadSummary:
+def prepare(
+    trace_path: str,
+    trace_format: str,
+    *,
+    length_scale: float,
+    context_limit: int,
+    block_size: int,
+    out_sessions: str,
+    out_summary: str,
+) -> WorkloadSummary:
     """Read, scale and filter a trace; write the eligible sessions (JSONL) and a summary."""
     sessions = read_trace(trace_path, trace_format, block_size)
     scaled = [scale(s, length_scale) for s in sessions]
     kept = eligible(scaled, context_limit)
     if not kept:
-        raise ConfigError("serving.deployment.context_limit",
-                          f"no session of {trace_path} fits {context_limit} tokens "
-                          f"(after length scale {length_scale}); nothing to replay")
+        raise ConfigError(
+            "serving.deployment.context_limit",
+            f"no session of {trace_path} fits {context_limit} tokens "
+            f"(after length scale {length_scale}); nothing to replay",
+        )
     params = {"trace_format": trace_format, "length_scale": length_scale, "context_limit": context_limit}
     summary = WorkloadSummary(
-        trace=str(trace_path), trace_format=trace_format, sessions_read=len(sessions),
-        sessions_eligible=len(kept), sessions_dropped=len(sessions) - len(kept), length_scale=length_scale,
-        context_limit=context_limit, requests=sum(len(s.requests) for s in kept),
+        trace=str(trace_path),
+        trace_format=trace_format,
+        sessions_read=len(sessions),
+        sessions_eligible=len(kept),
+        sessions_dropped=len(sessions) - len(kept),
+        length_scale=length_scale,
+        context_limit=context_limit,
+        requests=sum(len(s.requests) for s in kept),
         input_tokens=sum(s.total_input_tokens for s in kept),
         output_tokens=sum(r.output_tokens for s in kept for r in s.requests),
         provenance=provenance.collect(params, trace_hashes(trace_path)),
@@ -133,7 +156,7 @@ def check_disjoint(seed_sets: dict[str, list[int]]) -> None:
     """Development, final, calibration and coverage seeds must never overlap."""
     names = sorted(seed_sets)
     for i, a in enumerate(names):
-        for b in names[i + 1:]:
+        for b in names[i + 1 :]:
             common = set(seed_sets[a]) & set(seed_sets[b])
             if common:
                 raise ConfigError(f"serving.seeds.{b}", f"shares seeds {sorted(common)[:5]} with {a}")
@@ -141,6 +164,7 @@ def check_disjoint(seed_sets: dict[str, list[int]]) -> None:
 
 class LaneStart(BaseModel):
     """Where a lane's first session starts: the requests taken as already done, and the recorded time ``t*``."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
     t_star: float
     skipped: frozenset[str]
@@ -195,6 +219,7 @@ class PromptBuilder(BaseModel):
     never share a cached prefix); ``carriers`` places far-context carriers (:mod:`.carriers`). The same
     content seed and concurrency give the same prompts.
     """
+
     model_config = ConfigDict(extra="forbid", frozen=True)
     token_low: int = Field(ge=0)
     token_high: int
@@ -207,8 +232,7 @@ class PromptBuilder(BaseModel):
     def build(self, session: Session, instance: int, request: TraceRequest) -> list[int]:
         out = self._instance(session, instance)[0].prompt(request)
         n = min(self.marker_tokens, len(out))
-        out[:n] = _draw(self.token_low, self.token_high, n, self.content_seed, "marker", self.concurrency,
-                        instance)
+        out[:n] = _draw(self.token_low, self.token_high, n, self.content_seed, "marker", self.concurrency, instance)
         return out.tolist()
 
     def carrier(self, session: Session, instance: int, request_id: str) -> Carrier | None:
@@ -228,6 +252,7 @@ class PromptBuilder(BaseModel):
             def blocks(hash_ids: list) -> np.ndarray:
                 return table[[rows[h] for h in hash_ids]]
         else:
+
             def blocks(hash_ids: list) -> np.ndarray:
                 return np.stack([_global_block(low, high, bs, seed, h) for h in hash_ids])
 

@@ -67,15 +67,29 @@ def _gate_threshold(r: EvaluationRecord) -> float | None:
 def row(r: EvaluationRecord) -> CompressionRow:
     (low, high), (ref_low, ref_high) = wilson(r.accuracy_counts), wilson(r.accuracy_ref_counts)
     return CompressionRow(
-        task=r.task, source=r.source, limit_gib=r.limit_gib, method=r.submission, runtime=r.runtime, ppl=r.ppl,
-        f_v=r.f, accuracy=r.accuracy_mean, accuracy_ci95_low=low, accuracy_ci95_high=high,
-        accuracy_bf16=r.accuracy_ref, accuracy_bf16_ci95_low=ref_low, accuracy_bf16_ci95_high=ref_high,
+        task=r.task,
+        source=r.source,
+        limit_gib=r.limit_gib,
+        method=r.submission,
+        runtime=r.runtime,
+        ppl=r.ppl,
+        f_v=r.f,
+        accuracy=r.accuracy_mean,
+        accuracy_ci95_low=low,
+        accuracy_ci95_high=high,
+        accuracy_bf16=r.accuracy_ref,
+        accuracy_bf16_ci95_low=ref_low,
+        accuracy_bf16_ci95_high=ref_high,
         gate_questions=sum(n for _, n in r.accuracy_counts.values()) if r.accuracy_counts else None,
-        gate_threshold=_gate_threshold(r), package_gib=r.s_pkg_gib,
-        resident_gib=r.s_res_gib, bits_per_param=r.package_bits_per_param,
+        gate_threshold=_gate_threshold(r),
+        package_gib=r.s_pkg_gib,
+        resident_gib=r.s_res_gib,
+        bits_per_param=r.package_bits_per_param,
         tps=r.decode.tps if r.decode else None,
         verdict=marked("verified" if r.failed_check is None else f"failed: {r.failed_check}", r.sandbox),
-        score=r.score or 0.0, verification_set=r.secret_label, isolation=isolation(r.sandbox),
+        score=r.score or 0.0,
+        verification_set=r.secret_label,
+        isolation=isolation(r.sandbox),
     )
 
 
@@ -91,18 +105,34 @@ def read(records: list[str], labels: dict[str, str] | None = None) -> list[tuple
 
 def rows_of(judged: list[tuple[EvaluationRecord, str]]) -> list[CompressionRow]:
     """The table's rows from labelled records (:func:`read`): by source, limit, then bits per parameter."""
-    return sorted((row(r).model_copy(update={"method": label}) for r, label in judged),
-                  key=lambda r: (r.source, r.limit_gib, -(r.bits_per_param or 0), r.method))
+    return sorted(
+        (row(r).model_copy(update={"method": label}) for r, label in judged),
+        key=lambda r: (r.source, r.limit_gib, -(r.bits_per_param or 0), r.method),
+    )
 
 
-def write(records: list[str], sources: list[str], *, csv_path: str, md_path: str, provenance_path: str,
-          config: dict, labels: dict[str, str] | None = None) -> list[tuple[EvaluationRecord, str]]:
+def write(
+    records: list[str],
+    sources: list[str],
+    *,
+    csv_path: str,
+    md_path: str,
+    provenance_path: str,
+    config: dict,
+    labels: dict[str, str] | None = None,
+) -> list[tuple[EvaluationRecord, str]]:
     """The table; returns the labelled records (:func:`read`) for the figure."""
     judged = read(records, labels)
     rows = rows_of(judged)
     secrets = sorted({r.verification_set or "unknown" for r in rows})
-    write_table(rows, csv_path=csv_path, md_path=md_path, provenance_path=provenance_path,
-                params={"table": "compression"}, config=config,
-                inputs={p: sha256_file(p) for p in [*records, *sources]},
-                md_notes=[f"verification set: {label}" for label in secrets])
+    write_table(
+        rows,
+        csv_path=csv_path,
+        md_path=md_path,
+        provenance_path=provenance_path,
+        params={"table": "compression"},
+        config=config,
+        inputs={p: sha256_file(p) for p in [*records, *sources]},
+        md_notes=[f"verification set: {label}" for label in secrets],
+    )
     return judged

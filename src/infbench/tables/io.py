@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import pandas as pd
 from pydantic import BaseModel
@@ -10,9 +11,18 @@ from pydantic import BaseModel
 from infbench import atomic, provenance
 
 
-def write_table(rows: Sequence[BaseModel], *, csv_path: str, md_path: str, provenance_path: str,
-                params: dict[str, Any], config: dict[str, Any], inputs: dict[str, str],
-                float_format: str = "%.6g", md_notes: Sequence[str] = ()) -> pd.DataFrame:
+def write_table(
+    rows: Sequence[BaseModel],
+    *,
+    csv_path: str,
+    md_path: str,
+    provenance_path: str,
+    params: dict[str, Any],
+    config: dict[str, Any],
+    inputs: dict[str, str],
+    float_format: str = "%.6g",
+    md_notes: Sequence[str] = (),
+) -> pd.DataFrame:
     """Write ``rows``; the sidecar records ``params``, the config sections that
     produced the table (seeds included), the sha256 of every input file, package
     versions, the git commit and where it ran. ``md_notes``: lines under the Markdown table."""

@@ -27,6 +27,7 @@ from infbench.tables.io import write_table
 
 class Measured(BaseModel):
     """The scored columns of a row (shared with the verified table)."""
+
     D: float | None
     D_at_c: str
     d_ci95_low: float | None
@@ -68,8 +69,10 @@ def d_at_c(D: float, c: int, scores: list[Score], s: Spread, minimum: int) -> st
     note = f" ({len(invalid)} of {len(scores)} replays invalid: {invalid[0].invalid_reason})" if invalid else ""
     interval = f"{D:.3g} [{s.d_ci95_low:.3g}, {s.d_ci95_high:.3g}]"
     if s.completed_timed_requests < minimum:
-        return (f"too few requests: {s.completed_timed_requests} completed timed requests < {minimum} "
-                f"(D {interval}) @{c}{note}")
+        return (
+            f"too few requests: {s.completed_timed_requests} completed timed requests < {minimum} "
+            f"(D {interval}) @{c}{note}"
+        )
     return f"{interval} @{c}{note}"
 
 
@@ -82,8 +85,9 @@ def counts_note(frames: list[pd.DataFrame]) -> str:
     return "token ids"
 
 
-def measured(serving: ServingCore, settings: UncertaintySettings, record_paths: list[str], c: int,
-             targets: Targets, key: str) -> Measured:
+def measured(
+    serving: ServingCore, settings: UncertaintySettings, record_paths: list[str], c: int, targets: Targets, key: str
+) -> Measured:
     """The scored columns of replays at concurrency ``c`` (one records parquet per seed)."""
     frames = [replay_job.read_records(p) for p in record_paths]
     scores = [replay_job.score_frame(f, serving, targets) for f in frames]
@@ -96,26 +100,45 @@ def measured(serving: ServingCore, settings: UncertaintySettings, record_paths: 
         D=D if enough else None,
         D_at_c=d_at_c(D, c, scores, s, settings.min_completed_requests)
         + (" (unverified counts)" if counts != "token ids" else ""),
-        d_ci95_low=s.d_ci95_low, d_ci95_high=s.d_ci95_high, G=statistics.fmean(x.G for x in scores),
-        g_ci95_low=s.g_ci95_low, g_ci95_high=s.g_ci95_high, f=mean_present(x.f for x in scores),
-        p90_ttft_s=mean_present(x.p90_ttft_s for x in scores), p90_tpot_ms=None if tpot is None else 1e3 * tpot,
+        d_ci95_low=s.d_ci95_low,
+        d_ci95_high=s.d_ci95_high,
+        G=statistics.fmean(x.G for x in scores),
+        g_ci95_low=s.g_ci95_low,
+        g_ci95_high=s.g_ci95_high,
+        f=mean_present(x.f for x in scores),
+        p90_ttft_s=mean_present(x.p90_ttft_s for x in scores),
+        p90_tpot_ms=None if tpot is None else 1e3 * tpot,
         D_deadline=mean_present(x.D_deadline for x in scores) if enough else None,
         f_deadline=mean_present(x.f_deadline for x in scores),
-        completed_timed_requests=s.completed_timed_requests, sessions=s.sessions,
-        failed=sum(x.failed for x in scores), counts=counts)
+        completed_timed_requests=s.completed_timed_requests,
+        sessions=s.sessions,
+        failed=sum(x.failed for x in scores),
+        counts=counts,
+    )
 
 
 def baseline(serving: ServingCore, settings: UncertaintySettings, targets: calibrate.TargetsRecord) -> ServingRow:
     """The calibration baseline: the reference engine at its chosen c over the calibration seeds."""
-    m = measured(serving, settings, [r.records for r in targets.runs], targets.concurrency, targets.targets,
-                 f"baseline/{targets.reference}")
-    return ServingRow(deployment=serving.deployment.name, system=f"{targets.reference} (calibration baseline)",
-                      concurrency=targets.concurrency, seeds=",".join(str(r.seed) for r in targets.runs),
-                      **m.model_dump())
+    m = measured(
+        serving,
+        settings,
+        [r.records for r in targets.runs],
+        targets.concurrency,
+        targets.targets,
+        f"baseline/{targets.reference}",
+    )
+    return ServingRow(
+        deployment=serving.deployment.name,
+        system=f"{targets.reference} (calibration baseline)",
+        concurrency=targets.concurrency,
+        seeds=",".join(str(r.seed) for r in targets.runs),
+        **m.model_dump(),
+    )
 
 
-def rows(serving: ServingCore, settings: UncertaintySettings, targets: calibrate.TargetsRecord,
-         summaries: list[str]) -> list[ServingRow]:
+def rows(
+    serving: ServingCore, settings: UncertaintySettings, targets: calibrate.TargetsRecord, summaries: list[str]
+) -> list[ServingRow]:
     dep = serving.deployment.name
     groups: dict[tuple[str, int], list[replay_job.RunSummary]] = {}
     for path in summaries:
@@ -124,19 +147,43 @@ def rows(serving: ServingCore, settings: UncertaintySettings, targets: calibrate
     out = [baseline(serving, settings, targets)]
     for (server, c), group in sorted(groups.items()):
         m = measured(serving, settings, [s.records for s in group], c, targets.targets, f"{server}@{c}")
-        out.append(ServingRow(deployment=dep, system=server, concurrency=c,
-                              seeds=",".join(str(s.seed) for s in group), **m.model_dump()))
+        out.append(
+            ServingRow(
+                deployment=dep,
+                system=server,
+                concurrency=c,
+                seeds=",".join(str(s.seed) for s in group),
+                **m.model_dump(),
+            )
+        )
     return out
 
 
-def write(serving: ServingCore, uncertainty: UncertaintySettings, targets_path: str, sessions_path: str,
-          summaries: list[str], *, csv_path: str, md_path: str, provenance_path: str) -> list[ServingRow]:
+def write(
+    serving: ServingCore,
+    uncertainty: UncertaintySettings,
+    targets_path: str,
+    sessions_path: str,
+    summaries: list[str],
+    *,
+    csv_path: str,
+    md_path: str,
+    provenance_path: str,
+) -> list[ServingRow]:
     targets = calibrate.read_targets(targets_path, serving, sessions_path)
     table = rows(serving, uncertainty, targets, summaries)
-    write_table(table, csv_path=csv_path, md_path=md_path, provenance_path=provenance_path,
-                params={"table": "serving", "seeds": "development", "tau_first_s": targets.targets.tau_first_s,
-                        "tau_token_s": targets.targets.tau_token_s},
-                config={"serving": serving.model_dump(mode="json"),
-                        "uncertainty": uncertainty.model_dump(mode="json")},
-                inputs=replay_job.input_hashes(targets_path, sessions_path, *summaries))
+    write_table(
+        table,
+        csv_path=csv_path,
+        md_path=md_path,
+        provenance_path=provenance_path,
+        params={
+            "table": "serving",
+            "seeds": "development",
+            "tau_first_s": targets.targets.tau_first_s,
+            "tau_token_s": targets.targets.tau_token_s,
+        },
+        config={"serving": serving.model_dump(mode="json"), "uncertainty": uncertainty.model_dump(mode="json")},
+        inputs=replay_job.input_hashes(targets_path, sessions_path, *summaries),
+    )
     return table

@@ -54,37 +54,78 @@ class VerifiedRow(BaseModel):
 NOT_SCORED = {k: None for k in Measured.model_fields if k not in ("D_at_c", "counts")}
 
 
-def rows(serving: ServingCore, settings: UncertaintySettings, targets: calibrate.TargetsRecord,
-         record_paths: list[str]) -> list[VerifiedRow]:
+def rows(
+    serving: ServingCore, settings: UncertaintySettings, targets: calibrate.TargetsRecord, record_paths: list[str]
+) -> list[VerifiedRow]:
     dep = serving.deployment.name
     base = baseline(serving, settings, targets)
-    out = [VerifiedRow(**base.model_dump(), verdict="reference", checks_passed="", probes="", isolation="operator's",
-                       cause="")]
+    out = [
+        VerifiedRow(
+            **base.model_dump(), verdict="reference", checks_passed="", probes="", isolation="operator's", cause=""
+        )
+    ]
     for path in record_paths:
         rec = VerificationRecord.model_validate_json(Path(path).read_text())
         passed = f"{sum(c.passed for c in rec.checks)}/{len(rec.checks)}"
         seeds = ",".join(str(r.seed) for r in rec.replays)
-        common = dict(deployment=dep, system=rec.submission, concurrency=rec.concurrency, seeds=seeds,
-                      checks_passed=passed, probes=f"probes: {rec.drawn_with}", isolation=isolation(rec.sandbox))
+        common = dict(
+            deployment=dep,
+            system=rec.submission,
+            concurrency=rec.concurrency,
+            seeds=seeds,
+            checks_passed=passed,
+            probes=f"probes: {rec.drawn_with}",
+            isolation=isolation(rec.sandbox),
+        )
         if not rec.verified:
-            out.append(VerifiedRow(**common, **NOT_SCORED, verdict=marked(f"failed: {rec.failing_check}", rec.sandbox),
-                                   D_at_c=f"not scored (fails {rec.failing_check})", counts="",
-                                   cause=" ".join((rec.cause or "").split(":\n")[0].split())[:300]))
+            out.append(
+                VerifiedRow(
+                    **common,
+                    **NOT_SCORED,
+                    verdict=marked(f"failed: {rec.failing_check}", rec.sandbox),
+                    D_at_c=f"not scored (fails {rec.failing_check})",
+                    counts="",
+                    cause=" ".join((rec.cause or "").split(":\n")[0].split())[:300],
+                )
+            )
             continue
-        m = measured(serving, settings, [r.records for r in rec.replays], rec.concurrency, targets.targets,
-                     f"verified/{rec.submission}")
+        m = measured(
+            serving,
+            settings,
+            [r.records for r in rec.replays],
+            rec.concurrency,
+            targets.targets,
+            f"verified/{rec.submission}",
+        )
         out.append(VerifiedRow(**common, **m.model_dump(), verdict=marked("verified", rec.sandbox), cause=""))
     return out
 
 
-def write(serving: ServingCore, uncertainty: UncertaintySettings, targets_path: str, sessions_path: str,
-          record_paths: list[str], *, csv_path: str, md_path: str, provenance_path: str) -> list[VerifiedRow]:
+def write(
+    serving: ServingCore,
+    uncertainty: UncertaintySettings,
+    targets_path: str,
+    sessions_path: str,
+    record_paths: list[str],
+    *,
+    csv_path: str,
+    md_path: str,
+    provenance_path: str,
+) -> list[VerifiedRow]:
     targets = calibrate.read_targets(targets_path, serving, sessions_path)
     table = rows(serving, uncertainty, targets, list(record_paths))
-    write_table(table, csv_path=csv_path, md_path=md_path, provenance_path=provenance_path,
-                params={"table": "serving_verified", "seeds": "final", "tau_first_s": targets.targets.tau_first_s,
-                        "tau_token_s": targets.targets.tau_token_s},
-                config={"serving": serving.model_dump(mode="json"),
-                        "uncertainty": uncertainty.model_dump(mode="json")},
-                inputs=replay_job.input_hashes(targets_path, sessions_path, *record_paths))
+    write_table(
+        table,
+        csv_path=csv_path,
+        md_path=md_path,
+        provenance_path=provenance_path,
+        params={
+            "table": "serving_verified",
+            "seeds": "final",
+            "tau_first_s": targets.targets.tau_first_s,
+            "tau_token_s": targets.targets.tau_token_s,
+        },
+        config={"serving": serving.model_dump(mode="json"), "uncertainty": uncertainty.model_dump(mode="json")},
+        inputs=replay_job.input_hashes(targets_path, sessions_path, *record_paths),
+    )
     return table

@@ -14,9 +14,9 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Callable
 
 from infbench.compression.answers import judge, prompts
 from infbench.compression.answers.questions import Question, QuestionSet, load_questions
@@ -45,42 +45,50 @@ class AnswerMismatchError(InfbenchError):
     """Two results were not made with the same questions and settings."""
 
 
-def _generate(generate_fn: GenerateFn, prompt_list: list[str], max_new_tokens: int, stop: list[str],
-              batch_size: int, label: str) -> list[str]:
+def _generate(
+    generate_fn: GenerateFn, prompt_list: list[str], max_new_tokens: int, stop: list[str], batch_size: int, label: str
+) -> list[str]:
     completions: list[str] = []
     for start in range(0, len(prompt_list), batch_size):
-        batch = prompt_list[start:start + batch_size]
+        batch = prompt_list[start : start + batch_size]
         out = generate_fn(batch, max_new_tokens, stop)
         if not isinstance(out, list) or len(out) != len(batch) or not all(isinstance(c, str) for c in out):
             raise AnswerRuntimeError(
                 f"generate_fn returned {type(out).__name__} of {len(out) if hasattr(out, '__len__') else '?'} "
-                f"items for {len(batch)} prompts; expected a list of {len(batch)} strings")
+                f"items for {len(batch)} prompts; expected a list of {len(batch)} strings"
+            )
         completions.extend(out)
         log.info("%s: %d/%d generated", label, len(completions), len(prompt_list))
     return completions
 
 
-def _judge_humaneval(questions: tuple[Question, ...], responses: list[str], settings: AnswerSettings,
-                     sandbox: SandboxSettings) -> list[Outcome]:
+def _judge_humaneval(
+    questions: tuple[Question, ...], responses: list[str], settings: AnswerSettings, sandbox: SandboxSettings
+) -> list[Outcome]:
     """Each program through :func:`infbench.sandbox.judge.run_case`, ``humaneval.workers`` at once."""
     cfg = settings.humaneval
 
     def run(pair: tuple[Question, str]) -> Outcome:
-        return run_case(judge.humaneval_case(*pair), timeout_s=cfg.timeout_s, memory_mb=cfg.memory_mb,
-                        sandbox=sandbox)
+        return run_case(judge.humaneval_case(*pair), timeout_s=cfg.timeout_s, memory_mb=cfg.memory_mb, sandbox=sandbox)
 
     with ThreadPoolExecutor(max_workers=cfg.workers) as pool:
         return list(pool.map(run, zip(questions, responses)))
 
 
-def evaluate_benchmark(generate_fn: GenerateFn, qset: QuestionSet, settings: AnswerSettings,
-                       label: str = "", *,
-                       sandbox: SandboxSettings) -> tuple[BenchmarkAccuracy, list[ItemRecord]]:
+def evaluate_benchmark(
+    generate_fn: GenerateFn, qset: QuestionSet, settings: AnswerSettings, label: str = "", *, sandbox: SandboxSettings
+) -> tuple[BenchmarkAccuracy, list[ItemRecord]]:
     """``sandbox``: how HumanEval programs are judged (bubblewrap, or unsandboxed where the config allows)."""
     bench = settings.benchmark(qset.benchmark)
     prompt_list = prompts.build_prompts(qset)
-    completions = _generate(generate_fn, prompt_list, bench.max_new_tokens, list(bench.stop),
-                            settings.batch_size, f"{label} {qset.benchmark}")
+    completions = _generate(
+        generate_fn,
+        prompt_list,
+        bench.max_new_tokens,
+        list(bench.stop),
+        settings.batch_size,
+        f"{label} {qset.benchmark}",
+    )
     responses = [judge.truncate_at_stop(c, bench.stop) for c in completions]
     judged_by = ""
     if qset.benchmark == "humaneval":
@@ -89,13 +97,28 @@ def evaluate_benchmark(generate_fn: GenerateFn, qset: QuestionSet, settings: Ans
         judged_by = isolation(outcomes[0].sandbox) if outcomes else ""
     else:
         judged = [(*judge.judge_text(q, r), "") for q, r in zip(qset.questions, responses)]
-    items = [ItemRecord(benchmark=qset.benchmark, id=q.id, prompt_sha256=sha256_text(p), completion=c,
-                        response=r, extracted=extracted, correct=ok, detail=detail)
-             for q, p, c, r, (extracted, ok, detail) in zip(qset.questions, prompt_list, completions, responses,
-                                                            judged)]
+    items = [
+        ItemRecord(
+            benchmark=qset.benchmark,
+            id=q.id,
+            prompt_sha256=sha256_text(p),
+            completion=c,
+            response=r,
+            extracted=extracted,
+            correct=ok,
+            detail=detail,
+        )
+        for q, p, c, r, (extracted, ok, detail) in zip(qset.questions, prompt_list, completions, responses, judged)
+    ]
     n_correct = sum(item.correct for item in items)
-    return BenchmarkAccuracy(benchmark=qset.benchmark, origin=qset.origin, n=len(items), n_correct=n_correct,
-                             accuracy=n_correct / len(items), judged_by=judged_by), items
+    return BenchmarkAccuracy(
+        benchmark=qset.benchmark,
+        origin=qset.origin,
+        n=len(items),
+        n_correct=n_correct,
+        accuracy=n_correct / len(items),
+        judged_by=judged_by,
+    ), items
 
 
 def protocol_hash(items: list[ItemRecord], settings: AnswerSettings) -> str:
@@ -105,8 +128,14 @@ def protocol_hash(items: list[ItemRecord], settings: AnswerSettings) -> str:
     return sha256_text(json.dumps([generation, keyed]))
 
 
-def evaluate(generate_fn: GenerateFn, questions: dict[Benchmark, QuestionSet], settings: AnswerSettings,
-             label: str = "", *, sandbox: SandboxSettings) -> AnswerResults:
+def evaluate(
+    generate_fn: GenerateFn,
+    questions: dict[Benchmark, QuestionSet],
+    settings: AnswerSettings,
+    label: str = "",
+    *,
+    sandbox: SandboxSettings,
+) -> AnswerResults:
     """Generate, judge and score every benchmark; ``A`` = the mean of the three accuracies."""
     missing = [b for b in BENCHMARKS if b not in questions]
     if missing:
@@ -117,9 +146,15 @@ def evaluate(generate_fn: GenerateFn, questions: dict[Benchmark, QuestionSet], s
         acc, its = evaluate_benchmark(generate_fn, questions[benchmark], settings, label, sandbox=sandbox)
         accuracies.append(acc)
         items.extend(its)
-    return AnswerResults(label=label, settings=settings, protocol_sha256=protocol_hash(items, settings),
-                         benchmarks=accuracies, mean_accuracy=sum(a.accuracy for a in accuracies) / len(accuracies),
-                         items=items, wall_s=time.perf_counter() - start)
+    return AnswerResults(
+        label=label,
+        settings=settings,
+        protocol_sha256=protocol_hash(items, settings),
+        benchmarks=accuracies,
+        mean_accuracy=sum(a.accuracy for a in accuracies) / len(accuracies),
+        items=items,
+        wall_s=time.perf_counter() - start,
+    )
 
 
 def gate(candidate: AnswerResults, reference: AnswerResults, rho: float) -> GateResult:
@@ -127,22 +162,33 @@ def gate(candidate: AnswerResults, reference: AnswerResults, rho: float) -> Gate
     if candidate.protocol_sha256 != reference.protocol_sha256:
         raise AnswerMismatchError(
             f"answer results of '{candidate.label}' and reference '{reference.label}' were made with different "
-            "questions or generation settings (protocol_sha256 differs); recompute one of them")
+            "questions or generation settings (protocol_sha256 differs); recompute one of them"
+        )
     threshold = rho * reference.mean_accuracy
     # Accuracies are means of counts: allow float rounding, so that equality passes.
     return GateResult(
-        candidate_accuracy=candidate.mean_accuracy, reference_accuracy=reference.mean_accuracy, rho=rho,
-        threshold=threshold, passed=candidate.mean_accuracy >= threshold - 1e-12,
+        candidate_accuracy=candidate.mean_accuracy,
+        reference_accuracy=reference.mean_accuracy,
+        rho=rho,
+        threshold=threshold,
+        passed=candidate.mean_accuracy >= threshold - 1e-12,
         per_benchmark={b: (candidate.accuracy(b), reference.accuracy(b)) for b in BENCHMARKS},
     )
 
 
-def gate_candidate(generate_fn: GenerateFn, settings: AnswerSettings, reference_json: str | Path,
-                   label: str, *, question_seed: int,
-                   sandbox: SandboxSettings) -> tuple[AnswerResults, GateResult]:
+def gate_candidate(
+    generate_fn: GenerateFn,
+    settings: AnswerSettings,
+    reference_json: str | Path,
+    label: str,
+    *,
+    question_seed: int,
+    sandbox: SandboxSettings,
+) -> tuple[AnswerResults, GateResult]:
     """Evaluate a candidate on the source's questions (drawn by ``question_seed``, as the reference's were)
     and gate it against the frozen ``A(p)`` file."""
     reference = read_json(reference_json)
-    candidate = evaluate(generate_fn, load_questions(settings, seed=question_seed), settings, label=label,
-                         sandbox=sandbox)
+    candidate = evaluate(
+        generate_fn, load_questions(settings, seed=question_seed), settings, label=label, sandbox=sandbox
+    )
     return candidate, gate(candidate, reference, settings.rho)

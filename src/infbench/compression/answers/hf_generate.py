@@ -23,7 +23,7 @@ class _StopInGenerated(StoppingCriteria):
         self.tokenizer, self.stop, self.prompt_len = tokenizer, [s for s in stop if s], prompt_len
 
     def __call__(self, input_ids: torch.LongTensor, scores, **kwargs) -> torch.BoolTensor:
-        texts = self.tokenizer.batch_decode(input_ids[:, self.prompt_len:], skip_special_tokens=True)
+        texts = self.tokenizer.batch_decode(input_ids[:, self.prompt_len :], skip_special_tokens=True)
         done = [any(s in t for s in self.stop) for t in texts]
         return torch.tensor(done, dtype=torch.bool, device=input_ids.device)
 
@@ -40,10 +40,14 @@ def hf_generate_fn(model, tokenizer) -> GenerateFn:
     def generate(prompts: list[str], max_new_tokens: int, stop: list[str]) -> list[str]:
         enc = tokenizer(prompts, return_tensors="pt", padding=True).to(device)
         prompt_len = enc["input_ids"].shape[1]
-        config = GenerationConfig(max_new_tokens=max_new_tokens, do_sample=False, num_beams=1,
-                                  eos_token_id=sorted(eos_ids), pad_token_id=pad)
-        out = model.generate(**enc, generation_config=config,
-                             stopping_criteria=StoppingCriteriaList([_StopInGenerated(tokenizer, stop, prompt_len)]))
+        config = GenerationConfig(
+            max_new_tokens=max_new_tokens, do_sample=False, num_beams=1, eos_token_id=sorted(eos_ids), pad_token_id=pad
+        )
+        out = model.generate(
+            **enc,
+            generation_config=config,
+            stopping_criteria=StoppingCriteriaList([_StopInGenerated(tokenizer, stop, prompt_len)]),
+        )
         completions = []
         for row in out[:, prompt_len:].tolist():
             end = next((i for i, t in enumerate(row) if t in eos_ids), len(row))

@@ -72,5 +72,9 @@ def judge_text(question: Question, response: str) -> tuple[str | None, bool]:
 def humaneval_case(question: Question, response: str) -> Case:
     """The candidate program (prompt + completion) and what judges it: the problem's own prompt and tests,
     never the completion."""
-    return Case(program=f"{question.text}{response}\n", entry_point=question.entry_point,
-                helpers=question.text, test=question.test)
+    return Case(
+        program=f"{question.text}{response}\n",
+        entry_point=question.entry_point,
+        helpers=question.text,
+        test=question.test,
+    )

@@ -25,9 +25,10 @@ package cannot know which of a public pool's items it will be asked.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from importlib import resources
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
@@ -80,20 +81,25 @@ def gsm8k_gold(answer: str) -> str:
 
 def gsm8k_item(row: dict[str, Any], qid: str) -> Question:
     answer = str(row["answer"])
-    return Question(benchmark="gsm8k", id=qid, text=str(row["question"]), target=answer,
-                    gold=(gsm8k_gold(answer),))
+    return Question(benchmark="gsm8k", id=qid, text=str(row["question"]), target=answer, gold=(gsm8k_gold(answer),))
 
 
 def triviaqa_item(row: dict[str, Any], qid: str) -> Question:
     answer = row["answer"]
     aliases = [answer["value"], *answer["aliases"], *answer.get("normalized_aliases", [])]
-    return Question(benchmark="triviaqa", id=qid, text=str(row["question"]), target=str(answer["value"]),
-                    gold=tuple(dict.fromkeys(str(a) for a in aliases)))
+    return Question(
+        benchmark="triviaqa",
+        id=qid,
+        text=str(row["question"]),
+        target=str(answer["value"]),
+        gold=tuple(dict.fromkeys(str(a) for a in aliases)),
+    )
 
 
 def humaneval_item(row: dict[str, Any]) -> Question:
-    return Question(benchmark="humaneval", id=row["task_id"], text=row["prompt"], test=row["test"],
-                    entry_point=row["entry_point"])
+    return Question(
+        benchmark="humaneval", id=row["task_id"], text=row["prompt"], test=row["test"], entry_point=row["entry_point"]
+    )
 
 
 def _read_jsonl(path) -> list[dict[str, Any]]:
@@ -117,8 +123,9 @@ def datasets_pool(benchmark: Benchmark, spec: DatasetSpec, shots: int) -> tuple[
     try:
         import datasets
     except ImportError:
-        raise ConfigError("answers.questions",
-                          "'datasets' needs the optional extra: pip install -e '.[datasets]'") from None
+        raise ConfigError(
+            "answers.questions", "'datasets' needs the optional extra: pip install -e '.[datasets]'"
+        ) from None
 
     def load(split: str):
         return datasets.load_dataset(spec.path, spec.name, split=split, data_files=spec.data_files)
@@ -127,8 +134,9 @@ def datasets_pool(benchmark: Benchmark, spec: DatasetSpec, shots: int) -> tuple[
     key = "question_id" if benchmark == "triviaqa" else None
 
     def items(rows: Iterable[dict[str, Any]], split: str) -> list[Question]:
-        return [make(row, str(row[key]) if key and key in row else f"{spec.path}/{split}/{i}")
-                for i, row in enumerate(rows)]
+        return [
+            make(row, str(row[key]) if key and key in row else f"{spec.path}/{split}/{i}") for i, row in enumerate(rows)
+        ]
 
     pool = items(load(spec.split), spec.split)
     fewshot = items(load(spec.fewshot_split).select(range(shots)), spec.fewshot_split)
@@ -144,8 +152,9 @@ def humaneval_pool() -> tuple[list[Question], str]:
 def select(pool: list[Question], n: int, seed: int, benchmark: Benchmark) -> tuple[Question, ...]:
     """``n`` items drawn without replacement (seeded by ``seed`` and the benchmark), in pool order."""
     if n > len(pool):
-        raise ConfigError(f"answers.{benchmark}.n_questions",
-                          f"{n} questions asked, the question pool has only {len(pool)}")
+        raise ConfigError(
+            f"answers.{benchmark}.n_questions", f"{n} questions asked, the question pool has only {len(pool)}"
+        )
     rng = np.random.default_rng(derive_seed(seed, "answers", benchmark))
     return tuple(pool[i] for i in sorted(rng.choice(len(pool), size=n, replace=False).tolist()))
 
@@ -162,9 +171,15 @@ def load_questions(settings: AnswerSettings, *, seed: int) -> dict[Benchmark, Qu
         else:
             pool, fewshot, origin = datasets_pool(benchmark, bench.dataset, bench.shots)
         if bench.shots > len(fewshot):
-            raise ConfigError(f"answers.{benchmark}.shots",
-                              f"{bench.shots} shots asked, {origin} has {len(fewshot)} few-shot exemplars")
-        sets[benchmark] = QuestionSet(benchmark=benchmark, origin=origin, pool_size=len(pool),
-                                      fewshot=tuple(fewshot[:bench.shots]),
-                                      questions=select(pool, bench.n_questions, seed, benchmark))
+            raise ConfigError(
+                f"answers.{benchmark}.shots",
+                f"{bench.shots} shots asked, {origin} has {len(fewshot)} few-shot exemplars",
+            )
+        sets[benchmark] = QuestionSet(
+            benchmark=benchmark,
+            origin=origin,
+            pool_size=len(pool),
+            fewshot=tuple(fewshot[: bench.shots]),
+            questions=select(pool, bench.n_questions, seed, benchmark),
+        )
     return sets

@@ -20,16 +20,18 @@ from infbench.config.model import AnswerSettings, Benchmark
 from infbench.errors import InputFileError
 from infbench.provenance import Provenance
 
-ITEMS_SCHEMA = pa.schema([
-    ("benchmark", pa.string()),
-    ("id", pa.string()),
-    ("prompt_sha256", pa.string()),
-    ("completion", pa.string()),
-    ("response", pa.string()),
-    ("extracted", pa.string()),
-    ("correct", pa.bool_()),
-    ("detail", pa.string()),
-])
+ITEMS_SCHEMA = pa.schema(
+    [
+        ("benchmark", pa.string()),
+        ("id", pa.string()),
+        ("prompt_sha256", pa.string()),
+        ("completion", pa.string()),
+        ("response", pa.string()),
+        ("extracted", pa.string()),
+        ("correct", pa.bool_()),
+        ("detail", pa.string()),
+    ]
+)
 
 
 class ItemRecord(BaseModel):
@@ -97,5 +99,7 @@ def write_items_parquet(path: str | Path, results: AnswerResults) -> None:
 
 def read_items_parquet(path: str | Path) -> list[ItemRecord]:
     frame = pq.read_table(path).to_pandas()
-    return [ItemRecord.model_validate({k: (None if pd.isna(v) else v) for k, v in row.items()})
-            for row in frame.to_dict(orient="records")]
+    return [
+        ItemRecord.model_validate({k: (None if pd.isna(v) else v) for k, v in row.items()})
+        for row in frame.to_dict(orient="records")
+    ]

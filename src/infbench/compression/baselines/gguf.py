@@ -18,8 +18,15 @@ from infbench.errors import ConfigError
 WEIGHTS = "model.gguf"
 
 
-def quantize(f16_gguf: str | Path, out_file: Path, qtype: str, threads: int, *, token_embd: str | None = None,
-             key: str = "compression.gguf_types") -> None:
+def quantize(
+    f16_gguf: str | Path,
+    out_file: Path,
+    qtype: str,
+    threads: int,
+    *,
+    token_embd: str | None = None,
+    key: str = "compression.gguf_types",
+) -> None:
     """``qtype`` for every tensor llama.cpp quantizes; ``token_embd`` (a GGML type) for the embedding."""
     import llama_cpp
 
@@ -39,10 +46,17 @@ def quantize(f16_gguf: str | Path, out_file: Path, qtype: str, threads: int, *, 
         raise RuntimeError(f"llama_model_quantize({qtype}) returned {rc}")
 
 
-def quantized_package(f16_gguf: str | Path, checkpoint: str | Path, source: str, qtype: str,
-                      out_dir: str | Path, threads: int) -> None:
-    manifest = Manifest(name=f"gguf-{qtype}", source=source, runtime="llama.cpp", weights=WEIGHTS,
-                        tokenizer="tokenizer", description=f"llama.cpp {qtype} quantization of the F16 twin")
+def quantized_package(
+    f16_gguf: str | Path, checkpoint: str | Path, source: str, qtype: str, out_dir: str | Path, threads: int
+) -> None:
+    manifest = Manifest(
+        name=f"gguf-{qtype}",
+        source=source,
+        runtime="llama.cpp",
+        weights=WEIGHTS,
+        tokenizer="tokenizer",
+        description=f"llama.cpp {qtype} quantization of the F16 twin",
+    )
 
     def fill(tmp: Path) -> None:
         quantize(f16_gguf, tmp / WEIGHTS, qtype, threads)
@@ -51,13 +65,20 @@ def quantized_package(f16_gguf: str | Path, checkpoint: str | Path, source: str,
     write_package(out_dir, manifest, fill)
 
 
-def released_package(gguf_file: str | Path, checkpoint: str | Path, source: str, name: str,
-                     out_dir: str | Path) -> None:
+def released_package(
+    gguf_file: str | Path, checkpoint: str | Path, source: str, name: str, out_dir: str | Path
+) -> None:
     path = Path(gguf_file)
     if not path.is_file():
         raise ConfigError(f"compression.released_gguf.{name}", f"{path} does not exist")
-    manifest = Manifest(name=name, source=source, runtime="llama.cpp", weights=WEIGHTS, tokenizer="tokenizer",
-                        description=f"released GGUF file {path.name}, run unchanged")
+    manifest = Manifest(
+        name=name,
+        source=source,
+        runtime="llama.cpp",
+        weights=WEIGHTS,
+        tokenizer="tokenizer",
+        description=f"released GGUF file {path.name}, run unchanged",
+    )
 
     def fill(tmp: Path) -> None:
         shutil.copy2(path, tmp / WEIGHTS)

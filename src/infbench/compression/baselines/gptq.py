@@ -42,8 +42,8 @@ HEAD = "lm_head.weight"
 
 class Shapes(NamedTuple):
     linear: list[tuple[int, int]]  # (in, out) of every decoder linear layer
-    head: tuple[int, int] | None    # (in, out) of a separate (untied) output head
-    other_bytes: int                # everything else, in the source's 16-bit precision
+    head: tuple[int, int] | None  # (in, out) of a separate (untied) output head
+    other_bytes: int  # everything else, in the source's 16-bit precision
 
 
 def tensor_shapes(checkpoint: Path) -> Shapes:
@@ -65,10 +65,12 @@ def tensor_shapes(checkpoint: Path) -> Shapes:
 
 def _quantized_bytes(fan_in: int, fan_out: int, bits: int, group_size: int) -> int:
     groups = 1 if group_size <= 0 else math.ceil(fan_in / group_size)
-    return (fan_in * fan_out * bits // 8             # qweight
-            + groups * fan_out * bits // 8            # qzeros
-            + groups * fan_out * 2                    # fp16 scales
-            + fan_in * 4)                             # g_idx
+    return (
+        fan_in * fan_out * bits // 8  # qweight
+        + groups * fan_out * bits // 8  # qzeros
+        + groups * fan_out * 2  # fp16 scales
+        + fan_in * 4
+    )  # g_idx
 
 
 def estimate_bytes(shapes: Shapes, bits: int, group_size: int, extra_bytes: int, quantize_head: bool = False) -> int:
@@ -78,8 +80,9 @@ def estimate_bytes(shapes: Shapes, bits: int, group_size: int, extra_bytes: int,
     return total
 
 
-def calibration_texts(corpus: CorpusSpec, contexts_parquet: str, tokenizer, samples: int, tokens: int,
-                      seed: int) -> list[list[int]]:
+def calibration_texts(
+    corpus: CorpusSpec, contexts_parquet: str, tokenizer, samples: int, tokens: int, seed: int
+) -> list[list[int]]:
     """``samples`` windows of ``tokens`` tokens from documents no search context uses (the verification
     set is the operator's secret: the baseline knows no more of it than a submitter)."""
     used = set(pq.read_table(contexts_parquet, columns=["doc_id"]).column("doc_id").to_pylist())
@@ -92,64 +95,123 @@ def calibration_texts(corpus: CorpusSpec, contexts_parquet: str, tokenizer, samp
         ids = tokenizer(docs[i].text, add_special_tokens=False)["input_ids"]
         if len(ids) >= tokens:
             start = int(rng.integers(0, len(ids) - tokens + 1))
-            out.append(ids[start:start + tokens])
+            out.append(ids[start : start + tokens])
         if len(out) == samples:
             return out
-    raise ValueError(f"only {len(out)} calibration windows of {tokens} tokens outside the search set "
-                     f"(compression.gptq.calibration_samples = {samples})")
+    raise ValueError(
+        f"only {len(out)} calibration windows of {tokens} tokens outside the search set "
+        f"(compression.gptq.calibration_samples = {samples})"
+    )
 
 
-def plans(shapes: Shapes, limit_gib: float, bit_widths: list[int], group_size: int,
-          extra_bytes: int) -> list[tuple[int, bool]]:
+def plans(
+    shapes: Shapes, limit_gib: float, bit_widths: list[int], group_size: int, extra_bytes: int
+) -> list[tuple[int, bool]]:
     """(width, quantize the head) to try in order: widest first, the head in source precision before a
     quantized head (only a separate head can be), starting at the first whose estimate fits."""
     order = [(b, q) for b in sorted(bit_widths, reverse=True) for q in ((False, True) if shapes.head else (False,))]
     fits = [estimate_bytes(shapes, b, group_size, extra_bytes, q) <= limit_gib * GIB for b, q in order]
-    return order[fits.index(True):] if any(fits) else order[-1:]
+    return order[fits.index(True) :] if any(fits) else order[-1:]
 
 
-def quantize(checkpoint: Path, out: Path, bits: int, *, group_size: int, damp_percent: float, act_order: bool,
-             calibration: list[list[int]], quantize_head: bool = False) -> None:
+def quantize(
+    checkpoint: Path,
+    out: Path,
+    bits: int,
+    *,
+    group_size: int,
+    damp_percent: float,
+    act_order: bool,
+    calibration: list[list[int]],
+    quantize_head: bool = False,
+) -> None:
     # GPTQModel sizes its CPU pool as ceil(cores / 2) but its model loader asks
     # for two workers, which fails on a 2-core machine.
     os.environ.setdefault("GPTQMODEL_CPU_WORKERS", str(max(2, os.cpu_count() or 1)))
     from gptqmodel import BACKEND, GPTQModel, QuantizeConfig
 
-    cfg = QuantizeConfig(bits=bits, group_size=group_size, desc_act=act_order, sym=True,
-                         damp_percent=damp_percent, true_sequential=True, lm_head=quantize_head, fallback=None)
+    cfg = QuantizeConfig(
+        bits=bits,
+        group_size=group_size,
+        desc_act=act_order,
+        sym=True,
+        damp_percent=damp_percent,
+        true_sequential=True,
+        lm_head=quantize_head,
+        fallback=None,
+    )
     model = GPTQModel.load(str(checkpoint), cfg, device="cpu")
-    model.quantize([{"input_ids": ids, "attention_mask": [1] * len(ids)} for ids in calibration], batch_size=1,
-                   backend=BACKEND.TORCH)
+    model.quantize(
+        [{"input_ids": ids, "attention_mask": [1] * len(ids)} for ids in calibration],
+        batch_size=1,
+        backend=BACKEND.TORCH,
+    )
     model.save(str(out))
 
 
-def package(checkpoint: str | Path, source: str, limit_gib: float, out_dir: str | Path, *, corpus: CorpusSpec,
-            contexts_parquet: str, bit_widths: list[int], group_size: int, damp_percent: float, act_order: bool,
-            calibration_samples: int, calibration_tokens: int, calibration_seed: int) -> dict:
+def package(
+    checkpoint: str | Path,
+    source: str,
+    limit_gib: float,
+    out_dir: str | Path,
+    *,
+    corpus: CorpusSpec,
+    contexts_parquet: str,
+    bit_widths: list[int],
+    group_size: int,
+    damp_percent: float,
+    act_order: bool,
+    calibration_samples: int,
+    calibration_tokens: int,
+    calibration_seed: int,
+) -> dict:
     from transformers import AutoTokenizer
 
     checkpoint = Path(checkpoint)
     tokenizer = AutoTokenizer.from_pretrained(checkpoint)
-    calibration = calibration_texts(corpus, contexts_parquet, tokenizer, calibration_samples,
-                                    calibration_tokens, calibration_seed)
+    calibration = calibration_texts(
+        corpus, contexts_parquet, tokenizer, calibration_samples, calibration_tokens, calibration_seed
+    )
     extra = sum(p.stat().st_size for p in checkpoint.iterdir() if p.name.startswith("tokenizer"))
     shapes = tensor_shapes(checkpoint)
     tried = []
     candidates = plans(shapes, limit_gib, bit_widths, group_size, extra)
     for bits, quantize_head in candidates:
-        head = "none (tied to the embedding)" if shapes.head is None else (
-            f"GPTQ {bits}-bit" if quantize_head else "source precision")
-        info = {"bits": bits, "head": head, "group_size": group_size, "damp_percent": damp_percent,
-                "act_order": act_order, "calibration_samples": calibration_samples,
-                "calibration_tokens": calibration_tokens,
-                "estimated_bytes": estimate_bytes(shapes, bits, group_size, extra, quantize_head)}
-        manifest = Manifest(name=f"gptq-{bits}bit", source=source, runtime="hf", weights=WEIGHTS,
-                            tokenizer=WEIGHTS,
-                            description=f"uniform GPTQ {bits}-bit, group {group_size}, output head: {head}")
+        head = (
+            "none (tied to the embedding)"
+            if shapes.head is None
+            else (f"GPTQ {bits}-bit" if quantize_head else "source precision")
+        )
+        info = {
+            "bits": bits,
+            "head": head,
+            "group_size": group_size,
+            "damp_percent": damp_percent,
+            "act_order": act_order,
+            "calibration_samples": calibration_samples,
+            "calibration_tokens": calibration_tokens,
+            "estimated_bytes": estimate_bytes(shapes, bits, group_size, extra, quantize_head),
+        }
+        manifest = Manifest(
+            name=f"gptq-{bits}bit",
+            source=source,
+            runtime="hf",
+            weights=WEIGHTS,
+            tokenizer=WEIGHTS,
+            description=f"uniform GPTQ {bits}-bit, group {group_size}, output head: {head}",
+        )
 
         def fill(tmp: Path, bits=bits, info=info, quantize_head=quantize_head) -> None:
-            quantize(checkpoint, tmp / WEIGHTS, bits, group_size=group_size, damp_percent=damp_percent,
-                     act_order=act_order, calibration=calibration, quantize_head=quantize_head)
+            quantize(
+                checkpoint,
+                tmp / WEIGHTS,
+                bits,
+                group_size=group_size,
+                damp_percent=damp_percent,
+                act_order=act_order,
+                calibration=calibration,
+                quantize_head=quantize_head,
+            )
             copy_tokenizer(checkpoint, tmp / WEIGHTS)
             (tmp / "gptq_baseline.json").write_text(json.dumps(info, indent=2))
 

@@ -42,8 +42,10 @@ def from_template(package: str | Path, results: Layout, source: str) -> Path:
         return package
     checkpoint = Path(results.checkpoint(source))
     if not checkpoint.is_dir():
-        raise InputFileError(checkpoint, f"the template {package} needs {source}'s checkpoint: run "
-                             f"`snakemake --cores all {checkpoint}` first")
+        raise InputFileError(
+            checkpoint,
+            f"the template {package} needs {source}'s checkpoint: run `snakemake --cores all {checkpoint}` first",
+        )
     out = Path(results.reward_package(source, package.resolve().name))
     starter(package, checkpoint, source, out)
     return out
@@ -65,6 +67,12 @@ def starter(example_dir: str | Path, checkpoint: str | Path, source: str, out_di
 
 def bf16(checkpoint: str | Path, source: str, out_dir: str | Path) -> None:
     """The BF16 row of the tables: the source checkpoint itself as an ``hf`` package (``F = 1`` against itself)."""
-    manifest = Manifest(name="bf16", source=source, runtime="hf", weights="model", tokenizer="model",
-                        description=f"{source}'s BF16 checkpoint, unchanged, through transformers")
+    manifest = Manifest(
+        name="bf16",
+        source=source,
+        runtime="hf",
+        weights="model",
+        tokenizer="model",
+        description=f"{source}'s BF16 checkpoint, unchanged, through transformers",
+    )
     write_package(out_dir, manifest, lambda tmp: shutil.copytree(checkpoint, tmp / manifest.weights))

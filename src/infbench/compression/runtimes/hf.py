@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 import torch
@@ -92,8 +92,9 @@ class HFRunner:
             last = start + PREFILL_BLOCK == ids.shape[1]
             # one position's logits per block: the prompt's last real one in the last block
             keep = torch.tensor([PREFILL_BLOCK - 1 - pad], device=self.device) if last else 1
-            out = self.model(input_ids=ids[:, start:start + PREFILL_BLOCK], use_cache=True, logits_to_keep=keep,
-                             **kwargs)
+            out = self.model(
+                input_ids=ids[:, start : start + PREFILL_BLOCK], use_cache=True, logits_to_keep=keep, **kwargs
+            )
             kwargs = cache_kwargs(out)
         if pad:  # (transformers before 5.24 reads crop(0) as "keep 0 tokens")
             (cache,) = kwargs.values()

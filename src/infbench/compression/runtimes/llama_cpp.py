@@ -8,8 +8,8 @@ resident after load and after inference is the model. Logits are asked for only 
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 
@@ -58,7 +58,7 @@ class LlamaCppRunner:
         """Feed ``tokens`` at positions ``n_past...``; the logits of positions ``>= want_from`` (float32)."""
         out = []
         for start in range(0, len(tokens), batch._n_tokens):
-            chunk = tokens[start:start + batch._n_tokens]
+            chunk = tokens[start : start + batch._n_tokens]
             b = batch.batch
             b.n_tokens = len(chunk)
             wanted = []

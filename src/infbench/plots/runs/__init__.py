@@ -14,9 +14,18 @@ from infbench.plots.runs import (
     stopping,
 )
 
-FIGURES = {"best_so_far": best_so_far, "outcomes": outcomes, "ranking_pairs": ranking_pairs, "revisions": revisions,
-           "stopping": stopping, "concurrency_paths": concurrency_paths, "first_usable_replay": first_usable_replay,
-           "matched_seeds": matched_seeds, "cost": cost, "frontier": frontier}
+FIGURES = {
+    "best_so_far": best_so_far,
+    "outcomes": outcomes,
+    "ranking_pairs": ranking_pairs,
+    "revisions": revisions,
+    "stopping": stopping,
+    "concurrency_paths": concurrency_paths,
+    "first_usable_replay": first_usable_replay,
+    "matched_seeds": matched_seeds,
+    "cost": cost,
+    "frontier": frontier,
+}
 
 
 def write(data: dict[str, list], plots: dict[str, dict[str, str]]) -> None:

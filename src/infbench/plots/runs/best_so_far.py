@@ -28,8 +28,9 @@ def draw(rows: list[BestSoFarRow]) -> Figure:
         ax.set_xlim(left=0)
         ax.set_xlabel(f"design time ({unit} since the run's start)")
         ax.set_ylabel("search-set PPL (lower is better)")
-        ax.set_title("Best-so-far PPL of feasible reward evaluations (line); each evaluation (dot, x: reward 0)",
-                     fontsize=9)
+        ax.set_title(
+            "Best-so-far PPL of feasible reward evaluations (line); each evaluation (dot, x: reward 0)", fontsize=9
+        )
         layout.legend(ax, "run")
     return fig
 

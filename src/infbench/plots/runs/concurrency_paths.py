@@ -15,8 +15,13 @@ def draw(pts: list[PathPoint]) -> Figure:
     fig, ax = layout.axes(pts, "no serving runs with load changes or replays")
     k, unit = layout.time_unit([p.active_h for p in pts])
     for (run, ps), style in zip(layout.by_run(pts), layout.styles()):
-        ax.step([k * p.active_h for p in ps], [p.concurrency for p in ps], where="post",
-                label=f"{run} ({ps[0].classification})", **style)
+        ax.step(
+            [k * p.active_h for p in ps],
+            [p.concurrency for p in ps],
+            where="post",
+            label=f"{run} ({ps[0].classification})",
+            **style,
+        )
     if pts:
         levels = sorted({p.concurrency for p in pts})
         ax.set_yscale("log", base=2)

@@ -18,8 +18,13 @@ def draw(rows: list[FirstUsableRow]) -> Figure:
             ax.text(0, i, f"  none ({r.replays} replays)", va="center", fontsize=8, color="C3")
         else:
             ax.barh(i, k * r.first_usable_h, color="C0", height=0.6)
-            ax.text(k * r.first_usable_h, i, f"  {k * r.first_usable_h:.3g} {unit} ({r.replays} replays)", va="center",
-                    fontsize=7)
+            ax.text(
+                k * r.first_usable_h,
+                i,
+                f"  {k * r.first_usable_h:.3g} {unit} ({r.replays} replays)",
+                va="center",
+                fontsize=7,
+            )
     if rows:
         ax.set_yticks(range(len(rows)), [r.run for r in rows])
         ax.set_ylim(len(rows) - 0.5, -0.5)

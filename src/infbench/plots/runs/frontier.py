@@ -17,10 +17,21 @@ def _points(ax, rows: list[FrontierRow], x, y, empty: str) -> None:
         if x(r) is None or y(r) is None:
             continue
         verified = r.verdict == "verified"
-        ax.plot(x(r), y(r), ls="none", marker="o", fillstyle="full" if verified else "none", color="C0",
-                markersize=8, zorder=3)
-        texts.append(ax.text(x(r), y(r), r.run if verified else f"{r.run} ({r.verdict})", fontsize=7,
-                             bbox=figure.LABEL_BOX, zorder=2))
+        ax.plot(
+            x(r),
+            y(r),
+            ls="none",
+            marker="o",
+            fillstyle="full" if verified else "none",
+            color="C0",
+            markersize=8,
+            zorder=3,
+        )
+        texts.append(
+            ax.text(
+                x(r), y(r), r.run if verified else f"{r.run} ({r.verdict})", fontsize=7, bbox=figure.LABEL_BOX, zorder=2
+            )
+        )
         xs.append(x(r))
         ys.append(y(r))
     if not texts:
@@ -34,14 +45,20 @@ def draw(rows: list[FrontierRow]) -> Figure:
         figure.say_empty(left, "no compression runs with a verified final submission")
         right.set_axis_off()
     else:
-        _points(left, rows, lambda r: r.bits_per_param, lambda r: r.accuracy_rel,
-                "no final artifact with a package size and an accuracy relative to BF16")
+        _points(
+            left,
+            rows,
+            lambda r: r.bits_per_param,
+            lambda r: r.accuracy_rel,
+            "no final artifact with a package size and an accuracy relative to BF16",
+        )
         left.axhline(1.0, color="0.3", lw=0.8, ls="--", zorder=1)
         left.set_xlabel("package bits per source parameter")
         left.set_ylabel("mean accuracy relative to BF16")
         left.set_title("(a) accuracy vs size of final artifacts", fontsize=9)
-        _points(right, rows, lambda r: r.cost_usd, lambda r: r.ppl_rank,
-                "no verified final artifact: a PPL rank needs one")
+        _points(
+            right, rows, lambda r: r.cost_usd, lambda r: r.ppl_rank, "no verified final artifact: a PPL rank needs one"
+        )
         right.set_xlabel("estimated API cost (USD)")
         right.set_ylabel("verified PPL rank within the task (1 = best)")
         right.set_title("(b) cost vs rank (verified artifacts only)", fontsize=9)

@@ -4,7 +4,7 @@ stay apart when runs overlap, and a legend outside the data."""
 from __future__ import annotations
 
 import itertools
-from typing import Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
 import matplotlib
 
@@ -32,16 +32,20 @@ def by_run(rows: Sequence) -> list[tuple[str, list]]:
 
 def styles() -> Iterator[dict]:
     """Colour, marker and dash per run, so that runs drawn over each other stay distinguishable."""
-    return ({"color": c, "marker": m, "ls": ls, "lw": 1.4, "markersize": 5}
-            for c, m, ls in zip(plt.get_cmap("tab10").colors, itertools.cycle("osD^vP*X"),
-                                itertools.cycle(["-", "--", "-.", ":"])))
+    return (
+        {"color": c, "marker": m, "ls": ls, "lw": 1.4, "markersize": 5}
+        for c, m, ls in zip(
+            plt.get_cmap("tab10").colors, itertools.cycle("osD^vP*X"), itertools.cycle(["-", "--", "-.", ":"])
+        )
+    )
 
 
 def legend(ax: plt.Axes, title: str) -> None:
     """The legend to the right of the axes, never over the data."""
     if ax.get_legend_handles_labels()[0]:
-        ax.legend(title=title, fontsize=7, title_fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0),
-                  frameon=False)
+        ax.legend(
+            title=title, fontsize=7, title_fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False
+        )
 
 
 def time_unit(hours: Sequence[float | None]) -> tuple[float, str]:

@@ -13,8 +13,9 @@ RATIOS = [("d_ratio", "D (qualified value)"), ("g_ratio", "G (gross value)"), ("
 
 
 def draw(rows: list[MatchedSeedRow]) -> Figure:
-    fig, ax = layout.axes(rows, "no serving runs with two versions replayed on the same seed",
-                          size=(7.5, 1.4 + 0.6 * max(3, len(rows))))
+    fig, ax = layout.axes(
+        rows, "no serving runs with two versions replayed on the same seed", size=(7.5, 1.4 + 0.6 * max(3, len(rows)))
+    )
     height = 0.8 / len(RATIOS)
     for k, (field, name) in enumerate(RATIOS):
         ys = [i + (k - 1) * height for i in range(len(rows))]
@@ -24,8 +25,9 @@ def draw(rows: list[MatchedSeedRow]) -> Figure:
             ax.text(v or 0, y, f" {v:.3g}" if v is not None else " n/a", va="center", fontsize=6.5)
     if rows:
         ax.axvline(1, color="0.3", lw=0.8)
-        ax.set_yticks(range(len(rows)), [f"{r.run}\n{r.before[:8]} > {r.after[:8]}, seed {r.seed}" for r in rows],
-                      fontsize=7)
+        ax.set_yticks(
+            range(len(rows)), [f"{r.run}\n{r.before[:8]} > {r.after[:8]}, seed {r.seed}" for r in rows], fontsize=7
+        )
         ax.set_ylim(len(rows) - 0.5, -0.5)
         ax.set_xlim(left=0)
         ax.set_xlabel("after / before (same seed)")

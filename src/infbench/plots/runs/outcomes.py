@@ -14,8 +14,9 @@ CLASSES = [("new_best", "new best", "C2"), ("same_as_best", "same as best", "C0"
 
 def draw(rows: list[OutcomeRow]) -> Figure:
     groups = layout.by_run(rows)
-    fig, ax = layout.axes(rows, "no compression runs with reward evaluations",
-                          size=(max(6.5, 1.6 * len(groups) + 3), 4.2))
+    fig, ax = layout.axes(
+        rows, "no compression runs with reward evaluations", size=(max(6.5, 1.6 * len(groups) + 3), 4.2)
+    )
     ticks, labels = [], []
     for g, (run, rs) in enumerate(groups):
         xs = [5 * g + r.quarter - 1 for r in rs]

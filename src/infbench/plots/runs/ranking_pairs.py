@@ -22,14 +22,19 @@ class RankingCount(BaseModel):
 
 
 def counts(rows: list[RankingPairRow]) -> list[RankingCount]:
-    return [RankingCount(run=run, **{v: sum(r.verdict == v for r in rs) for v, _ in VERDICTS})
-            for run, rs in layout.by_run(rows)]
+    return [
+        RankingCount(run=run, **{v: sum(r.verdict == v for r in rs) for v, _ in VERDICTS})
+        for run, rs in layout.by_run(rows)
+    ]
 
 
 def draw(rows: list[RankingPairRow]) -> Figure:
     data = counts(rows)
-    fig, ax = layout.axes(data, "no compression runs with ranking pairs (two versions with a local metric, "
-                                "each with reward feedback)", size=(7.5, 1.4 + 0.45 * max(3, len(data))))
+    fig, ax = layout.axes(
+        data,
+        "no compression runs with ranking pairs (two versions with a local metric, each with reward feedback)",
+        size=(7.5, 1.4 + 0.45 * max(3, len(data))),
+    )
     left = [0] * len(data)
     for verdict, color in VERDICTS:
         values = [getattr(c, verdict) for c in data]
@@ -40,8 +45,9 @@ def draw(rows: list[RankingPairRow]) -> Figure:
         ax.set_xlim(0, 1.08 * max(left))
         ax.xaxis.get_major_locator().set_params(integer=True)
         ax.set_xlabel("ranking pairs (consecutive versions with a shared local metric)")
-        ax.set_title(f"Local ranking vs reward feedback: {sum(c.reversed for c in data)} of {len(rows)} reversed",
-                     fontsize=9)
+        ax.set_title(
+            f"Local ranking vs reward feedback: {sum(c.reversed for c in data)} of {len(rows)} reversed", fontsize=9
+        )
         layout.legend(ax, "feedback")
     return fig
 

@@ -18,8 +18,15 @@ def draw(rows: list[RevisionRow]) -> Figure:
     width = 0.5 / max(1, len(runs))
     for k, ((run, rs), style) in enumerate(zip(runs, layout.styles())):
         offset = (k - (len(runs) - 1) / 2) * width  # runs side by side within a band
-        ax.scatter([BANDS.index(r.size_band) + offset for r in rs], [r.effect_pct for r in rs], label=run,
-                   color=style["color"], marker=style["marker"], s=30, zorder=3)
+        ax.scatter(
+            [BANDS.index(r.size_band) + offset for r in rs],
+            [r.effect_pct for r in rs],
+            label=run,
+            color=style["color"],
+            marker=style["marker"],
+            s=30,
+            zorder=3,
+        )
     if rows:
         ax.axhline(0, color="0.3", lw=0.8)
         ax.set_xticks(range(len(BANDS)), ["package size within band", "package size changed"])

@@ -29,10 +29,18 @@ def draw(rows: list[StoppingRow]) -> Figure:
         ax.set_xlim(left=0)
         ax.set_xlabel(f"{unit} since the run's start")
         ax.set_title("First completion declaration vs last weight change", fontsize=9)
-        ax.legend(handles=[Line2D([], [], ls="none", marker="s", color="C0", label="last weight change"),
-                           Line2D([], [], ls="none", marker="X", color="C3", label="first completion declaration")],
-                  title="event", fontsize=7, title_fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0),
-                  frameon=False)
+        ax.legend(
+            handles=[
+                Line2D([], [], ls="none", marker="s", color="C0", label="last weight change"),
+                Line2D([], [], ls="none", marker="X", color="C3", label="first completion declaration"),
+            ],
+            title="event",
+            fontsize=7,
+            title_fontsize=8,
+            loc="upper left",
+            bbox_to_anchor=(1.01, 1.0),
+            frameon=False,
+        )
     return fig
 
 

@@ -38,6 +38,8 @@ def detect(path: str | Path) -> str:
             return "weka"
         if isinstance(obj, dict) and ("input_length" in obj or "output_length" in obj):
             return "mooncake"
-        raise InputFileError(first_file, f"{where}: neither a Weka trace (no 'requests') nor a Mooncake row "
-                                         "(no 'input_length'); give the format")
+        raise InputFileError(
+            first_file,
+            f"{where}: neither a Weka trace (no 'requests') nor a Mooncake row (no 'input_length'); give the format",
+        )
     raise InputFileError(first_file, "no records")

@@ -62,8 +62,11 @@ def rows(path: Path) -> Iterator[tuple[str, MooncakeRow]]:
         obj = expect_object(path, where, obj)
         text = [f for f in TEXT_FIELDS if f in obj]
         if "input_length" not in obj and text:
-            raise InputFileError(path, f"{where}: input_length: required; a row given as {text[0]} carries text, "
-                                       "not the token counts a token-id prompt is rebuilt from")
+            raise InputFileError(
+                path,
+                f"{where}: input_length: required; a row given as {text[0]} carries text, "
+                "not the token counts a token-id prompt is rebuilt from",
+            )
         try:
             yield where, MooncakeRow.model_validate(obj)
         except ValueError as exc:
@@ -92,8 +95,9 @@ class _FreshBlocks:
         return ids
 
 
-def _session(sid: str, turns: list[tuple[str, MooncakeRow]], block_size: int, fresh: _FreshBlocks,
-             path: Path) -> Session:
+def _session(
+    sid: str, turns: list[tuple[str, MooncakeRow]], block_size: int, fresh: _FreshBlocks, path: Path
+) -> Session:
     requests: list[TraceRequest] = []
     ids: list[int] = []
     length, t = 0, 0.0
@@ -107,16 +111,32 @@ def _session(sid: str, turns: list[tuple[str, MooncakeRow]], block_size: int, fr
             named = ids
         blocks = math.ceil(length / block_size)
         if k == 0 and len(named) > blocks:
-            raise InputFileError(path, f"{where}: hash_ids: {len(named)} blocks for input_length {row.input_length} "
-                                       f"in blocks of {block_size}")
+            raise InputFileError(
+                path,
+                f"{where}: hash_ids: {len(named)} blocks for input_length {row.input_length} in blocks of {block_size}",
+            )
         ids = list(named) + fresh.take(blocks - len(named))
         delay_s = (row.delay or 0.0) / 1000.0
         t += delay_s
-        requests.append(TraceRequest(id=f"main/{k}", chain="main", t=t, input_tokens=length,
-                                     output_tokens=row.output_length, hash_ids=ids,
-                                     depends_on=[f"main/{k - 1}"] if k else [], delay_s=delay_s))
-    return Session(id=sid, block_size=block_size, prefix_scope="global",
-                   chains=[Chain(id="main", kind="main", requests=[r.id for r in requests])], requests=requests)
+        requests.append(
+            TraceRequest(
+                id=f"main/{k}",
+                chain="main",
+                t=t,
+                input_tokens=length,
+                output_tokens=row.output_length,
+                hash_ids=ids,
+                depends_on=[f"main/{k - 1}"] if k else [],
+                delay_s=delay_s,
+            )
+        )
+    return Session(
+        id=sid,
+        block_size=block_size,
+        prefix_scope="global",
+        chains=[Chain(id="main", kind="main", requests=[r.id for r in requests])],
+        requests=requests,
+    )
 
 
 def read(path: str | Path, block_size: int = 512) -> list[Session]:

@@ -36,7 +36,7 @@ deployment's model name), ``tool_tokens`` and ``system_tokens`` (already inside 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
 
@@ -50,6 +50,7 @@ _RELATIVE_EPS_S = 1e-6
 
 class WekaRequest(BaseModel):
     """One API call."""
+
     model_config = _RECORD
     type: Literal["n", "s", "request"] = "request"
     t: float
@@ -67,6 +68,7 @@ class WekaRequest(BaseModel):
 
 class WekaSubagent(BaseModel):
     """A subagent with its own requests (and, in infbench's generator, nested subagents)."""
+
     model_config = _RECORD
     type: Literal["subagent"]
     requests: list[WekaEntry]
@@ -87,13 +89,15 @@ def _entry_kind(value: Any) -> str:
     return "subagent" if kind == "subagent" else "request"
 
 
-WekaEntry = Annotated[Union[Annotated[WekaRequest, Tag("request")], Annotated[WekaSubagent, Tag("subagent")]],
-                      Discriminator(_entry_kind)]
+WekaEntry = Annotated[
+    Annotated[WekaRequest, Tag("request")] | Annotated[WekaSubagent, Tag("subagent")], Discriminator(_entry_kind)
+]
 WekaSubagent.model_rebuild()
 
 
 class WekaTrace(BaseModel):
     """One session."""
+
     model_config = _RECORD
     id: str
     block_size: int = Field(ge=1)
@@ -113,8 +117,14 @@ class _Builder:
         self.ends: dict[str, float] = {}
         self.chains: dict[str, dict[str, Any]] = {}
 
-    def walk(self, entries: list[WekaRequest | WekaSubagent], chain_id: str, kind: str, spawner: str | None,
-             base_t: float | None) -> str | None:
+    def walk(
+        self,
+        entries: list[WekaRequest | WekaSubagent],
+        chain_id: str,
+        kind: str,
+        spawner: str | None,
+        base_t: float | None,
+    ) -> str | None:
         """Add one chain and the subagents nested in it; return its last request id."""
         ids: list[str] = []
         unjoined: list[str] = []  # subagent chains spawned since the last request, not yet joined
@@ -158,13 +168,27 @@ def to_session(trace: WekaTrace) -> Session:
     b = _Builder()
     b.walk(trace.requests, "main", "main", None, None)
     t0 = min(t for _, _, t, _, _ in b.requests)
-    requests = [TraceRequest(id=rid, chain=chain, t=t - t0, input_tokens=e.in_, output_tokens=max(1, e.out),
-                             hash_ids=e.hash_ids, depends_on=deps, delay_s=b.delay(e, t, deps))
-                for rid, chain, t, e, deps in b.requests]
+    requests = [
+        TraceRequest(
+            id=rid,
+            chain=chain,
+            t=t - t0,
+            input_tokens=e.in_,
+            output_tokens=max(1, e.out),
+            hash_ids=e.hash_ids,
+            depends_on=deps,
+            delay_s=b.delay(e, t, deps),
+        )
+        for rid, chain, t, e, deps in b.requests
+    ]
     chains = sorted((Chain(**c) for c in b.chains.values()), key=lambda c: (c.kind != "main", c.id))
-    return Session(id=trace.id, block_size=trace.block_size,
-                   prefix_scope="session" if trace.hash_id_scope == "local" else "global",
-                   chains=chains, requests=requests)
+    return Session(
+        id=trace.id,
+        block_size=trace.block_size,
+        prefix_scope="session" if trace.hash_id_scope == "local" else "global",
+        chains=chains,
+        requests=requests,
+    )
 
 
 def session(raw: dict[str, Any]) -> Session:

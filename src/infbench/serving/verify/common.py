@@ -9,6 +9,7 @@ from pydantic import BaseModel, Field
 
 class CheckResult(BaseModel):
     """One check: its name, pass/fail and the evidence (counts, examples, the cause of a failure)."""
+
     name: str
     passed: bool
     summary: str

@@ -29,8 +29,8 @@ from infbench.serving.verify.fidelity import Candidate, Scores
 def select(carriers: list[Candidate], k: int, rng: np.random.Generator) -> list[tuple[Candidate, str]]:
     """(carrier, why): the ``ceil(k / 2)`` farthest sources, then the rest of ``k`` drawn with ``rng``."""
     ranked = sorted(carriers, key=lambda c: -c.carrier.distance)
-    far = ranked[:(k + 1) // 2]
-    rest = ranked[len(far):]
+    far = ranked[: (k + 1) // 2]
+    rest = ranked[len(far) :]
     drawn = [rest[int(i)] for i in rng.choice(len(rest), size=min(k - len(far), len(rest)), replace=False)]
     return [(c, "farthest source") for c in far] + [(c, "drawn with the secret") for c in drawn]
 
@@ -41,24 +41,42 @@ def clear_misses(scores: Scores, margin: float) -> tuple[int, list[int]]:
     return int(clear.sum()), [int(i) for i in torch.nonzero(clear & (scores.regrets > 0)).flatten()]
 
 
-def far_context(model, replays: list[Candidate], settings: VerifySettings, rng: np.random.Generator,
-                drawn_with: str) -> CheckResult:
+def far_context(
+    model, replays: list[Candidate], settings: VerifySettings, rng: np.random.Generator, drawn_with: str
+) -> CheckResult:
     carriers = [c for c in replays if c.carrier is not None]
     rows = []
     for c, why in select(carriers, settings.far_context_checks, rng):
         positions, misses = clear_misses(c.scored(model), settings.far_context_margin)
-        rows.append({"origin": c.origin, "why": why, "distance": c.carrier.distance,
-                     "prompt_tokens": c.prompt_tokens, "output_tokens": len(c.output),
-                     "clear_positions": positions, "misses": misses, "meets_reference": not misses})
+        rows.append(
+            {
+                "origin": c.origin,
+                "why": why,
+                "distance": c.carrier.distance,
+                "prompt_tokens": c.prompt_tokens,
+                "output_tokens": len(c.output),
+                "clear_positions": positions,
+                "misses": misses,
+                "meets_reference": not misses,
+            }
+        )
     with_clear = [r for r in rows if r["clear_positions"]]
     positions = sum(r["clear_positions"] for r in rows)
     missed = sum(len(r["misses"]) for r in rows)
     allowed = settings.far_context_max_miss_share
-    evidence = {"carriers_answered": len(carriers), "replay_candidates": len(replays), "checked": len(rows),
-                "with_clear_positions": len(with_clear),
-                "meeting_reference": sum(not r["misses"] for r in with_clear), "clear_positions": positions,
-                "missed_positions": missed, "margin": settings.far_context_margin, "max_miss_share": allowed,
-                "drawn_with": drawn_with, "carriers": rows}
+    evidence = {
+        "carriers_answered": len(carriers),
+        "replay_candidates": len(replays),
+        "checked": len(rows),
+        "with_clear_positions": len(with_clear),
+        "meeting_reference": sum(not r["misses"] for r in with_clear),
+        "clear_positions": positions,
+        "missed_positions": missed,
+        "margin": settings.far_context_margin,
+        "max_miss_share": allowed,
+        "drawn_with": drawn_with,
+        "carriers": rows,
+    }
 
     def result(passed: bool, summary: str) -> CheckResult:
         return CheckResult(name="far_context", passed=passed, summary=summary, evidence=evidence)
@@ -66,14 +84,23 @@ def far_context(model, replays: list[Candidate], settings: VerifySettings, rng: 
     if settings.far_context_checks == 0:
         return result(True, "no far-context check configured")
     if not positions:  # nothing vouched for: no check passes by default
-        return result(False, f"no clear position to check: {len(rows)} carriers checked of {len(carriers)} "
-                             f"answered in {len(replays)} post-warmup continuations")
+        return result(
+            False,
+            f"no clear position to check: {len(rows)} carriers checked of {len(carriers)} "
+            f"answered in {len(replays)} post-warmup continuations",
+        )
     span = f"sources {min(r['distance'] for r in rows)} to {max(r['distance'] for r in rows)} ids back"
     if missed > allowed * positions:
         worst = max((r for r in rows if r["misses"]), key=lambda r: r["distance"])
-        return result(False, f"{missed} of {positions} clear positions in {len(rows)} carriers ({span}) "
-                             f"missed the reference's top-1 (at most {allowed:.0%} may), e.g. "
-                             f"{worst['origin']} (source {worst['distance']} ids back) at output position "
-                             f"{worst['misses'][0]}")
-    return result(True, f"{len(rows)} carriers checked ({span}): {positions - missed} of {positions} clear "
-                        f"positions streamed the reference's top-1")
+        return result(
+            False,
+            f"{missed} of {positions} clear positions in {len(rows)} carriers ({span}) "
+            f"missed the reference's top-1 (at most {allowed:.0%} may), e.g. "
+            f"{worst['origin']} (source {worst['distance']} ids back) at output position "
+            f"{worst['misses'][0]}",
+        )
+    return result(
+        True,
+        f"{len(rows)} carriers checked ({span}): {positions - missed} of {positions} clear "
+        f"positions streamed the reference's top-1",
+    )

@@ -69,9 +69,10 @@ class Candidate:
 @dataclass(frozen=True)
 class Scores:
     """Per output position: the reference's two best log-probabilities and ids, and the output id's."""
-    top: torch.Tensor       # [n, 2] log-probabilities, best first
-    top_ids: torch.Tensor   # [n, 2]
-    chosen: torch.Tensor    # [n]
+
+    top: torch.Tensor  # [n, 2] log-probabilities, best first
+    top_ids: torch.Tensor  # [n, 2]
+    chosen: torch.Tensor  # [n]
 
     @classmethod
     def of(cls, logits: torch.Tensor, output: list[int]) -> Scores:
@@ -100,8 +101,13 @@ def longest_run(ids: list[int]) -> int:
     return best
 
 
-def replay_candidates(frames: list[tuple[int, pd.DataFrame]], sessions: list[Session],
-                      prompts: dict[int, PromptBuilder], warmup_s: float, window_s: float) -> list[Candidate]:
+def replay_candidates(
+    frames: list[tuple[int, pd.DataFrame]],
+    sessions: list[Session],
+    prompts: dict[int, PromptBuilder],
+    warmup_s: float,
+    window_s: float,
+) -> list[Candidate]:
     """Every completed post-warmup request of every seed's replay, in seed and send order; ``prompts``: each
     seed's prompt builder (the one its replay sent)."""
     by_id = {s.id: s for s in sessions}
@@ -115,11 +121,16 @@ def replay_candidates(frames: list[tuple[int, pd.DataFrame]], sessions: list[Ses
             req = next((q for q in session.requests if q.id == r.request_id), None) if session else None
             if not ids or req is None:
                 continue
-            out.append(Candidate(f"replay seed {seed} {r.session_id}#{r.instance}/{r.request_id}",
-                                 int(r.input_tokens), ids,
-                                 lambda b=prompts[seed], s=session, i=r.instance, q=req: b.build(s, i, q),
-                                 position=min(max((r.send_time - warmup_s) / window_s, 0.0), 1.0),
-                                 carrier=prompts[seed].carrier(session, int(r.instance), req.id)))
+            out.append(
+                Candidate(
+                    f"replay seed {seed} {r.session_id}#{r.instance}/{r.request_id}",
+                    int(r.input_tokens),
+                    ids,
+                    lambda b=prompts[seed], s=session, i=r.instance, q=req: b.build(s, i, q),
+                    position=min(max((r.send_time - warmup_s) / window_s, 0.0), 1.0),
+                    carrier=prompts[seed].carrier(session, int(r.instance), req.id),
+                )
+            )
     return out
 
 
@@ -152,8 +163,14 @@ def _proxy_rank(model, c: Candidate, context: int) -> float:
     return float(lp.mean())
 
 
-def select_suspects(model, probes: list[Candidate], replays: list[Candidate], eos: set[int],
-                    settings: VerifySettings, rng: np.random.Generator) -> list[Candidate]:
+def select_suspects(
+    model,
+    probes: list[Candidate],
+    replays: list[Candidate],
+    eos: set[int],
+    settings: VerifySettings,
+    rng: np.random.Generator,
+) -> list[Candidate]:
     """Context probes, time-stratified samples of the replays, then round robin over three rankings:
     repeated runs / tokens after EOS (longest run first), lowest proxy likelihood, longest prompt."""
     context = [c for c in probes if c.kind]
@@ -170,17 +187,29 @@ def select_suspects(model, probes: list[Candidate], replays: list[Candidate], eo
         after_eos = any(t in eos for t in c.output[:-1])
         if run >= settings.fidelity_repeat_run or after_eos:
             c.rank = -run
-            flagged.append((c, ", ".join(k for k, on in ((f"repeated-token run of {run}",
-                                                          run >= settings.fidelity_repeat_run),
-                                                         ("tokens after EOS", after_eos)) if on)))
+            flagged.append(
+                (
+                    c,
+                    ", ".join(
+                        k
+                        for k, on in (
+                            (f"repeated-token run of {run}", run >= settings.fidelity_repeat_run),
+                            ("tokens after EOS", after_eos),
+                        )
+                        if on
+                    ),
+                )
+            )
     flagged.sort(key=lambda item: item[0].rank)
     budget = settings.fidelity_max_suspects - len(context)
     unlikely: list[tuple[Candidate, str]] = []
     if budget > 0:
-        pool = [c for c in probes if not c.kind] + [c for _, c in stratified(replays, settings.fidelity_proxy_pool,
-                                                                             rng)]
-        ranked = sorted(((_proxy_rank(model, c, settings.fidelity_proxy_context), c) for c in pool),
-                        key=lambda item: item[0])
+        pool = [c for c in probes if not c.kind] + [
+            c for _, c in stratified(replays, settings.fidelity_proxy_pool, rng)
+        ]
+        ranked = sorted(
+            ((_proxy_rank(model, c, settings.fidelity_proxy_context), c) for c in pool), key=lambda item: item[0]
+        )
         unlikely = [(c, f"low likelihood (proxy mean log-prob {r:.2f})") for r, c in ranked]
     longest = [(c, f"long prompt ({c.prompt_tokens} tokens)") for c in sorted(others, key=lambda c: -c.prompt_tokens)]
     queues = [flagged, unlikely, longest]
@@ -198,16 +227,30 @@ def select_suspects(model, probes: list[Candidate], replays: list[Candidate], eo
     return chosen
 
 
-def fidelity(model, probes: list[Candidate], replays: list[Candidate], eos: set[int], settings: VerifySettings,
-             rng: np.random.Generator, drawn_with: str) -> CheckResult:
+def fidelity(
+    model,
+    probes: list[Candidate],
+    replays: list[Candidate],
+    eos: set[int],
+    settings: VerifySettings,
+    rng: np.random.Generator,
+    drawn_with: str,
+) -> CheckResult:
     suspects = select_suspects(model, probes, replays, eos, settings, rng)
     scored, worst = [], None
     for c in suspects:
         r = c.scored(model).regrets
         i = int(r.argmax())
-        row = {"origin": c.origin, "why": c.kind, "prompt_tokens": c.prompt_tokens, "output_tokens": len(c.output),
-               "max_regret": float(r[i]), "at": i, "token": c.output[i],
-               "tokens_over_tolerance": int((r > settings.fidelity_regret_tolerance).sum())}
+        row = {
+            "origin": c.origin,
+            "why": c.kind,
+            "prompt_tokens": c.prompt_tokens,
+            "output_tokens": len(c.output),
+            "max_regret": float(r[i]),
+            "at": i,
+            "token": c.output[i],
+            "tokens_over_tolerance": int((r > settings.fidelity_regret_tolerance).sum()),
+        }
         scored.append(row)
         if worst is None or row["max_regret"] > worst["max_regret"]:
             worst = row
@@ -217,12 +260,25 @@ def fidelity(model, probes: list[Candidate], replays: list[Candidate], eos: set[
     if not scored:
         summary = f"no continuation to score ({len(probes) + len(replays)} candidates)"
     elif failed:
-        summary = (f"{len(failed)} of {len(scored)} suspects exceed the regret tolerance {tol}: worst "
-                   f"{worst['max_regret']:.2f} at token {worst['at']} of {worst['origin']} ({worst['why']})")
+        summary = (
+            f"{len(failed)} of {len(scored)} suspects exceed the regret tolerance {tol}: worst "
+            f"{worst['max_regret']:.2f} at token {worst['at']} of {worst['origin']} ({worst['why']})"
+        )
     else:
-        summary = (f"{len(scored)} suspects ({sampled} sampled over time from {len(replays)} post-warmup "
-                   f"continuations) scored, max regret {worst['max_regret']:.3f} <= {tol}")
-    return CheckResult(name="fidelity", passed=bool(scored) and not failed, summary=summary,
-                       evidence={"candidates": len(probes) + len(replays), "replay_candidates": len(replays),
-                                 "sampled_suspects": sampled, "drawn_with": drawn_with, "tolerance": tol,
-                                 "suspects": scored})
+        summary = (
+            f"{len(scored)} suspects ({sampled} sampled over time from {len(replays)} post-warmup "
+            f"continuations) scored, max regret {worst['max_regret']:.3f} <= {tol}"
+        )
+    return CheckResult(
+        name="fidelity",
+        passed=bool(scored) and not failed,
+        summary=summary,
+        evidence={
+            "candidates": len(probes) + len(replays),
+            "replay_candidates": len(replays),
+            "sampled_suspects": sampled,
+            "drawn_with": drawn_with,
+            "tolerance": tol,
+            "suspects": scored,
+        },
+    )

@@ -39,11 +39,28 @@ class Completion(BaseModel):
     stopped_by_client: bool = False
 
 
-def complete(base_url: str, model: str, prompt: list[int], max_tokens: int, *, ignore_eos: bool, timeout_s: float,
-             request_fields: dict[str, Any] | None = None, stop: list[str] | None = None) -> Completion:
+def complete(
+    base_url: str,
+    model: str,
+    prompt: list[int],
+    max_tokens: int,
+    *,
+    ignore_eos: bool,
+    timeout_s: float,
+    request_fields: dict[str, Any] | None = None,
+    stop: list[str] | None = None,
+) -> Completion:
     """One greedy streamed completion; with ``stop`` the client closes the stream once the text contains one."""
-    body = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "stream": True,
-            "ignore_eos": ignore_eos, "stream_options": {"include_usage": True}, **(request_fields or {})}
+    body = {
+        "model": model,
+        "prompt": prompt,
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        "stream": True,
+        "ignore_eos": ignore_eos,
+        "stream_options": {"include_usage": True},
+        **(request_fields or {}),
+    }
     c = Completion(prompt_tokens=len(prompt), ok=False)
     text: list[str] = []
     try:
@@ -97,27 +114,45 @@ def filler_prompt(n: int, token_range: tuple[int, int], seed: int) -> list[int]:
     return rng.integers(token_range[0], token_range[1], n).tolist()
 
 
-def context_probes(base_url: str, model: str, context_limit: int, n_probes: int, out_tokens: int,
-                   token_range: tuple[int, int], timeout_s: float, secret: OperatorSecret,
-                   request_fields: dict[str, Any] | None = None
-                   ) -> tuple[CheckResult, list[tuple[list[int], Completion]]]:
+def context_probes(
+    base_url: str,
+    model: str,
+    context_limit: int,
+    n_probes: int,
+    out_tokens: int,
+    token_range: tuple[int, int],
+    timeout_s: float,
+    secret: OperatorSecret,
+    request_fields: dict[str, Any] | None = None,
+) -> tuple[CheckResult, list[tuple[list[int], Completion]]]:
     """The check, and each probe's (prompt, completion) for the fidelity check."""
     probes, failures, completions = [], [], []
     for j in range(n_probes):
         length = context_limit - out_tokens - j
         prompt = filler_prompt(length, token_range, secret.seed("serving.context_probe", j))
-        c = complete(base_url, model, prompt, out_tokens, ignore_eos=True, timeout_s=timeout_s,
-                     request_fields=request_fields)
+        c = complete(
+            base_url, model, prompt, out_tokens, ignore_eos=True, timeout_s=timeout_s, request_fields=request_fields
+        )
         completions.append((prompt, c))
-        problem = c.error or (f"{c.text_chunks_without_ids} chunk(s) carried text without token ids"
-                              if c.text_chunks_without_ids else "")
+        problem = c.error or (
+            f"{c.text_chunks_without_ids} chunk(s) carried text without token ids" if c.text_chunks_without_ids else ""
+        )
         if not problem and c.usage_prompt_tokens != length:
             problem = f"usage.prompt_tokens={c.usage_prompt_tokens} but the prompt has {length} tokens"
         if not problem and not (len(c.ids) == out_tokens == c.usage_completion_tokens):
-            problem = (f"{len(c.ids)} token ids streamed, usage.completion_tokens={c.usage_completion_tokens}, "
-                       f"{out_tokens} asked")
-        probes.append({"prompt_tokens": length, "max_tokens": out_tokens, "usage_prompt_tokens": c.usage_prompt_tokens,
-                       "streamed_tokens": len(c.ids), "error": problem})
+            problem = (
+                f"{len(c.ids)} token ids streamed, usage.completion_tokens={c.usage_completion_tokens}, "
+                f"{out_tokens} asked"
+            )
+        probes.append(
+            {
+                "prompt_tokens": length,
+                "max_tokens": out_tokens,
+                "usage_prompt_tokens": c.usage_prompt_tokens,
+                "streamed_tokens": len(c.ids),
+                "error": problem,
+            }
+        )
         if problem:
             failures.append(f"probe {j} ({length} prompt tokens): {problem}")
         if fatal(c):
@@ -125,24 +160,44 @@ def context_probes(base_url: str, model: str, context_limit: int, n_probes: int,
     if n_probes == 0:
         return CheckResult(name="context_probes", passed=True, summary="no context probes configured"), []
     return CheckResult(
-        name="context_probes", passed=not failures,
-        summary=(f"{n_probes} probe(s) at the context limit {context_limit} completed with correct prompt accounting"
-                 if not failures else failures[0]),
-        evidence={"context_limit": context_limit, "drawn_with": secret.label, "probes": probes}), completions
+        name="context_probes",
+        passed=not failures,
+        summary=(
+            f"{n_probes} probe(s) at the context limit {context_limit} completed with correct prompt accounting"
+            if not failures
+            else failures[0]
+        ),
+        evidence={"context_limit": context_limit, "drawn_with": secret.label, "probes": probes},
+    ), completions
 
 
-def eos_probes(base_url: str, model: str, probes: list[dict[str, Any]], eos_ids: list[int], max_tokens: int,
-               timeout_s: float, request_fields: dict[str, Any] | None = None) -> tuple[CheckResult, list[Completion]]:
+def eos_probes(
+    base_url: str,
+    model: str,
+    probes: list[dict[str, Any]],
+    eos_ids: list[int],
+    max_tokens: int,
+    timeout_s: float,
+    request_fields: dict[str, Any] | None = None,
+) -> tuple[CheckResult, list[Completion]]:
     """``probes``: [{"prompt": ids, "expected": greedy ids ending in EOS}] from the reference record."""
     eos = set(eos_ids)
     results, failures, completions = [], [], []
     for j, probe in enumerate(probes):
-        c = complete(base_url, model, probe["prompt"], max_tokens, ignore_eos=False, timeout_s=timeout_s,
-                     request_fields=request_fields)
+        c = complete(
+            base_url,
+            model,
+            probe["prompt"],
+            max_tokens,
+            ignore_eos=False,
+            timeout_s=timeout_s,
+            request_fields=request_fields,
+        )
         completions.append(c)
         at = [i for i, t in enumerate(c.ids) if t in eos]
-        problem = c.error or (f"{c.text_chunks_without_ids} chunk(s) carried text without token ids"
-                              if c.text_chunks_without_ids else "")
+        problem = c.error or (
+            f"{c.text_chunks_without_ids} chunk(s) carried text without token ids" if c.text_chunks_without_ids else ""
+        )
         if not problem and at and at[0] != len(c.ids) - 1:
             problem = f"{len(c.ids) - 1 - at[0]} token(s) streamed after the EOS at position {at[0]}"
         elif not problem and not at:
@@ -151,12 +206,21 @@ def eos_probes(base_url: str, model: str, probes: list[dict[str, Any]], eos_ids:
             elif len(c.ids) >= max_tokens:
                 problem = f"no EOS in {len(c.ids)} tokens (the reference stops after {len(probe['expected'])})"
             else:
-                problem = (f"stopped after {len(c.ids)} tokens without EOS (finish_reason {c.finish_reason}); "
-                           f"the reference stops after {len(probe['expected'])}")
+                problem = (
+                    f"stopped after {len(c.ids)} tokens without EOS (finish_reason {c.finish_reason}); "
+                    f"the reference stops after {len(probe['expected'])}"
+                )
         if not problem and c.usage_completion_tokens not in (None, len(c.ids)):
             problem = f"usage.completion_tokens={c.usage_completion_tokens} but {len(c.ids)} token ids streamed"
-        results.append({"prompt_tokens": len(probe["prompt"]), "reference": probe["expected"], "streamed": c.ids,
-                        "finish_reason": c.finish_reason, "error": problem})
+        results.append(
+            {
+                "prompt_tokens": len(probe["prompt"]),
+                "reference": probe["expected"],
+                "streamed": c.ids,
+                "finish_reason": c.finish_reason,
+                "error": problem,
+            }
+        )
         if problem:
             failures.append(f"EOS probe {j}: {problem}")
         if fatal(c):
@@ -165,6 +229,8 @@ def eos_probes(base_url: str, model: str, probes: list[dict[str, Any]], eos_ids:
     if not probes:
         return CheckResult(name="natural_stopping", passed=True, summary="no EOS probes configured"), completions
     return CheckResult(
-        name="natural_stopping", passed=not failures,
+        name="natural_stopping",
+        passed=not failures,
         summary=(f"{len(probes)} EOS probe(s) stopped at EOS with nothing after it" if not failures else failures[0]),
-        evidence={"eos_token_ids": sorted(eos), "probes": results}), completions
+        evidence={"eos_token_ids": sorted(eos), "probes": results},
+    ), completions

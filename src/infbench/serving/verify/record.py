@@ -12,9 +12,22 @@ from infbench.sandbox.launch import SandboxRecord
 from infbench.serving.value import Score
 from infbench.serving.verify.common import CheckResult
 
-CHECK_ORDER = ("submission_files", "submission_spec", "requirements", "launch", "complete_prompts",
-               "exact_output_lengths", "streaming_consistency", "session_progress", "context_probes",
-               "natural_stopping", "held_out_answers", "server_alive", "fidelity", "far_context")
+CHECK_ORDER = (
+    "submission_files",
+    "submission_spec",
+    "requirements",
+    "launch",
+    "complete_prompts",
+    "exact_output_lengths",
+    "streaming_consistency",
+    "session_progress",
+    "context_probes",
+    "natural_stopping",
+    "held_out_answers",
+    "server_alive",
+    "fidelity",
+    "far_context",
+)
 
 
 class SeedReplay(BaseModel):

@@ -32,17 +32,91 @@ from infbench.operator_secret import OperatorSecret
 
 # Short chat requests an instruct model answers in a few tokens; {w} {v} are words, {a} {b} numbers, {c} a
 # category, all drawn with the operator's secret (about 10^6 distinct requests).
-CHAT_TEMPLATES = ("Say {w}.", "Reply with one word: {w} or {v}.", "What is {a}+{b}?", "What is {a} times {b}?",
-                  "Spell {w}.", "Name a {c}.", "Is {a} bigger than {b}?", "Repeat after me: {w} {v}.",
-                  "Give me a number between {a} and {b}.", "What number comes after {a}?",
-                  "Write the word {w} in capitals.", "Say {w} twice.", "Is a {w} a {c}?", "Thank you for the {w}!")
-WORDS = ("hello", "goodbye", "apple", "river", "stone", "cloud", "table", "window", "garden", "bread", "candle",
-         "mirror", "pencil", "rocket", "tiger", "violin", "winter", "summer", "yellow", "orange", "purple",
-         "castle", "forest", "island", "ladder", "lemon", "magnet", "needle", "ocean", "pepper", "planet",
-         "silver", "spoon", "tomato", "turtle", "wallet", "bottle", "button", "carpet", "dragon", "engine",
-         "feather", "guitar", "hammer", "jacket", "kettle", "lantern", "marble", "pillow", "rabbit")
-CATEGORIES = ("colour", "fruit", "animal", "city", "country", "planet", "month", "vegetable", "sport",
-              "musical instrument", "tool", "bird", "flower", "drink", "vehicle")
+CHAT_TEMPLATES = (
+    "Say {w}.",
+    "Reply with one word: {w} or {v}.",
+    "What is {a}+{b}?",
+    "What is {a} times {b}?",
+    "Spell {w}.",
+    "Name a {c}.",
+    "Is {a} bigger than {b}?",
+    "Repeat after me: {w} {v}.",
+    "Give me a number between {a} and {b}.",
+    "What number comes after {a}?",
+    "Write the word {w} in capitals.",
+    "Say {w} twice.",
+    "Is a {w} a {c}?",
+    "Thank you for the {w}!",
+)
+WORDS = (
+    "hello",
+    "goodbye",
+    "apple",
+    "river",
+    "stone",
+    "cloud",
+    "table",
+    "window",
+    "garden",
+    "bread",
+    "candle",
+    "mirror",
+    "pencil",
+    "rocket",
+    "tiger",
+    "violin",
+    "winter",
+    "summer",
+    "yellow",
+    "orange",
+    "purple",
+    "castle",
+    "forest",
+    "island",
+    "ladder",
+    "lemon",
+    "magnet",
+    "needle",
+    "ocean",
+    "pepper",
+    "planet",
+    "silver",
+    "spoon",
+    "tomato",
+    "turtle",
+    "wallet",
+    "bottle",
+    "button",
+    "carpet",
+    "dragon",
+    "engine",
+    "feather",
+    "guitar",
+    "hammer",
+    "jacket",
+    "kettle",
+    "lantern",
+    "marble",
+    "pillow",
+    "rabbit",
+)
+CATEGORIES = (
+    "colour",
+    "fruit",
+    "animal",
+    "city",
+    "country",
+    "planet",
+    "month",
+    "vegetable",
+    "sport",
+    "musical instrument",
+    "tool",
+    "bird",
+    "flower",
+    "drink",
+    "vehicle",
+)
 
 
 class EosProbe(BaseModel):
@@ -70,8 +144,9 @@ class VerificationReference(BaseModel):
     eos_candidates_tried: int
     answers: list[AnswerItem]
     k_ref: int
-    drawn_with: dict[str, str] = Field(description="kind and fingerprint of the operator secret the probe "
-                                                   "candidates and questions were drawn with")
+    drawn_with: dict[str, str] = Field(
+        description="kind and fingerprint of the operator secret the probe candidates and questions were drawn with"
+    )
     provenance: provenance.Provenance
 
 
@@ -120,8 +195,9 @@ def candidate_prompts(tokenizer, n: int, token_range: tuple[int, int], secret: O
     cands = []
     for i in range(n):
         if chat and i < (n + 1) // 2:
-            ids = tokenizer.apply_chat_template([{"role": "user", "content": chat_request(rng)}],
-                                                add_generation_prompt=True, tokenize=True)
+            ids = tokenizer.apply_chat_template(
+                [{"role": "user", "content": chat_request(rng)}], add_generation_prompt=True, tokenize=True
+            )
             cands.append(list(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids))
         else:
             cands.append(rng.integers(token_range[0], token_range[1], 8).tolist())
@@ -134,18 +210,28 @@ def greedy_text(model, tokenizer, prompt: list[int], max_new_tokens: int, stop: 
     from transformers import GenerationConfig, StoppingCriteriaList
 
     eos = eos_ids(model, tokenizer)
-    config = GenerationConfig(max_new_tokens=max_new_tokens, do_sample=False, num_beams=1, eos_token_id=eos,
-                              pad_token_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos[0])
+    config = GenerationConfig(
+        max_new_tokens=max_new_tokens,
+        do_sample=False,
+        num_beams=1,
+        eos_token_id=eos,
+        pad_token_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos[0],
+    )
     ids = torch.tensor([prompt])
-    out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), generation_config=config,
-                         stopping_criteria=StoppingCriteriaList([_StopInGenerated(tokenizer, stop, len(prompt))]))
-    row = out[0, len(prompt):].tolist()
+    out = model.generate(
+        input_ids=ids,
+        attention_mask=torch.ones_like(ids),
+        generation_config=config,
+        stopping_criteria=StoppingCriteriaList([_StopInGenerated(tokenizer, stop, len(prompt))]),
+    )
+    row = out[0, len(prompt) :].tolist()
     end = next((i for i, t in enumerate(row) if t in eos), len(row))
     return tokenizer.decode(row[:end], skip_special_tokens=True)
 
 
-def find_eos_probes(model, tokenizer, settings: VerifySettings, token_range: tuple[int, int], secret: OperatorSecret
-                    ) -> tuple[list[EosProbe], int]:
+def find_eos_probes(
+    model, tokenizer, settings: VerifySettings, token_range: tuple[int, int], secret: OperatorSecret
+) -> tuple[list[EosProbe], int]:
     eos = set(eos_ids(model, tokenizer))
     found, tried = [], 0
     cands = candidate_prompts(tokenizer, settings.eos_candidates, token_range, secret)
@@ -161,11 +247,12 @@ def find_eos_probes(model, tokenizer, settings: VerifySettings, token_range: tup
             break  # enough to choose the widest margins from
     # prefer probes that make the server produce the full lead before EOS, then the widest margins
     found.sort(key=lambda p: (len(p.expected) <= settings.eos_lead_tokens, -p.margin))
-    return found[:settings.eos_probes], tried
+    return found[: settings.eos_probes], tried
 
 
-def select_questions(answer_settings: AnswerSettings, settings: VerifySettings, secret: OperatorSecret
-                     ) -> list[tuple[questions.Question, tuple[questions.Question, ...]]]:
+def select_questions(
+    answer_settings: AnswerSettings, settings: VerifySettings, secret: OperatorSecret
+) -> list[tuple[questions.Question, tuple[questions.Question, ...]]]:
     """(question, few-shot exemplars): ``answers_n`` split over the benchmarks, drawn with the secret."""
     out = []
     k = len(settings.answers_benchmarks)
@@ -177,26 +264,40 @@ def select_questions(answer_settings: AnswerSettings, settings: VerifySettings, 
         else:
             pool, fewshot, _ = questions.datasets_pool(bench, cfg.dataset, cfg.shots)
         if n > len(pool):
-            raise ConfigError("serving.verification.answers_n",
-                              f"{n} {bench} questions needed, the question pool has only {len(pool)}")
+            raise ConfigError(
+                "serving.verification.answers_n",
+                f"{n} {bench} questions needed, the question pool has only {len(pool)}",
+            )
         for q in questions.select(pool, n, secret.seed("serving.answers"), bench):
-            out.append((q, tuple(fewshot[:cfg.shots])))
+            out.append((q, tuple(fewshot[: cfg.shots])))
     return out
 
 
-def answer_items(tokenizer, answer_settings: AnswerSettings, settings: VerifySettings, secret: OperatorSecret
-                 ) -> list[AnswerItem]:
+def answer_items(
+    tokenizer, answer_settings: AnswerSettings, settings: VerifySettings, secret: OperatorSecret
+) -> list[AnswerItem]:
     items = []
     for q, shots in select_questions(answer_settings, settings, secret):
         cfg = answer_settings.benchmark(q.benchmark)
-        items.append(AnswerItem(benchmark=q.benchmark, id=q.id,
-                                prompt_ids=tokenizer(prompts.build_prompt(q, shots))["input_ids"],
-                                max_tokens=cfg.max_new_tokens, stop=list(cfg.stop)))
+        items.append(
+            AnswerItem(
+                benchmark=q.benchmark,
+                id=q.id,
+                prompt_ids=tokenizer(prompts.build_prompt(q, shots))["input_ids"],
+                max_tokens=cfg.max_new_tokens,
+                stop=list(cfg.stop),
+            )
+        )
     return items
 
 
-def judge_items(items: list[AnswerItem], responses: list[str], answer_settings: AnswerSettings,
-                settings: VerifySettings, secret: OperatorSecret) -> list[AnswerItem]:
+def judge_items(
+    items: list[AnswerItem],
+    responses: list[str],
+    answer_settings: AnswerSettings,
+    settings: VerifySettings,
+    secret: OperatorSecret,
+) -> list[AnswerItem]:
     by_id = {(q.benchmark, q.id): q for q, _ in select_questions(answer_settings, settings, secret)}
     out = []
     for item, completion in zip(items, responses):
@@ -206,9 +307,16 @@ def judge_items(items: list[AnswerItem], responses: list[str], answer_settings: 
     return out
 
 
-def compute(source: str, checkpoint: str, answer_settings: AnswerSettings, settings: VerifySettings,
-            token_range: tuple[int, int], out_json: str, secret: OperatorSecret,
-            threads: int | None = None) -> VerificationReference:
+def compute(
+    source: str,
+    checkpoint: str,
+    answer_settings: AnswerSettings,
+    settings: VerifySettings,
+    token_range: tuple[int, int],
+    out_json: str,
+    secret: OperatorSecret,
+    threads: int | None = None,
+) -> VerificationReference:
     if threads:
         torch.set_num_threads(threads)
     model, tokenizer = load_model(checkpoint, settings.reference_dtype)
@@ -218,16 +326,27 @@ def compute(source: str, checkpoint: str, answer_settings: AnswerSettings, setti
     items = judge_items(items, responses, answer_settings, settings, secret)
     weights = sha256_text("".join(f"{k}:{v}\n" for k, v in file_hashes(checkpoint).items()))
     record = VerificationReference(
-        source=source, eos_token_ids=eos_ids(model, tokenizer), special_tokens=list(tokenizer.all_special_tokens),
-        eos_probes=probes, eos_candidates_tried=tried, answers=items, k_ref=sum(i.correct for i in items),
+        source=source,
+        eos_token_ids=eos_ids(model, tokenizer),
+        special_tokens=list(tokenizer.all_special_tokens),
+        eos_probes=probes,
+        eos_candidates_tried=tried,
+        answers=items,
+        k_ref=sum(i.correct for i in items),
         drawn_with=secret.public(),
-        provenance=provenance.collect({"source": source, "verification": settings.model_dump(mode="json"),
-                                       "answers": answer_settings.model_dump(mode="json"),
-                                       "operator_secret": secret.public()}, {"checkpoint": weights}))
+        provenance=provenance.collect(
+            {
+                "source": source,
+                "verification": settings.model_dump(mode="json"),
+                "answers": answer_settings.model_dump(mode="json"),
+                "operator_secret": secret.public(),
+            },
+            {"checkpoint": weights},
+        ),
+    )
     atomic.write_json(out_json, record.model_dump(mode="json"))
     return record
 
 
 def read(path: str | Path) -> VerificationReference:
     return VerificationReference.model_validate_json(Path(path).read_text())
-

@@ -51,8 +51,12 @@ def _examples(rows: pd.DataFrame, what: Callable[[pd.Series], str], n: int = 5) 
 
 
 def _nothing_answered(name: str, frame: pd.DataFrame) -> CheckResult:
-    return CheckResult(name=name, passed=False, summary=f"no answered request to check ({len(frame)} sent)",
-                       evidence={"answered": 0, "requests": len(frame)})
+    return CheckResult(
+        name=name,
+        passed=False,
+        summary=f"no answered request to check ({len(frame)} sent)",
+        evidence={"answered": 0, "requests": len(frame)},
+    )
 
 
 def complete_prompts(frame: pd.DataFrame) -> CheckResult:
@@ -61,27 +65,47 @@ def complete_prompts(frame: pd.DataFrame) -> CheckResult:
         return _nothing_answered("complete_prompts", frame)
     bad = ans[ans["usage_prompt_tokens"].isna() | (ans["usage_prompt_tokens"] != ans["input_tokens"])]
     return CheckResult(
-        name="complete_prompts", passed=bad.empty,
-        summary=(f"{len(ans)} answered requests reported their full prompts" if bad.empty else
-                 f"{len(bad)} of {len(ans)} answered requests reported another prompt length than sent"),
-        evidence={"answered": len(ans), "mismatched": len(bad),
-                  "examples": _examples(bad, lambda r: f"sent {r.input_tokens}, usage.prompt_tokens="
-                                                       f"{r.usage_prompt_tokens}")})
+        name="complete_prompts",
+        passed=bad.empty,
+        summary=(
+            f"{len(ans)} answered requests reported their full prompts"
+            if bad.empty
+            else f"{len(bad)} of {len(ans)} answered requests reported another prompt length than sent"
+        ),
+        evidence={
+            "answered": len(ans),
+            "mismatched": len(bad),
+            "examples": _examples(bad, lambda r: f"sent {r.input_tokens}, usage.prompt_tokens={r.usage_prompt_tokens}"),
+        },
+    )
 
 
 def exact_output_lengths(frame: pd.DataFrame) -> CheckResult:
     ans = _answered(frame)
     if ans.empty:
         return _nothing_answered("exact_output_lengths", frame)
-    bad = ans[(ans["output_tokens"] != ans["max_tokens"]) | ans["usage_completion_tokens"].isna()
-              | (ans["usage_completion_tokens"] != ans["max_tokens"])]
+    bad = ans[
+        (ans["output_tokens"] != ans["max_tokens"])
+        | ans["usage_completion_tokens"].isna()
+        | (ans["usage_completion_tokens"] != ans["max_tokens"])
+    ]
     return CheckResult(
-        name="exact_output_lengths", passed=bad.empty,
-        summary=(f"{len(ans)} answered requests gave exactly their prescribed output" if bad.empty else
-                 f"{len(bad)} of {len(ans)} answered requests gave another output length than prescribed"),
-        evidence={"answered": len(ans), "wrong_length": len(bad),
-                  "examples": _examples(bad, lambda r: f"prescribed {r.max_tokens}, streamed {r.output_tokens}, "
-                                                       f"usage {r.usage_completion_tokens}")})
+        name="exact_output_lengths",
+        passed=bad.empty,
+        summary=(
+            f"{len(ans)} answered requests gave exactly their prescribed output"
+            if bad.empty
+            else f"{len(bad)} of {len(ans)} answered requests gave another output length than prescribed"
+        ),
+        evidence={
+            "answered": len(ans),
+            "wrong_length": len(bad),
+            "examples": _examples(
+                bad,
+                lambda r: f"prescribed {r.max_tokens}, streamed {r.output_tokens}, usage {r.usage_completion_tokens}",
+            ),
+        },
+    )
 
 
 def stream_problem(r, text: SourceText) -> str | None:
@@ -105,12 +129,19 @@ def streaming_consistency(frame: pd.DataFrame, text: SourceText) -> CheckResult:
         return _nothing_answered("streaming_consistency", frame)
     problems = [(r, p) for r in ans.itertuples() if (p := stream_problem(r, text))]
     return CheckResult(
-        name="streaming_consistency", passed=not problems,
-        summary=(f"{len(ans)} answered requests: every token arrived with its id; ids, text and usage agree"
-                 if not problems else
-                 f"{len(problems)} of {len(ans)} answered requests: stream inconsistent, e.g. {problems[0][1]}"),
-        evidence={"answered": len(ans), "inconsistent": len(problems),
-                  "examples": [f"{r.session_id}#{r.instance}/{r.request_id}: {p}" for r, p in problems[:5]]})
+        name="streaming_consistency",
+        passed=not problems,
+        summary=(
+            f"{len(ans)} answered requests: every token arrived with its id; ids, text and usage agree"
+            if not problems
+            else f"{len(problems)} of {len(ans)} answered requests: stream inconsistent, e.g. {problems[0][1]}"
+        ),
+        evidence={
+            "answered": len(ans),
+            "inconsistent": len(problems),
+            "examples": [f"{r.session_id}#{r.instance}/{r.request_id}: {p}" for r, p in problems[:5]],
+        },
+    )
 
 
 def session_progress(frame: pd.DataFrame, issue_end: float | None = None) -> CheckResult:
@@ -120,27 +151,49 @@ def session_progress(frame: pd.DataFrame, issue_end: float | None = None) -> Che
     sessions_done = int((by_instance["ok"] == by_instance["size"]).sum())
     transport = frame[frame["error"].map(_transport)]
     timeouts = frame[frame["error"].str.startswith("timed out")]
-    evidence = {"requests": len(frame), "requests_in_window": len(win), "completed": int(completed.sum()),
-                "completed_in_window": int(win["ok"].sum()), "sessions_started": len(by_instance),
-                "sessions_completed": sessions_done, "timeouts": len(timeouts), "transport_failures": len(transport),
-                "examples": _examples(transport, lambda r: r.error)}
+    evidence = {
+        "requests": len(frame),
+        "requests_in_window": len(win),
+        "completed": int(completed.sum()),
+        "completed_in_window": int(win["ok"].sum()),
+        "sessions_started": len(by_instance),
+        "sessions_completed": sessions_done,
+        "timeouts": len(timeouts),
+        "transport_failures": len(transport),
+        "examples": _examples(transport, lambda r: r.error),
+    }
     if frame.empty or not completed.any():
-        return CheckResult(name="session_progress", passed=False, evidence=evidence,
-                           summary=f"no request completed ({len(frame)} sent)"
-                           + (f"; e.g. {transport['error'].iloc[0]}" if len(transport) else ""))
+        return CheckResult(
+            name="session_progress",
+            passed=False,
+            evidence=evidence,
+            summary=f"no request completed ({len(frame)} sent)"
+            + (f"; e.g. {transport['error'].iloc[0]}" if len(transport) else ""),
+        )
     if len(timeouts):
         # stalled: a request timed out while the replay was still sending, and nothing sent after it completed
         first = timeouts["end_time"].min()
         after = frame[(frame["send_time"] >= first) & frame["ok"]]
         evidence["completed_after_first_timeout"] = len(after)
         if (issue_end is None or first < issue_end) and after.empty:
-            return CheckResult(name="session_progress", passed=False, evidence=evidence,
-                               summary=f"stalled: {len(timeouts)} request(s) timed out and no request sent after the "
-                                       f"first timeout completed ({int(completed.sum())} completed before)")
+            return CheckResult(
+                name="session_progress",
+                passed=False,
+                evidence=evidence,
+                summary=f"stalled: {len(timeouts)} request(s) timed out and no request sent after the "
+                f"first timeout completed ({int(completed.sum())} completed before)",
+            )
     if len(transport):
-        return CheckResult(name="session_progress", passed=False, evidence=evidence,
-                           summary=f"{len(transport)} request(s) failed in transport, e.g. "
-                                   f"{transport['error'].iloc[0][:200]}")
-    return CheckResult(name="session_progress", passed=True, evidence=evidence,
-                       summary=f"{int(completed.sum())} requests and {sessions_done} of {len(by_instance)} sessions "
-                               f"completed, {len(timeouts)} timed out")
+        return CheckResult(
+            name="session_progress",
+            passed=False,
+            evidence=evidence,
+            summary=f"{len(transport)} request(s) failed in transport, e.g. {transport['error'].iloc[0][:200]}",
+        )
+    return CheckResult(
+        name="session_progress",
+        passed=True,
+        evidence=evidence,
+        summary=f"{int(completed.sum())} requests and {sessions_done} of {len(by_instance)} sessions "
+        f"completed, {len(timeouts)} timed out",
+    )

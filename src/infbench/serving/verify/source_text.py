@@ -44,8 +44,9 @@ class SourceText:
 
             return cls(AutoTokenizer.from_pretrained(model_dir))
         except Exception as exc:  # any reason at all: the check then fails naming it
-            raise TokenizerUnavailable(f"the tokenizer of {model_dir} could not be loaded: "
-                                       f"{type(exc).__name__}: {exc}"[:500]) from None
+            raise TokenizerUnavailable(
+                f"the tokenizer of {model_dir} could not be loaded: {type(exc).__name__}: {exc}"[:500]
+            ) from None
 
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=False)
@@ -82,7 +83,7 @@ class SourceText:
         if any(pattern.fullmatch(text + REPLACEMENT * j) for j in range(trailing + 1)):
             return None
         k = 0  # the last k tokens' pieces, each not valid UTF-8 alone, held back whole by a streaming detokenizer
-        while trailing and k < min(4, len(ids)) and REPLACEMENT in self.decode(ids[len(ids) - k - 1:len(ids) - k]):
+        while trailing and k < min(4, len(ids)) and REPLACEMENT in self.decode(ids[len(ids) - k - 1 : len(ids) - k]):
             k += 1
             shorter, rest = self.pattern(ids[:-k])
             if any(shorter.fullmatch(text + REPLACEMENT * j) for j in range(rest + 1)):
@@ -93,5 +94,7 @@ class SourceText:
 
         # shown against the rendering (special tokens written or not) that agrees with the text the longest
         at, expected = max((agreed(e), e) for e in (self.decode(ids), self.plain(ids)))
-        return (f"streamed text is not the token ids' text: first difference at character {at}: "
-                f"streamed {text[max(0, at - 20):at + 40]!r}, ids decode to {expected[max(0, at - 20):at + 40]!r}")
+        return (
+            f"streamed text is not the token ids' text: first difference at character {at}: "
+            f"streamed {text[max(0, at - 20) : at + 40]!r}, ids decode to {expected[max(0, at - 20) : at + 40]!r}"
+        )

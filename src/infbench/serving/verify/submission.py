@@ -107,8 +107,9 @@ def load(directory: str | Path) -> ServerSubmission:
         field = ".".join(map(str, err["loc"])) or "(spec)"
         raise InputFileError(path, f"field '{field}': {err['msg']}") from None
     if sub.name != Path(directory).name:
-        raise InputFileError(path, f"field 'name': '{sub.name}' differs from the directory name "
-                                   f"'{Path(directory).name}'")
+        raise InputFileError(
+            path, f"field 'name': '{sub.name}' differs from the directory name '{Path(directory).name}'"
+        )
     render(sub, servers.LaunchVars(port=sub.port or 8000), path)
     return sub
 
@@ -118,8 +119,9 @@ def render(sub: ServerSubmission, launch: servers.LaunchVars, path: str | Path) 
     try:
         return [arg.format(**values) for arg in sub.command]
     except (KeyError, IndexError, ValueError) as exc:
-        raise InputFileError(path, f"field 'command': bad placeholder {exc} "
-                                   f"(known: {', '.join(sorted(values))})") from None
+        raise InputFileError(
+            path, f"field 'command': bad placeholder {exc} (known: {', '.join(sorted(values))})"
+        ) from None
 
 
 # What the working copy of a submission's directory leaves out, and what is no input of its job: compiled
@@ -157,16 +159,23 @@ def missing_requirements(sub: ServerSubmission, python: str, cwd: str | Path, sa
     submodule runs its package's ``__init__``, the submission's own code: so this runs in its sandbox too."""
     if not sub.requires:
         return []
-    code = ("import importlib.util, sys\n"
-            "for m in sys.argv[1:]:\n"
-            "    try:\n        ok = importlib.util.find_spec(m) is not None\n"
-            "    except (ImportError, ValueError):\n        ok = False\n"
-            "    print(m if not ok else '')\n")
-    policy = python_policy(modules=[*sub.requires, *SERVER_IMPORTS], mounts={WORK: str(cwd)}, env=base_env(1),
-                           cwd=WORK)
+    code = (
+        "import importlib.util, sys\n"
+        "for m in sys.argv[1:]:\n"
+        "    try:\n        ok = importlib.util.find_spec(m) is not None\n"
+        "    except (ImportError, ValueError):\n        ok = False\n"
+        "    print(m if not ok else '')\n"
+    )
+    policy = python_policy(modules=[*sub.requires, *SERVER_IMPORTS], mounts={WORK: str(cwd)}, env=base_env(1), cwd=WORK)
     try:
-        with Sandboxed(policy, [python, "-c", code, *sub.requires], allow_unsandboxed=sandbox.allow_unsandboxed,
-                       network="none", stdout=subprocess.PIPE, stderr=subprocess.PIPE) as box:
+        with Sandboxed(
+            policy,
+            [python, "-c", code, *sub.requires],
+            allow_unsandboxed=sandbox.allow_unsandboxed,
+            network="none",
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        ) as box:
             out, err = box.proc.communicate(timeout=120)
     except (SandboxUnavailable, subprocess.TimeoutExpired) as exc:
         return [f"(could not check: {exc})"]
@@ -205,16 +214,32 @@ def _model_mounts(cmd_template: list[str], launch: servers.LaunchVars) -> dict[s
 
 
 @contextlib.contextmanager
-def running(sub: ServerSubmission, launch: servers.LaunchVars, workdir: str | Path, log_path: str | Path,
-            sandbox: SandboxSettings, cuda: bool = False) -> Iterator[Running]:
+def running(
+    sub: ServerSubmission,
+    launch: servers.LaunchVars,
+    workdir: str | Path,
+    log_path: str | Path,
+    sandbox: SandboxSettings,
+    cuda: bool = False,
+) -> Iterator[Running]:
     """Launch the submission in its sandbox from ``workdir``, wait until healthy, yield it; always kill the
     whole sandbox afterwards."""
     models = _model_mounts(sub.command, launch)
-    policy = server_policy(sub.requires, mounts={WORK: str(workdir)} | {inside: getattr(launch, key)
-                                                                      for key, inside in models.items()},
-                           env=sub.env, cuda=cuda, threads=launch.threads, settings=sandbox)
-    inner = launch.model_copy(update={"host": "127.0.0.1", "port": sub.port or INNER_PORT,
-                                      **{key: policy.path(inside) for key, inside in models.items()}})
+    policy = server_policy(
+        sub.requires,
+        mounts={WORK: str(workdir)} | {inside: getattr(launch, key) for key, inside in models.items()},
+        env=sub.env,
+        cuda=cuda,
+        threads=launch.threads,
+        settings=sandbox,
+    )
+    inner = launch.model_copy(
+        update={
+            "host": "127.0.0.1",
+            "port": sub.port or INNER_PORT,
+            **{key: policy.path(inside) for key, inside in models.items()},
+        }
+    )
     cmd = render(sub, inner, f"{sub.name}/{SPEC_FILE}")
     log_path = Path(log_path)
     log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -222,11 +247,13 @@ def running(sub: ServerSubmission, launch: servers.LaunchVars, workdir: str | Pa
         log.write(f"$ (cd {workdir}) {' '.join(cmd)}\n".encode())
         log.flush()
         try:
-            with sandboxed_server(cmd, policy=policy, inner_port=inner.port, host=launch.host, settings=sandbox,
-                                  log=log) as (base_url, box):
+            with sandboxed_server(
+                cmd, policy=policy, inner_port=inner.port, host=launch.host, settings=sandbox, log=log
+            ) as (base_url, box):
                 try:
-                    servers._wait_healthy(sub.name, box.proc, servers.url_at(base_url, sub.health_path),
-                                          sub.startup_timeout_s, log_path)
+                    servers._wait_healthy(
+                        sub.name, box.proc, servers.url_at(base_url, sub.health_path), sub.startup_timeout_s, log_path
+                    )
                 except servers.ServerFailed as exc:
                     raise LaunchError(str(exc), box.record) from None
                 yield Running(base_url, box.proc, log_path, cmd, box.record)
@@ -245,8 +272,9 @@ def discover(roots: list[str]) -> dict[str, str]:
         for spec in sorted(Path(root).glob(f"*/{SPEC_FILE}")):
             name = spec.parent.name
             if name in found:
-                raise ConfigError("serving.submissions", f"submission '{name}' is in both {found[name]} and "
-                                                         f"{spec.parent}")
+                raise ConfigError(
+                    "serving.submissions", f"submission '{name}' is in both {found[name]} and {spec.parent}"
+                )
             found[name] = str(spec.parent)
     return found
 
@@ -254,5 +282,9 @@ def discover(roots: list[str]) -> dict[str, str]:
 def files(directory: str | Path) -> list[str]:
     """Every regular file of a submission but those the sandbox hides, links never followed (its job's inputs:
     editing one reruns the job; planning reads no file a link points at)."""
-    return sorted(str(d / f) for d, _, pyc, names in _walk(directory) for f in names
-                  if f not in pyc and stat.S_ISREG(os.lstat(d / f).st_mode))
+    return sorted(
+        str(d / f)
+        for d, _, pyc, names in _walk(directory)
+        for f in names
+        if f not in pyc and stat.S_ISREG(os.lstat(d / f).st_mode)
+    )

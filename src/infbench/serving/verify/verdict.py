@@ -21,8 +21,9 @@ import contextlib
 import functools
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -71,19 +72,34 @@ def _guard(name: str, fn: Callable[[], CheckResult], phases: dict[str, float] | 
         try:
             return fn()
         except Exception as exc:  # a check that cannot run fails, naming why
-            return CheckResult(name=name, passed=False,
-                               summary=f"check could not run: {type(exc).__name__}: {exc}"[:1000],
-                               evidence={"traceback": traceback.format_exc()[-3000:]})
+            return CheckResult(
+                name=name,
+                passed=False,
+                summary=f"check could not run: {type(exc).__name__}: {exc}"[:1000],
+                evidence={"traceback": traceback.format_exc()[-3000:]},
+            )
 
 
 def _unavailable(name: str, cause: str) -> CheckResult:
     return CheckResult(name=name, passed=False, summary=cause)
 
 
-def verify(directory: str, serving: ServingCore, settings: VerifySettings, answer_settings: AnswerSettings, model_dir: str, gguf: str,
-           reference_path: str, sessions_path: str, out_dir: str, record_path: str, server_log: str,
-           sandbox: SandboxSettings, secret: OperatorSecret,
-           load_reference_model: Callable[[], tuple[Any, Any]] | None = None) -> VerificationRecord:
+def verify(
+    directory: str,
+    serving: ServingCore,
+    settings: VerifySettings,
+    answer_settings: AnswerSettings,
+    model_dir: str,
+    gguf: str,
+    reference_path: str,
+    sessions_path: str,
+    out_dir: str,
+    record_path: str,
+    server_log: str,
+    sandbox: SandboxSettings,
+    secret: OperatorSecret,
+    load_reference_model: Callable[[], tuple[Any, Any]] | None = None,
+) -> VerificationRecord:
     t0 = time.perf_counter()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -104,15 +120,32 @@ def verify(directory: str, serving: ServingCore, settings: VerifySettings, answe
         ordered = in_documented_order(checks)
         failed = next((c for c in ordered if not c.passed), None)
         record = VerificationRecord(
-            submission=name, directory=str(directory), spec=sub.model_dump(mode="json") if sub else None,
-            concurrency=sub.concurrency if sub else None, verified=failed is None and bool(checks),
-            failing_check=failed and failed.name, cause=failed and failed.summary, checks=ordered,
-            replays=replays, server_log=str(server_log), command=command,
-            sandbox=isolation[0] if isolation else None, wall_s=time.perf_counter() - t0,
-            phase_s=phases, drawn_with=secret.label, operator_secret=secret.public(),
-            provenance=provenance.collect({"submission": name, "serving": serving.model_dump(mode="json"),
-                                           "verification": settings.model_dump(mode="json"),
-                                           "operator_secret": secret.public()}, inputs))
+            submission=name,
+            directory=str(directory),
+            spec=sub.model_dump(mode="json") if sub else None,
+            concurrency=sub.concurrency if sub else None,
+            verified=failed is None and bool(checks),
+            failing_check=failed and failed.name,
+            cause=failed and failed.summary,
+            checks=ordered,
+            replays=replays,
+            server_log=str(server_log),
+            command=command,
+            sandbox=isolation[0] if isolation else None,
+            wall_s=time.perf_counter() - t0,
+            phase_s=phases,
+            drawn_with=secret.label,
+            operator_secret=secret.public(),
+            provenance=provenance.collect(
+                {
+                    "submission": name,
+                    "serving": serving.model_dump(mode="json"),
+                    "verification": settings.model_dump(mode="json"),
+                    "operator_secret": secret.public(),
+                },
+                inputs,
+            ),
+        )
         atomic.write_json(record_path, record.model_dump(mode="json"))
         return record
 
@@ -121,8 +154,13 @@ def verify(directory: str, serving: ServingCore, settings: VerifySettings, answe
     except SubmissionError as exc:
         checks.append(CheckResult(name="submission_files", passed=False, summary=str(exc)))
         return finish()
-    checks.append(CheckResult(name="submission_files", passed=True,
-                              summary=f"{len(entries)} names, none a link out of the directory or special"))
+    checks.append(
+        CheckResult(
+            name="submission_files",
+            passed=True,
+            summary=f"{len(entries)} names, none a link out of the directory or special",
+        )
+    )
     own_files = [str(e.path) for e in entries if e.inode is not None]  # regular files (links not followed)
     inputs.update(replay_job.input_hashes(sessions_path, reference_path, *own_files))
     try:
@@ -132,12 +170,23 @@ def verify(directory: str, serving: ServingCore, settings: VerifySettings, answe
         return finish()
     source = serving.source
     if sub.model != source:
-        checks.append(CheckResult(name="submission_spec", passed=False,
-                                  summary=f"{submission.spec_path(directory)}: field 'model': serves '{sub.model}', "
-                                          f"the deployment's model is '{source}'"))
+        checks.append(
+            CheckResult(
+                name="submission_spec",
+                passed=False,
+                summary=f"{submission.spec_path(directory)}: field 'model': serves '{sub.model}', "
+                f"the deployment's model is '{source}'",
+            )
+        )
         return finish()
-    checks.append(CheckResult(name="submission_spec", passed=True, summary="spec valid",
-                              evidence={"spec": str(submission.spec_path(directory))}))
+    checks.append(
+        CheckResult(
+            name="submission_spec",
+            passed=True,
+            summary="spec valid",
+            evidence={"spec": str(submission.spec_path(directory))},
+        )
+    )
     dep = serving.deployment
     token_range = serving.workload.token_id_range
     probe_timeout = max(serving.replay.request_timeout_s, settings.probe_timeout_s)
@@ -152,48 +201,82 @@ def verify(directory: str, serving: ServingCore, settings: VerifySettings, answe
     with submission.workspace(directory) as copy:  # the server runs in a fresh copy, from /submission
         workdir = str(copy)
         missing = submission.missing_requirements(sub, submission.python(), workdir, sandbox)
-        checks.append(CheckResult(name="requirements", passed=not missing,
-                                  summary=("all required modules importable" if not missing else
-                                           f"not importable: {', '.join(missing)} (field 'requires'; "
-                                           "the verifier never installs anything)"),
-                                  evidence={"requires": sub.requires, "missing": missing}))
+        checks.append(
+            CheckResult(
+                name="requirements",
+                passed=not missing,
+                summary=(
+                    "all required modules importable"
+                    if not missing
+                    else f"not importable: {', '.join(missing)} (field 'requires'; "
+                    "the verifier never installs anything)"
+                ),
+                evidence={"requires": sub.requires, "missing": missing},
+            )
+        )
         if missing:
             return finish()
         # absolute: the server runs in its own directory, not where the pipeline runs
-        launch = servers.LaunchVars.for_serving(serving, str(Path(model_dir).resolve()),
-                                                str(Path(gguf).resolve()) if gguf else "")
+        launch = servers.LaunchVars.for_serving(
+            serving, str(Path(model_dir).resolve()), str(Path(gguf).resolve()) if gguf else ""
+        )
         try:
             started = time.perf_counter()
-            with submission.running(sub, launch, workdir, server_log, sandbox,
-                                    cuda=dep.accelerator == "gpu") as server:
+            with submission.running(sub, launch, workdir, server_log, sandbox, cuda=dep.accelerator == "gpu") as server:
                 phases["launch"] = time.perf_counter() - started
                 command = server.command
                 isolation.append(server.sandbox)
-                checks.append(CheckResult(name="launch", passed=True, summary=f"healthy at {server.base_url}",
-                                          evidence={"workdir": workdir, "command": command}))
+                checks.append(
+                    CheckResult(
+                        name="launch",
+                        passed=True,
+                        summary=f"healthy at {server.base_url}",
+                        evidence={"workdir": workdir, "command": command},
+                    )
+                )
                 ref = reference.read(reference_path)
                 if ref.drawn_with.get("fingerprint") != secret.fingerprint:
-                    raise ValueError(f"{reference_path} was drawn with operator secret {ref.drawn_with}, this job "
-                                     f"holds {secret.public()}: rerun rule serving_verification_reference")
+                    raise ValueError(
+                        f"{reference_path} was drawn with operator secret {ref.drawn_with}, this job "
+                        f"holds {secret.public()}: rerun rule serving_verification_reference"
+                    )
                 sessions = workload.load(sessions_path)
                 for seed in serving.seeds.final:
                     st = replay.ReplaySettings.for_serving(
-                        serving, server.base_url, sub.concurrency, seed, sub.request_fields,
-                        prompt_seed=workload.held_out_prompt_seed(secret, seed))
+                        serving,
+                        server.base_url,
+                        sub.concurrency,
+                        seed,
+                        sub.request_fields,
+                        prompt_seed=workload.held_out_prompt_seed(secret, seed),
+                    )
                     prompts[seed] = st.prompt_builder()
                     with _phase(phases, "replays"):
                         recs = replay.run(workload.draw(sessions, seed), st)
                     path = str(out / f"seed{seed}.parquet")
                     frame = replay.write_records(recs, path)
                     frames.append((seed, frame))
-                    replays.append(SeedReplay(seed=seed, records=path, requests=len(frame),
-                                              score=replay_job.score_frame(frame, serving, None)))
+                    replays.append(
+                        SeedReplay(
+                            seed=seed,
+                            records=path,
+                            requests=len(frame),
+                            score=replay_job.score_frame(frame, serving, None),
+                        )
+                    )
 
                 def context_check():
                     result, comps = probes.context_probes(
-                        server.base_url, model_name, dep.context_limit, settings.context_probes,
-                        settings.context_probe_output_tokens, token_range, probe_timeout, secret,
-                        sub.request_fields)
+                        server.base_url,
+                        model_name,
+                        dep.context_limit,
+                        settings.context_probes,
+                        settings.context_probe_output_tokens,
+                        token_range,
+                        probe_timeout,
+                        secret,
+                        sub.request_fields,
+                    )
                     context_completions.extend(comps)
                     return result
 
@@ -201,26 +284,58 @@ def verify(directory: str, serving: ServingCore, settings: VerifySettings, answe
 
                 def eos_check():
                     if settings.eos_probes and not ref.eos_probes:  # nothing to test natural stopping with
-                        return CheckResult(name="natural_stopping", passed=False,
-                                           summary=f"the reference reached EOS from none of "
-                                                   f"{ref.eos_candidates_tried} candidate prompts: no EOS probe to "
-                                                   f"send (raise serving.verification.eos_candidates)")
+                        return CheckResult(
+                            name="natural_stopping",
+                            passed=False,
+                            summary=f"the reference reached EOS from none of "
+                            f"{ref.eos_candidates_tried} candidate prompts: no EOS probe to "
+                            f"send (raise serving.verification.eos_candidates)",
+                        )
                     result, comps = probes.eos_probes(
-                        server.base_url, model_name, [p.model_dump() for p in ref.eos_probes], ref.eos_token_ids,
-                        settings.eos_max_tokens, probe_timeout, sub.request_fields)
+                        server.base_url,
+                        model_name,
+                        [p.model_dump() for p in ref.eos_probes],
+                        ref.eos_token_ids,
+                        settings.eos_max_tokens,
+                        probe_timeout,
+                        sub.request_fields,
+                    )
                     eos_completions.extend(zip([p.prompt for p in ref.eos_probes], comps))
                     return result
 
                 checks.append(_guard("natural_stopping", eos_check, phases))
-                checks.append(_guard("held_out_answers", lambda: answers.held_out_answers(
-                    server.base_url, model_name, ref, answer_settings, settings, probe_timeout, text, secret,
-                    sub.request_fields) if text else _unavailable("held_out_answers", text_cause), phases))
+                checks.append(
+                    _guard(
+                        "held_out_answers",
+                        lambda: (
+                            answers.held_out_answers(
+                                server.base_url,
+                                model_name,
+                                ref,
+                                answer_settings,
+                                settings,
+                                probe_timeout,
+                                text,
+                                secret,
+                                sub.request_fields,
+                            )
+                            if text
+                            else _unavailable("held_out_answers", text_cause)
+                        ),
+                        phases,
+                    )
+                )
                 alive = server.alive()
-                checks.append(CheckResult(
-                    name="server_alive", passed=alive,
-                    summary="server still running after the checks" if alive else
-                    f"server exited with {server.returncode()} during the checks; log {server_log}",
-                    evidence={"returncode": server.returncode()}))
+                checks.append(
+                    CheckResult(
+                        name="server_alive",
+                        passed=alive,
+                        summary="server still running after the checks"
+                        if alive
+                        else f"server exited with {server.returncode()} during the checks; log {server_log}",
+                        evidence={"returncode": server.returncode()},
+                    )
+                )
                 stopping = time.perf_counter()
             phases["teardown"] = time.perf_counter() - stopping
         except submission.LaunchError as exc:
@@ -228,14 +343,31 @@ def verify(directory: str, serving: ServingCore, settings: VerifySettings, answe
             checks.append(CheckResult(name="launch", passed=False, summary=str(exc)[:3000]))
             return finish()
 
-    records = (pd.concat([f for _, f in frames], ignore_index=True) if frames else
-               pd.DataFrame(columns=list(replay.RequestRecord.model_fields)))
+    records = (
+        pd.concat([f for _, f in frames], ignore_index=True)
+        if frames
+        else pd.DataFrame(columns=list(replay.RequestRecord.model_fields))
+    )
     checks.append(_guard("complete_prompts", lambda: replay_checks.complete_prompts(records), phases))
     checks.append(_guard("exact_output_lengths", lambda: replay_checks.exact_output_lengths(records), phases))
-    checks.append(_guard("streaming_consistency", lambda: replay_checks.streaming_consistency(records, text)
-                         if text else _unavailable("streaming_consistency", text_cause), phases))
-    checks.append(_guard("session_progress", lambda: replay_checks.session_progress(
-        records, serving.replay.warmup_s + serving.replay.window_s), phases))
+    checks.append(
+        _guard(
+            "streaming_consistency",
+            lambda: (
+                replay_checks.streaming_consistency(records, text)
+                if text
+                else _unavailable("streaming_consistency", text_cause)
+            ),
+            phases,
+        )
+    )
+    checks.append(
+        _guard(
+            "session_progress",
+            lambda: replay_checks.session_progress(records, serving.replay.warmup_s + serving.replay.window_s),
+            phases,
+        )
+    )
 
     @functools.cache
     def model():  # the reference, loaded once for fidelity and far_context
@@ -244,28 +376,53 @@ def verify(directory: str, serving: ServingCore, settings: VerifySettings, answe
 
     @functools.cache
     def replayed() -> list[fidelity.Candidate]:  # shared, so a continuation both checks score is scored once
-        return fidelity.replay_candidates(frames, sessions, prompts, serving.replay.warmup_s,
-                                          serving.replay.window_s)
+        return fidelity.replay_candidates(frames, sessions, prompts, serving.replay.warmup_s, serving.replay.window_s)
 
     def fidelity_check():
-        probed = [fidelity.fixed(f"EOS probe {i}", prompt, c.ids) for i, (prompt, c) in enumerate(eos_completions)
-                  if c.ids]
-        probed += [fidelity.fixed(f"context probe {i}", prompt, c.ids, kind="long prompt (context probe)")
-                   for i, (prompt, c) in enumerate(context_completions) if c.ids]
+        probed = [
+            fidelity.fixed(f"EOS probe {i}", prompt, c.ids) for i, (prompt, c) in enumerate(eos_completions) if c.ids
+        ]
+        probed += [
+            fidelity.fixed(f"context probe {i}", prompt, c.ids, kind="long prompt (context probe)")
+            for i, (prompt, c) in enumerate(context_completions)
+            if c.ids
+        ]
         rng = np.random.default_rng(secret.seed("serving.fidelity", name))
-        return fidelity.fidelity(model(), probed, replayed(), set(ref.eos_token_ids), settings, rng,
-                                 secret.label)
+        return fidelity.fidelity(model(), probed, replayed(), set(ref.eos_token_ids), settings, rng, secret.label)
 
     checks.append(_guard("fidelity", fidelity_check, phases))
-    checks.append(_guard("far_context", lambda: far_context.far_context(
-        model(), replayed(), settings, np.random.default_rng(secret.seed("serving.far_context", name)),
-        secret.label), phases))
+    checks.append(
+        _guard(
+            "far_context",
+            lambda: far_context.far_context(
+                model(),
+                replayed(),
+                settings,
+                np.random.default_rng(secret.seed("serving.far_context", name)),
+                secret.label,
+            ),
+            phases,
+        )
+    )
     return finish()
 
 
-def run_job(directory: str, serving: ServingCore, settings: VerifySettings, answer_settings: AnswerSettings, model_dir: str, gguf: str,
-            reference_path: str, sessions_path: str, out_dir: str, record_path: str, server_log: str,
-            sandbox: SandboxSettings, secret: OperatorSecret, threads: int | None = None) -> VerificationRecord:
+def run_job(
+    directory: str,
+    serving: ServingCore,
+    settings: VerifySettings,
+    answer_settings: AnswerSettings,
+    model_dir: str,
+    gguf: str,
+    reference_path: str,
+    sessions_path: str,
+    out_dir: str,
+    record_path: str,
+    server_log: str,
+    sandbox: SandboxSettings,
+    secret: OperatorSecret,
+    threads: int | None = None,
+) -> VerificationRecord:
     """The rule's entry point: a record is written whatever happens (an internal error names itself)."""
     import torch
 
@@ -273,18 +430,52 @@ def run_job(directory: str, serving: ServingCore, settings: VerifySettings, answ
         torch.set_num_threads(threads)
     Path(out_dir).mkdir(parents=True, exist_ok=True)
     try:
-        return verify(directory, serving, settings, answer_settings, model_dir, gguf, reference_path, sessions_path, out_dir,
-                      record_path, server_log, sandbox, secret)
+        return verify(
+            directory,
+            serving,
+            settings,
+            answer_settings,
+            model_dir,
+            gguf,
+            reference_path,
+            sessions_path,
+            out_dir,
+            record_path,
+            server_log,
+            sandbox,
+            secret,
+        )
     except Exception as exc:
-        check = CheckResult(name="verifier", passed=False, summary=f"verification crashed: {type(exc).__name__}: {exc}",
-                            evidence={"traceback": traceback.format_exc()[-3000:]})
+        check = CheckResult(
+            name="verifier",
+            passed=False,
+            summary=f"verification crashed: {type(exc).__name__}: {exc}",
+            evidence={"traceback": traceback.format_exc()[-3000:]},
+        )
         record = VerificationRecord(
-            submission=Path(directory).name, directory=str(directory), spec=None, concurrency=None, verified=False,
-            failing_check="verifier", cause=check.summary, checks=[check], replays=[], server_log=str(server_log),
-            command=[], wall_s=0.0, phase_s={}, drawn_with=secret.label, operator_secret=secret.public(),
-            provenance=provenance.collect({"submission": Path(directory).name,
-                                           "serving": serving.model_dump(mode="json"),
-                                           "verification": settings.model_dump(mode="json"),
-                                           "operator_secret": secret.public()}))
+            submission=Path(directory).name,
+            directory=str(directory),
+            spec=None,
+            concurrency=None,
+            verified=False,
+            failing_check="verifier",
+            cause=check.summary,
+            checks=[check],
+            replays=[],
+            server_log=str(server_log),
+            command=[],
+            wall_s=0.0,
+            phase_s={},
+            drawn_with=secret.label,
+            operator_secret=secret.public(),
+            provenance=provenance.collect(
+                {
+                    "submission": Path(directory).name,
+                    "serving": serving.model_dump(mode="json"),
+                    "verification": settings.model_dump(mode="json"),
+                    "operator_secret": secret.public(),
+                }
+            ),
+        )
         atomic.write_json(record_path, record.model_dump(mode="json"))
         return record
