@@ -143,7 +143,7 @@ def test_every_rule_with_a_script_passes_the_code_of_that_script():
             script = re.search(r'script:\n\s+"\.\./scripts/(\w+)\.py"', block)
             if script is None:
                 continue
-            code = re.search(r"\n\s+params:\n\s+code=(.*?),\n\s+\w+=", block, re.S)
+            code = re.search(r"\n\s+params:\n\s+code=(.*?),\n(?=\s+\w+[=:])", block, re.S)
             assert code, f"rule {name} ({smk.name}) has no code= parameter"
             assert code.group(1) == "candidate_code" or re.search(rf'code\(\s*"{script.group(1)}"', code.group(1)), name
 

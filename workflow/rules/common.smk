@@ -77,3 +77,37 @@ def gpus(rule):
 # (load, likelihood, probes, decode, accuracy gate); the job around it a half hour more.
 VERIFICATION_MINUTES = int(CFG.verification.timeout_s / 60) + 30
 LIKELIHOOD_ENV = "../../envs/vllm.yaml" if CFG.likelihood.backend == "vllm" else "../../envs/pipeline.yaml"
+
+
+# Input and parameter functions of the rules (Snakemake's lint: functions live here, rules in their stage's file).
+
+
+def sets_drawn_before(wildcards):
+    """The verification set is drawn after the search set, from the documents it left."""
+    if wildcards.set == "verification":
+        return [LAYOUT.contexts(wildcards.source, "search")]
+    return []
+
+
+def secret_of_set(wildcards):
+    """The secret's fingerprint for the verification set's jobs; the search set follows public seeds."""
+    return SECRET if wildcards.set == "verification" else None
+
+
+def candidate_code(wildcards):
+    """measure_candidate's code: its script's, and what a submission's own Python files import from infbench."""
+    package = PLAN.candidate_inputs(wildcards.source, wildcards.candidate)
+    return code("measure_candidate", also_files=package if isinstance(package, list) else [])
+
+
+def serving_trace():
+    """The trace the workload is read from: the synthetic one this workflow writes, or the configured file."""
+    trace = SERVING.workload.trace
+    return LAYOUT.synthetic_trace() if trace.format == "synthetic" else trace.path
+
+
+def submission_files(wildcards):
+    """A submission's files (links never followed): editing one reruns its verification."""
+    from infbench.serving.verify import submission as server_submission
+
+    return server_submission.files(PLAN.serving_submissions[wildcards.submission])

@@ -6,12 +6,6 @@ STARTER_CODE = [
 ]
 
 
-def candidate_code(wildcards):
-    """measure_candidate's code: its script's, and what a submission's own Python files import from infbench."""
-    package = PLAN.candidate_inputs(wildcards.source, wildcards.candidate)
-    return code("measure_candidate", also_files=package if isinstance(package, list) else [])
-
-
 rule bf16_package:
     input:
         checkpoint=LAYOUT.checkpoint("{source}"),

@@ -3,18 +3,6 @@
 # secret (compression/held_out.py), after the search set and from the documents it left.
 
 
-def sets_drawn_before(wildcards):
-    """The verification set is drawn after the search set, from the documents it left."""
-    if wildcards.set == "verification":
-        return [LAYOUT.contexts(wildcards.source, "search")]
-    return []
-
-
-def secret_of_set(wildcards):
-    """The secret's fingerprint for the verification set's jobs; the search set follows public seeds."""
-    return SECRET if wildcards.set == "verification" else None
-
-
 rule contexts:
     input:
         checkpoint=LAYOUT.checkpoint("{source}"),

@@ -21,12 +21,6 @@ SERVING_CALIBRATE_MINUTES = int(
 )
 
 
-def serving_trace():
-    """The trace the workload is read from: the synthetic one this workflow writes, or the configured file."""
-    trace = SERVING.workload.trace
-    return LAYOUT.synthetic_trace() if trace.format == "synthetic" else trace.path
-
-
 rule serving_synthetic:
     output:
         LAYOUT.synthetic_trace(),

@@ -4,13 +4,6 @@
 # verified table. Probes, held-out questions and fidelity suspects are drawn from the operator's secret,
 # loaded inside the jobs; only its fingerprint is a parameter, so a new secret reruns them.
 
-from infbench.serving.verify import submission as server_submission
-
-
-def submission_files(wildcards):
-    """A submission's files (links never followed): editing one reruns its verification."""
-    return server_submission.files(PLAN.serving_submissions[wildcards.submission])
-
 
 rule serving_verification_reference:
     input:
