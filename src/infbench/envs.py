@@ -9,7 +9,7 @@ dependencies. From that:
   (scripts/setup-env.sh) installs an environment into a virtual environment;
 - ``python src/infbench/envs.py write`` writes ``envs/<name>.yaml`` (conda packages and the pinned
   pip requirements) and ``envs/<name>.post-deploy.sh`` (the compiled and no-deps installs, then this
-  package), which Snakemake uses under ``--sdm conda``; tests/test_envs.py checks they are current.
+  package), which Snakemake uses under ``--sdm conda``; tests/workflow/test_envs.py checks they are current.
 
 Standard library only: it runs before anything is installed.
 """

@@ -43,7 +43,7 @@ from infbench.compression.submission import load_manifest
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT
 
 # The distributions' modules this worker imports itself, beyond its runtime's and the standard library: its
-# sandbox binds their requirement closure (infbench.sandbox.runtime); tests/test_sandbox.py checks the list.
+# sandbox binds their requirement closure (infbench.sandbox.runtime); tests/sandbox/test_sandbox.py checks the list.
 IMPORTS = ("numpy", "torch", "pydantic", "yaml")
 
 

@@ -4,7 +4,7 @@ type, bound, default (the papers' values, docs/protocol.md) and description.
 The models accept what ``workflow/schemas/config.schema.yaml`` accepts (a little stricter: an integer
 written ``256.0``, a NaN, a mapping key that is not a string are refused), and
 ``Config.model_validate(raw).model_dump(mode="json")`` is the dict Snakemake's ``validate()`` makes of
-``raw`` (same keys, defaults and types; tests/test_config_model.py checks both). So numbers keep the type
+``raw`` (same keys, defaults and types; tests/config/test_config_model.py checks both). So numbers keep the type
 they were written with (``3600`` stays an int, ``1.0`` a float), and a key the schema has no default for
 (:data:`Absent`) stays out of the dump when it is not given. :mod:`infbench.config.schema` writes the JSON
 schema from these models; the start-of-run checks live in :mod:`infbench.config.checks`.

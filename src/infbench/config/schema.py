@@ -31,7 +31,7 @@ REPO = Path(__file__).resolve().parents[3]
 SCHEMA = REPO / "workflow" / "schemas" / "config.schema.yaml"
 HEADER = (
     "# Generated from src/infbench/config/model.py by `python -m infbench.config.schema`; do not\n"
-    "# edit. tests/test_config_model.py keeps it equal to the models.\n"
+    "# edit. tests/config/test_config_model.py keeps it equal to the models.\n"
 )
 DRAFT = "https://json-schema.org/draft/2020-12/schema"
 # bounds pydantic cannot push into a validator function (Number) it writes under their own names

@@ -76,7 +76,7 @@ def _moe(**changes: Any) -> dict[str, Any]:
 
 
 def _pipeline() -> dict[str, Any]:
-    """As tests/test_pipeline.py builds it."""
+    """As tests/workflow/test_pipeline.py builds it."""
     from test_pipeline import (
         SMALL,
         SMALL_ANSWERS,

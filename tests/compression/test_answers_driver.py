@@ -14,7 +14,7 @@ from infbench.compression.answers.questions import (
 from infbench.config.model import BENCHMARKS, SandboxSettings
 from infbench.errors import ConfigError
 
-# HumanEval programs are judged in bubblewrap where it works (tests/test_judge.py tests the judge itself)
+# HumanEval programs are judged in bubblewrap where it works (tests/sandbox/test_judge.py tests the judge itself)
 SANDBOX = SandboxSettings(allow_unsandboxed=True, tmp_mb=64)
 
 CANONICAL = {p["prompt"]: p["canonical_solution"] for p in read_problems().values()}

@@ -1,5 +1,5 @@
 """The start-of-run checks stop the workflow before any job, naming the key (each check's cases are in
-tests/test_config_model.py): a paper config whose llama.cpp converter is missing would otherwise fail after
+tests/config/test_config_model.py): a paper config whose llama.cpp converter is missing would otherwise fail after
 the hub download."""
 
 from conftest import REPO, run_snakemake

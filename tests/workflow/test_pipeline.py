@@ -20,7 +20,7 @@ SMALL = {
     "score_batch_size": 4,
     "bootstrap_resamples": 200,
 }
-# 2 questions per answer benchmark, token budgets capped (tests/test_answers_model.py covers the real sizes)
+# 2 questions per answer benchmark, token budgets capped (tests/compression/test_answers_model.py covers the real sizes)
 SMALL_ANSWERS = {
     "gsm8k": {"n_questions": 2, "max_new_tokens": 64},
     "humaneval": {"n_questions": 2, "max_new_tokens": 32},
@@ -29,7 +29,7 @@ SMALL_ANSWERS = {
 
 
 # GPTQ runs packed weights through GPTQModel's CPU torch kernel, which dequantizes
-# on every forward pass: too slow for this test; tests/test_gptq.py covers it.
+# on every forward pass: too slow for this test; tests/compression/test_gptq.py covers it.
 SMALL_COMPRESSION = {"gguf_types": ["Q4_0"], "gptq": {"enabled": False}}
 # the scripted reference search with two of its candidates (docs/runs.md)
 SMALL_SEARCH = [

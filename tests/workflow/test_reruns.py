@@ -1,6 +1,6 @@
 """Rerun guarantees on the tiny pipeline: nothing to do when up to date, exactly the
 downstream jobs after a change, a SIGKILLed run resumes to the same tables (two runs from
-scratch agreeing byte for byte: tests/test_slurm.py, whose second run goes through sbatch)."""
+scratch agreeing byte for byte: tests/workflow/test_slurm.py, whose second run goes through sbatch)."""
 
 import json
 import os

@@ -1,5 +1,5 @@
 """The accuracy gate end to end: the real SmolLM2 source through the transformers runtime, the reference rule,
-the config (the HumanEval judge itself: tests/test_judge.py)."""
+the config (the HumanEval judge itself: tests/sandbox/test_judge.py)."""
 
 import pytest
 import yaml

@@ -379,7 +379,7 @@ def test_a_memoised_look_ahead_fails_statefulness(tiny_source, tmp_path, target)
     """The weaker model lifted to F 0.97 and to F 1.001 (the issue's Q4_0 package, F_v 0.730, verified at 0.974
     and at 1.0014): nothing inside one process sees it; the fresh worker does. ``likelihood_above_source`` cannot
     at this size (32 tokens: its limit is a PPL ratio of 1.24); at the embedded size (8,192 tokens, limit 1.00084)
-    it fails the second one too (tests/test_likelihood_ratio.py)."""
+    it fails the second one too (tests/compression/test_likelihood_ratio.py)."""
     code = MEMOISED_LOOK_AHEAD.format(bias=BIAS, bonus=bonus_for(target, tiny_source, BIAS))
     record = run(make_package(tmp_path, tiny_source, code, name=f"memo_{target}"), tiny_source)
     checks = checks_of(record)

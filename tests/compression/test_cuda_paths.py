@@ -1,7 +1,7 @@
 """The CUDA paths of the compression worker: resident storage read from outside the worker (NVML's device
 memory of the sandbox's processes, the host meter for host-side copies), each minus a baseline worker's, and
 decode timing on the GPU. Skipped where no GPU is visible (CI has none; test_compression_eval covers the CPU
-paths); run on a GPU machine with ``pytest tests/test_cuda_paths.py``."""
+paths); run on a GPU machine with ``pytest tests/compression/test_cuda_paths.py``."""
 
 import textwrap
 from pathlib import Path

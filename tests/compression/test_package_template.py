@@ -11,7 +11,7 @@ from infbench.compression.submission import load_manifest
 from infbench.errors import InputFileError
 from infbench.layout import Layout
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_the_starter_template_is_packed_with_the_source_checkpoint(tmp_path):

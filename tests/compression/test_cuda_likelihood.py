@@ -1,7 +1,7 @@
 """The CUDA paths of the likelihood stage and the outside memory meter: the fused scorer kernel, the CUDA-graph
 sampler, NVML's per-process device memory. Skipped where no GPU is visible (CI has none; the CPU paths are
 covered by test_scoring, test_sampling and test_batched_decoding); run on a GPU machine with
-``pytest tests/test_cuda_likelihood.py``."""
+``pytest tests/compression/test_cuda_likelihood.py``."""
 
 import os
 import subprocess
