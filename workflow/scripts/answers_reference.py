@@ -7,13 +7,13 @@ logging.basicConfig(stream=sys.stderr, level=logging.INFO)
 from infbench import operator_secret
 from infbench.compression import held_out
 from infbench.compression.answers import reference
-from infbench.config.model import SandboxSettings
+from infbench.config.model import AnswerSettings, SandboxSettings
 from infbench.resources import check_visible_gpus
 
 if snakemake.resources.gpu:
     check_visible_gpus(snakemake.resources.gpu, "answers.device")
 
-answers = settings.from_config({"answers": snakemake.params.answers})
+answers = AnswerSettings.model_validate(dict(snakemake.params.answers))
 secret = operator_secret.for_job(snakemake.config["operator_secret"], snakemake.params.secret)
 reference.compute_reference(
     snakemake.wildcards.source,
