@@ -140,7 +140,9 @@ def test_held_out_prompts_come_from_the_secret_and_keep_the_prefix_structure(tmp
     their source, and where they lie follows the secret too. Development prompts do not depend on it."""
     import itertools
 
-    from infbench.serving import runs, workload
+    from infbench.config.model import ServingSettings
+    from infbench.serving import workload
+    from infbench.serving.replay import ReplaySettings
 
     sessions = workload.load(_sessions_grown(tmp_path))
     serving = vh.serving_config(1024)
@@ -148,7 +150,9 @@ def test_held_out_prompts_come_from_the_secret_and_keep_the_prefix_structure(tmp
 
     def prompts(secret, seed=1000):
         held_out = None if secret is None else workload.held_out_prompt_seed(secret, seed)
-        builder = runs.settings(serving, "http://unused", 1, seed, {}, prompt_seed=held_out).prompt_builder()
+        core = ServingSettings.model_validate(serving).core
+        settings = ReplaySettings.for_serving(core, "http://unused", 1, seed, {}, prompt_seed=held_out)
+        builder = settings.prompt_builder()
         drawn = list(itertools.islice(workload.draw(sessions, seed), 6))
         built = {(i, r.id): builder.build(s, i, r) for i, s in enumerate(drawn) for r in s.requests}
         return builder, built, drawn
@@ -211,10 +215,11 @@ def _sessions_grown(root: Path) -> Path:
 def test_bench_far_context_scores_each_server_as_the_check_does(tmp_path, smollm2_source):
     """``infbench bench-far-context`` on a tiny model: the reference's own greedy path never misses its top-1;
     the table has a row per distance band and a column per server."""
+    from infbench.config.model import ServingSettings
     from infbench.perf import far_context as bench
 
     tiny = vh.tiny_model(tmp_path / "tiny", smollm2_source[0] / "hf", seed=0)
-    serving = vh.serving_config(1024)
+    serving = ServingSettings.model_validate(vh.serving_config(1024))
     rows = bench.measure(serving, str(_sessions_grown(tmp_path)), str(tiny), None, carriers=4, keeps=(64,))
     assert len(rows) == 4 and (rows["full_missed"] == 0).all() and (rows["full_clear"] > 0).all()
     assert (rows["distance"] >= 64).all() and "last64_missed" in rows
