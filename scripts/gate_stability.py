@@ -25,15 +25,13 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
-import yaml
-from snakemake.utils import validate
-
 from infbench import operator_secret
 from infbench.compression import held_out
 from infbench.compression.accuracy import stream_generate_fn
 from infbench.compression.answers import driver
 from infbench.compression.answers.questions import QuestionSet, load_questions, select
-from infbench.config.model import BENCHMARKS, AnswerSettings, from_config
+from infbench.config import files
+from infbench.config.model import BENCHMARKS, AnswerSettings
 
 REPO = Path(__file__).resolve().parents[1]
 SECRETS = [f"gate-stability-{i}" for i in range(1, 6)]  # five operator secrets, beside the public demo
@@ -41,9 +39,7 @@ SIZES = (10, 26)
 
 
 def settings() -> AnswerSettings:
-    config = yaml.safe_load((REPO / "config/config.yaml").read_text())
-    validate(config, str(REPO / "workflow/schemas/config.schema.yaml"))
-    return from_config(config)
+    return files.load(REPO / "config/config.yaml").answers
 
 
 def secret(value: str | None) -> operator_secret.OperatorSecret:

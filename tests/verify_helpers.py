@@ -189,15 +189,18 @@ def public_table(
     from adversarial_server import prompt_key
     from transformers import AutoModelForCausalLM
 
+    from infbench.config.model import ServingSettings
     from infbench.perf.far_context import greedy
-    from infbench.serving import runs, workload
+    from infbench.serving import workload
+    from infbench.serving.replay import ReplaySettings
 
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
     sessions = workload.load(sessions_path)
     table: dict = {"exact": {}, "by_length": {}}
-    for seed in serving["seeds"]["final"]:
-        prompts = runs.settings(
-            serving, "http://unused", concurrency, seed, {}, prompt_seed=workload.held_out_prompt_seed(secret(), seed)
+    core = ServingSettings.model_validate(serving).core
+    for seed in core.seeds.final:
+        prompts = ReplaySettings.for_serving(
+            core, "http://unused", concurrency, seed, {}, prompt_seed=workload.held_out_prompt_seed(secret(), seed)
         ).prompt_builder()
         for instance, session in enumerate(itertools.islice(workload.draw(sessions, seed), instances)):
             for r in session.requests:
