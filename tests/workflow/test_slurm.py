@@ -24,6 +24,9 @@ pytestmark = pytest.mark.slow
 
 CLUSTER = REPO / "tests/slurm/cluster.sh"
 RULES = ["source_model", "contexts", "sample_continuations", "score_reference", "reference_table"]
+# The profile, polling the test cluster's squeue from 1 s after a job ends (the profile's 5 s suits a shared
+# controller; the plugin adds 10 s per check that finds nothing finished, and these jobs take seconds)
+PROFILE = ["--profile", str(REPO / "profiles/slurm"), "--slurm-init-seconds-before-status-checks", "1"]
 
 
 def _cannot_run() -> str | None:
@@ -66,9 +69,7 @@ def test_cluster_runs_a_job(slurm_env, tmp_path):
 def test_pipeline_on_slurm_equals_the_local_run(slurm_env, tiny_run, tmp_path):
     baseline, config = tiny_run
     start = time.monotonic()
-    proc = run_snakemake(
-        tmp_path, "--profile", str(REPO / "profiles/slurm"), TABLE_TARGET, "--configfile", str(config), env=slurm_env
-    )
+    proc = run_snakemake(tmp_path, *PROFILE, TABLE_TARGET, "--configfile", str(config), env=slurm_env)
     print(f"pipeline on SLURM: {time.monotonic() - start:.0f} s")
     # A second run from scratch (on other processes, through sbatch) gives the same results and tables.
     assert_same_results(baseline, tmp_path)
@@ -106,7 +107,7 @@ def test_a_job_killed_by_slurm_is_reported_and_the_rerun_resumes(slurm_env, tiny
     ]:
         (tmp_path / done).parent.mkdir(parents=True, exist_ok=True)
         (shutil.copytree if (baseline / done).is_dir() else shutil.copy2)(baseline / done, tmp_path / done)
-    args = ["--profile", str(REPO / "profiles/slurm"), TABLE_TARGET, "--configfile", str(config)]
+    args = [*PROFILE, TABLE_TARGET, "--configfile", str(config)]
     log = tmp_path / "snakemake.out"
     with log.open("w") as out:
         proc = subprocess.Popen(
