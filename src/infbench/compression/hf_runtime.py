@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from infbench.bf16_on_cpu import float32_products_on_cpu
 from infbench.compression.device import resolve
 
 
@@ -17,13 +18,15 @@ def from_pretrained_on(checkpoint, device: str, **kwargs):
     """A transformers checkpoint on ``device``. With ``cuda`` and more than one GPU visible it is spread over
     all of them (``device_map="auto"``, accelerate): a job is given several GPUs (``sources.<name>.devices``)
     because its model does not fit one, as a BF16 MoE source (PROTOCOL A6: two GPUs). Inputs go to the first
-    GPU; accelerate moves activations from layer to layer."""
+    GPU; accelerate moves activations from layer to layer. A BF16 model on a CPU without BF16 instructions
+    computes its products in float32 (:mod:`infbench.bf16_on_cpu`)."""
     from transformers import AutoModelForCausalLM
 
     device = resolve(device)
     if device == "cuda" and torch.cuda.device_count() > 1:
         return AutoModelForCausalLM.from_pretrained(checkpoint, device_map="auto", **kwargs)
-    return AutoModelForCausalLM.from_pretrained(checkpoint, **kwargs).to(torch.device(device))
+    model = AutoModelForCausalLM.from_pretrained(checkpoint, **kwargs).to(torch.device(device))
+    return float32_products_on_cpu(model)
 
 
 def load_causal_lm(checkpoint: str, dtype: str, device: str):

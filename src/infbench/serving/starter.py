@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 import torch
 import uvicorn
 
-from infbench.compression.hf_runtime import cache_kwargs
+from infbench.compression.hf_runtime import cache_kwargs, from_pretrained_on
 from infbench.serving.openai_app import CompletionRequest, app
 
 
@@ -23,10 +23,10 @@ class TransformersEngine:
     """The model behind one lock; :meth:`generate` yields token ids one step at a time."""
 
     def __init__(self, model_dir: str, dtype: str, name: str, context_limit: int | None):
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers import AutoTokenizer
 
         self.tokenizer = AutoTokenizer.from_pretrained(model_dir)
-        self.model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=getattr(torch, dtype)).eval()
+        self.model = from_pretrained_on(model_dir, "cpu", dtype=getattr(torch, dtype)).eval()
         self.name = name
         self.context_limit = context_limit or self.model.config.max_position_embeddings
         self.eos = {self.tokenizer.eos_token_id} - {None}

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from infbench.bf16_on_cpu import float32_products_on_cpu
 from infbench.compression.hf_runtime import cache_kwargs, from_pretrained_on
 
 
@@ -27,7 +28,7 @@ def _load(checkpoint: Path, device: str):
             torch._dynamo.config.disable = True
         model = GPTQModel.load(str(checkpoint), device=device, backend=BACKEND.TORCH).model
         model.__dict__.pop("tokenizer", None)  # GPTQModel hangs its tokenizer on the model; the pipeline tokenizes
-        return model
+        return float32_products_on_cpu(model)
     return from_pretrained_on(checkpoint, device, dtype="auto")
 
 

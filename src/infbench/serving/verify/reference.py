@@ -24,7 +24,7 @@ from pydantic import BaseModel, Field
 from infbench import atomic, provenance
 from infbench.compression.answers import judge, prompts, questions
 from infbench.compression.answers.hf_generate import _StopInGenerated
-from infbench.compression.hf_runtime import cache_kwargs
+from infbench.compression.hf_runtime import cache_kwargs, from_pretrained_on
 from infbench.config.model import AnswerSettings, VerifySettings
 from infbench.errors import ConfigError
 from infbench.hashing import file_hashes, sha256_text
@@ -151,9 +151,9 @@ class VerificationReference(BaseModel):
 
 
 def load_model(checkpoint: str | Path, dtype: str):
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
 
-    model = AutoModelForCausalLM.from_pretrained(checkpoint, dtype=getattr(torch, dtype)).eval()
+    model = from_pretrained_on(checkpoint, "cpu", dtype=getattr(torch, dtype)).eval()
     return model, AutoTokenizer.from_pretrained(checkpoint)
 
 

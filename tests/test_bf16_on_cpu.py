@@ -1,0 +1,74 @@
+"""BF16 products in float32 on CPUs without BF16 instructions (:mod:`infbench.bf16_on_cpu`)."""
+
+import pytest
+import torch
+
+from infbench import bf16_on_cpu
+
+
+class TwoLayers(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.up = torch.nn.Linear(64, 256)
+        self.down = torch.nn.Linear(256, 64, bias=False)
+
+    def forward(self, x):
+        if x.isnan().any():
+            raise ValueError("nan input")
+        return self.down(torch.relu(self.up(x))) @ self.up.weight[:, :64].T
+
+
+def _float32_reference(model, x):
+    up = x.float() @ model.up.weight.float().T + model.up.bias.float()
+    hidden = torch.relu(up.bfloat16()).float()
+    down = (hidden @ model.down.weight.float().T).bfloat16()
+    return (down.float() @ model.up.weight[:, :64].float().T).bfloat16()
+
+
+@pytest.fixture
+def without_bf16_instructions(monkeypatch):
+    monkeypatch.setattr(bf16_on_cpu, "bf16_is_native", lambda: False)
+
+
+def _model():
+    torch.manual_seed(0)
+    return TwoLayers().to(torch.bfloat16).eval()
+
+
+@torch.inference_mode()
+def test_products_of_many_rows_are_float32_arithmetic_rounded_to_bf16(without_bf16_instructions):
+    model = _model()
+    x = torch.randn(3, 40, 64).bfloat16()
+    native = model(x)
+    bf16_on_cpu.float32_products_on_cpu(model)
+    out = model(x)
+    assert out.dtype == torch.bfloat16
+    assert torch.equal(out, _float32_reference(model, x))
+    assert {p.dtype for p in model.parameters()} == {torch.bfloat16}, "the weights stay in BF16"
+    # the same arithmetic class as the BF16 kernel: at most a rounding step apart
+    assert (out.float() - native.float()).abs().max() <= 0.05 * native.float().abs().max()
+
+
+@torch.inference_mode()
+def test_products_of_few_rows_keep_the_bf16_kernel(without_bf16_instructions):
+    model = _model()
+    x = torch.randn(1, bf16_on_cpu.MIN_ROWS - 1, 64).bfloat16()
+    native = model(x)
+    bf16_on_cpu.float32_products_on_cpu(model)
+    assert torch.equal(model(x), native)
+
+
+@torch.inference_mode()
+def test_a_failing_forward_leaves_no_mode_behind(without_bf16_instructions):
+    model = bf16_on_cpu.float32_products_on_cpu(_model())
+    with pytest.raises(ValueError, match="nan input"):
+        model(torch.full((1, 32, 64), float("nan")).bfloat16())
+    a, b = torch.randn(32, 64).bfloat16(), torch.randn(64, 64).bfloat16()
+    assert torch.equal(a @ b, torch.ops.aten.mm.default(a, b)), "outside a forward pass products are untouched"
+    assert torch._C._len_torch_dispatch_stack() == 0
+
+
+def test_models_elsewhere_are_left_alone(without_bf16_instructions):
+    model = _model().float()
+    bf16_on_cpu.float32_products_on_cpu(model)
+    assert not model._forward_pre_hooks and not model._forward_hooks
