@@ -14,7 +14,8 @@ holds:
 
 Either way the single new token's query heads are packed onto their key/value heads (grouped-query attention
 without repeating the cache). On CUDA the step is captured as a CUDA graph and replayed: one launch from
-Python per token instead of several hundred.
+Python per token instead of several hundred; Llama-style layers' elementwise steps are then fused kernels
+(:mod:`infbench.compression.fused_elementwise`).
 
 ``DynamicDecoder`` is the model's own dynamic cache, for models whose cache layers are not all plain
 full-attention layers (sliding windows, linear attention, state-space layers).
@@ -31,6 +32,7 @@ from transformers import AttentionInterface, StaticCache
 from transformers.cache_utils import StaticLayer
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
+from infbench.compression import fused_elementwise
 from infbench.compression.hf_runtime import cache_kwargs
 
 ATTENTION = "infbench_cached_attention"
@@ -163,6 +165,7 @@ class StaticDecoder:
         self.graph, self.graph_key, self.logits = None, None, None
         self.saved_attention = model.config._attn_implementation
         model.config._attn_implementation = ATTENTION
+        self.undo_fusion = fused_elementwise.apply(model)
 
     def _forward(self, ids, positions, mask, reads: int | ExactLengths) -> torch.Tensor:
         reset = _reads.set(reads)
@@ -222,6 +225,7 @@ class StaticDecoder:
 
     def close(self) -> None:
         self.model.config._attn_implementation = self.saved_attention
+        self.undo_fusion()
         self.graph = self.logits = self.cache = None
 
 
