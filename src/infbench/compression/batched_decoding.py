@@ -31,7 +31,7 @@ from transformers import AttentionInterface, StaticCache
 from transformers.cache_utils import StaticLayer
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-from infbench.compression.hf_runtime import cache_kwargs
+from infbench.hf_loading import cache_kwargs
 
 ATTENTION = "infbench_cached_attention"
 

@@ -53,7 +53,7 @@ class EvaluationSettings(VerificationSettings):
 
     @classmethod
     def for_job(cls, verification: VerificationSettings, sandbox: SandboxSettings, threads: int) -> EvaluationSettings:
-        from infbench.compression.device import resolve
+        from infbench.device import resolve
 
         return cls(
             **{**verification.model_dump(), "device": resolve(verification.device)}, sandbox=sandbox, threads=threads

@@ -18,8 +18,8 @@ import pandas as pd
 import torch
 
 from infbench import atomic
-from infbench.compression.hf_runtime import cache_kwargs
 from infbench.config.model import ServingSettings
+from infbench.hf_loading import cache_kwargs
 from infbench.serving import workload
 from infbench.serving.replay import ReplaySettings
 from infbench.serving.verify.far_context import clear_misses

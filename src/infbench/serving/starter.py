@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 import torch
 import uvicorn
 
-from infbench.compression.hf_runtime import cache_kwargs, from_pretrained_on
+from infbench.hf_loading import cache_kwargs, from_pretrained_on
 from infbench.serving.openai_app import CompletionRequest, app
 
 

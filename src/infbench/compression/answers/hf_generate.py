@@ -13,7 +13,7 @@ import torch
 from transformers import GenerationConfig, StoppingCriteria, StoppingCriteriaList
 
 from infbench.compression.answers.driver import GenerateFn
-from infbench.compression.hf_runtime import load_causal_lm
+from infbench.hf_loading import load_causal_lm
 
 
 class _StopInGenerated(StoppingCriteria):

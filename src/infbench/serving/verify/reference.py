@@ -24,10 +24,10 @@ from pydantic import BaseModel, Field
 from infbench import atomic, provenance
 from infbench.compression.answers import judge, prompts, questions
 from infbench.compression.answers.hf_generate import _StopInGenerated
-from infbench.compression.hf_runtime import cache_kwargs, from_pretrained_on
 from infbench.config.model import AnswerSettings, VerifySettings
 from infbench.errors import ConfigError
 from infbench.hashing import file_hashes, sha256_text
+from infbench.hf_loading import cache_kwargs, from_pretrained_on
 from infbench.operator_secret import OperatorSecret
 
 # Short chat requests an instruct model answers in a few tokens; {w} {v} are words, {a} {b} numbers, {c} a
