@@ -20,7 +20,7 @@ SMALL = {
     "score_batch_size": 4,
     "bootstrap_resamples": 200,
 }
-# 2 questions per answer benchmark, token budgets capped (tests/compression/test_answers_model.py covers the real sizes)
+# 2 questions per answer benchmark, token budgets capped (tests/evaluation/test_answers_model.py covers the real sizes)
 SMALL_ANSWERS = {
     "gsm8k": {"n_questions": 2, "max_new_tokens": 64},
     "humaneval": {"n_questions": 2, "max_new_tokens": 32},
