@@ -30,6 +30,13 @@ from infbench.compression import held_out
 from infbench.config import files
 from infbench.config.model import BENCHMARKS, AnswerSettings
 from infbench.evaluation import driver
+from infbench.evaluation.generation import (
+    GenerateFn,
+    checkpoint_generation_config,
+    eos_ids,
+    load_hf_generate_fn,
+    stream_generate_fn,
+)
 from infbench.evaluation.questions import QuestionSet, load_questions, select
 
 REPO = Path(__file__).resolve().parents[1]
@@ -93,14 +100,7 @@ class InProcess:
         return SimpleNamespace(tokens=tokens)
 
 
-def generate_fn(args) -> driver.GenerateFn:
-    from infbench.evaluation.generation import (
-        checkpoint_generation_config,
-        eos_ids,
-        load_hf_generate_fn,
-        stream_generate_fn,
-    )
-
+def generate_fn(args) -> GenerateFn:
     if args.reference:
         return load_hf_generate_fn(args.reference, "bfloat16", "cpu")
     from transformers import AutoTokenizer

@@ -14,13 +14,13 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from infbench.config.model import BENCHMARKS, AnswerSettings, Benchmark, SandboxSettings
 from infbench.errors import InfbenchError
 from infbench.evaluation import judge, prompts
+from infbench.evaluation.generation import GenerateFn
 from infbench.evaluation.questions import Question, QuestionSet, load_questions
 from infbench.evaluation.registry import spec
 from infbench.evaluation.results import (
@@ -34,7 +34,6 @@ from infbench.hashing import sha256_text
 from infbench.sandbox.judge import Outcome, run_case
 from infbench.sandbox.launch import isolation
 
-GenerateFn = Callable[[list[str], int, list[str]], list[str]]
 log = logging.getLogger(__name__)
 
 

@@ -17,16 +17,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import torch
 from transformers import GenerationConfig, StoppingCriteria, StoppingCriteriaList
 
 from infbench.hf_loading import load_causal_lm
 
-if TYPE_CHECKING:  # the driver's contract; not imported at run time, so that S0's sandbox needs neither
-    # the driver's judging nor its record files (pandas, pyarrow)
-    from infbench.evaluation.driver import GenerateFn
+# What the driver asks of a runtime (:mod:`.driver`): greedy completions of text prompts, given the token
+# budget and the stop sequences
+GenerateFn = Callable[[list[str], int, list[str]], list[str]]
 
 
 def eos_ids(tokenizer, generation_config: GenerationConfig) -> list[int]:
