@@ -28,6 +28,6 @@ record = verdict.run_job(
     threads=snakemake.threads,
 )
 print(
-    f"{record.submission}: verified={record.verified} failing={record.failing_check} cause={record.cause}",
+    f"{record.submission}: verified={record.verified} failed_check={record.failed_check} failure={record.failure}",
     file=sys.stderr,
 )

@@ -1,7 +1,7 @@
 """ServerBench verification (PROTOCOL B5): a submitted server rebuilt in a fresh copy, replayed on held-out
 seeds and checked while it is up.
 
-Modules: :mod:`.common` (settings, :class:`~.common.CheckResult`), :mod:`.submission` (the
+Modules: :mod:`.submission` (the
 ``submission.yaml`` spec, fresh copy, launch), :mod:`.replay_checks` (complete prompts, exact output
 lengths, streaming consistency, session progress), :mod:`.probes` (context and EOS probes),
 :mod:`.reference` (per-source EOS probe prompts and reference answers from a plain transformers

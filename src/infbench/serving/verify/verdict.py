@@ -29,6 +29,7 @@ import numpy as np
 import pandas as pd
 
 from infbench import atomic, provenance
+from infbench.checks import Check
 from infbench.compression.submission import SubmissionError, package_entries
 from infbench.config.model import (
     AnswerSettings,
@@ -48,7 +49,6 @@ from infbench.serving.verify import (
     replay_checks,
     submission,
 )
-from infbench.serving.verify.common import CheckResult
 from infbench.serving.verify.record import (
     SeedReplay,
     VerificationRecord,
@@ -67,12 +67,12 @@ def _phase(phases: dict[str, float], name: str):
         phases[name] = phases.get(name, 0.0) + time.perf_counter() - t
 
 
-def _guard(name: str, fn: Callable[[], CheckResult], phases: dict[str, float] | None = None) -> CheckResult:
+def _guard(name: str, fn: Callable[[], Check], phases: dict[str, float] | None = None) -> Check:
     with _phase({} if phases is None else phases, name):
         try:
             return fn()
         except Exception as exc:  # a check that cannot run fails, naming why
-            return CheckResult(
+            return Check(
                 name=name,
                 passed=False,
                 summary=f"check could not run: {type(exc).__name__}: {exc}"[:1000],
@@ -80,8 +80,8 @@ def _guard(name: str, fn: Callable[[], CheckResult], phases: dict[str, float] | 
             )
 
 
-def _unavailable(name: str, cause: str) -> CheckResult:
-    return CheckResult(name=name, passed=False, summary=cause)
+def _unavailable(name: str, cause: str) -> Check:
+    return Check(name=name, passed=False, summary=cause)
 
 
 def verify(
@@ -104,7 +104,7 @@ def verify(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     name = Path(directory).name
-    checks: list[CheckResult] = []
+    checks: list[Check] = []
     replays: list[SeedReplay] = []
     frames: list[tuple[int, pd.DataFrame]] = []
     eos_completions: list[tuple[list[int], probes.Completion]] = []
@@ -125,8 +125,8 @@ def verify(
             spec=sub.model_dump(mode="json") if sub else None,
             concurrency=sub.concurrency if sub else None,
             verified=failed is None and bool(checks),
-            failing_check=failed and failed.name,
-            cause=failed and failed.summary,
+            failed_check=failed and failed.name,
+            failure=failed and failed.summary,
             checks=ordered,
             replays=replays,
             server_log=str(server_log),
@@ -152,10 +152,10 @@ def verify(
     try:  # before any file of the submission is read: no link out of it, no special file (the package rule)
         entries = package_entries(directory)
     except SubmissionError as exc:
-        checks.append(CheckResult(name="submission_files", passed=False, summary=str(exc)))
+        checks.append(Check(name="submission_files", passed=False, summary=str(exc)))
         return finish()
     checks.append(
-        CheckResult(
+        Check(
             name="submission_files",
             passed=True,
             summary=f"{len(entries)} names, none a link out of the directory or special",
@@ -166,12 +166,12 @@ def verify(
     try:
         sub = submission.load(directory)
     except Exception as exc:
-        checks.append(CheckResult(name="submission_spec", passed=False, summary=str(exc)))
+        checks.append(Check(name="submission_spec", passed=False, summary=str(exc)))
         return finish()
     source = serving.source
     if sub.model != source:
         checks.append(
-            CheckResult(
+            Check(
                 name="submission_spec",
                 passed=False,
                 summary=f"{submission.spec_path(directory)}: field 'model': serves '{sub.model}', "
@@ -180,7 +180,7 @@ def verify(
         )
         return finish()
     checks.append(
-        CheckResult(
+        Check(
             name="submission_spec",
             passed=True,
             summary="spec valid",
@@ -202,7 +202,7 @@ def verify(
         workdir = str(copy)
         missing = submission.missing_requirements(sub, submission.python(), workdir, sandbox)
         checks.append(
-            CheckResult(
+            Check(
                 name="requirements",
                 passed=not missing,
                 summary=(
@@ -227,7 +227,7 @@ def verify(
                 command = server.command
                 isolation.append(server.sandbox)
                 checks.append(
-                    CheckResult(
+                    Check(
                         name="launch",
                         passed=True,
                         summary=f"healthy at {server.base_url}",
@@ -284,7 +284,7 @@ def verify(
 
                 def eos_check():
                     if settings.eos_probes and not ref.eos_probes:  # nothing to test natural stopping with
-                        return CheckResult(
+                        return Check(
                             name="natural_stopping",
                             passed=False,
                             summary=f"the reference reached EOS from none of "
@@ -327,7 +327,7 @@ def verify(
                 )
                 alive = server.alive()
                 checks.append(
-                    CheckResult(
+                    Check(
                         name="server_alive",
                         passed=alive,
                         summary="server still running after the checks"
@@ -340,7 +340,7 @@ def verify(
             phases["teardown"] = time.perf_counter() - stopping
         except submission.LaunchError as exc:
             isolation.extend([exc.sandbox] if exc.sandbox else [])
-            checks.append(CheckResult(name="launch", passed=False, summary=str(exc)[:3000]))
+            checks.append(Check(name="launch", passed=False, summary=str(exc)[:3000]))
             return finish()
 
     records = (
@@ -446,7 +446,7 @@ def run_job(
             secret,
         )
     except Exception as exc:
-        check = CheckResult(
+        check = Check(
             name="verifier",
             passed=False,
             summary=f"verification crashed: {type(exc).__name__}: {exc}",
@@ -458,8 +458,8 @@ def run_job(
             spec=None,
             concurrency=None,
             verified=False,
-            failing_check="verifier",
-            cause=check.summary,
+            failed_check="verifier",
+            failure=check.summary,
             checks=[check],
             replays=[],
             server_log=str(server_log),
