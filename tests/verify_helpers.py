@@ -192,7 +192,7 @@ def public_table(
     from infbench.config.model import ServingSettings
     from infbench.perf.far_context import greedy
     from infbench.serving import workload
-    from infbench.serving.replay import ReplaySettings
+    from infbench.serving.replay_settings import ReplaySettings
 
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
     sessions = workload.load(sessions_path)

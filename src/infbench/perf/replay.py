@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from infbench import atomic
-from infbench.serving import replay, servers, trace
+from infbench.serving import replay, replay_settings, servers, trace
 from infbench.serving.traces import weka
 from infbench.serving.workload import draw
 
@@ -60,7 +60,7 @@ def run(
     with tempfile.TemporaryDirectory() as tmp:
         with servers.launched("instant", spec, servers.LaunchVars(), Path(tmp) / "server.log") as base:
             for c in concurrencies:
-                st = replay.ReplaySettings(
+                st = replay_settings.ReplaySettings(
                     base_url=base,
                     model="bench",
                     concurrency=c,

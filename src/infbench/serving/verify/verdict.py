@@ -29,7 +29,7 @@ import pandas as pd
 
 from infbench.checks import Check
 from infbench.compression.submission import SubmissionError, package_entries
-from infbench.serving import replay, replay_job, servers, workload
+from infbench.serving import replay, replay_job, replay_settings, request_records, servers, workload
 from infbench.serving.trace import Session
 from infbench.serving.verify import (
     answers,
@@ -59,7 +59,7 @@ class Served:
     def records(self) -> pd.DataFrame:
         """Every held-out replay's request records."""
         if not self.frames:
-            return pd.DataFrame(columns=list(replay.RequestRecord.model_fields))
+            return pd.DataFrame(columns=list(request_records.RequestRecord.model_fields))
         return pd.concat([f for _, f in self.frames], ignore_index=True)
 
 
@@ -158,7 +158,7 @@ def _replay_held_out(
     """Every final seed's held-out replay at the declared concurrency."""
     job = v.job
     for seed in job.serving.seeds.final:
-        settings = replay.ReplaySettings.for_serving(
+        settings = replay_settings.ReplaySettings.for_serving(
             job.serving,
             server.base_url,
             sub.concurrency,
@@ -170,7 +170,7 @@ def _replay_held_out(
         with v.phase("replays"):
             recs = replay.run(workload.draw(served.sessions, seed), settings)
         path = str(Path(job.replays_dir) / f"seed{seed}.parquet")
-        frame = replay.write_records(recs, path)
+        frame = request_records.write_records(recs, path)
         served.frames.append((seed, frame))
         v.replays.append(
             SeedReplay(
