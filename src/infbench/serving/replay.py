@@ -62,9 +62,9 @@ from infbench.serving.endpoints import endpoint
 from infbench.serving.event_loop import run_tuned
 from infbench.serving.replay_settings import ReplaySettings
 from infbench.serving.request_records import RequestRecord
+from infbench.serving.sessions import Session, TraceRequest
 from infbench.serving.sse import response_limit
 from infbench.serving.streamed_response import StreamedResponse, token_accounting
-from infbench.serving.trace import Session, TraceRequest
 from infbench.serving.workload import FROM_BEGINNING, LaneStart, lane_start, start_fraction
 
 JSON_BODY = {"Content-Type": "application/json"}

@@ -13,7 +13,7 @@ from infbench.config.model import ServingCore
 from infbench.errors import InputFileError
 from infbench.hashing import sha256_file
 from infbench.serving import replay, replay_settings, request_records, workload
-from infbench.serving.trace import Session
+from infbench.serving.sessions import Session
 from infbench.serving.value import Score, Targets, score
 
 

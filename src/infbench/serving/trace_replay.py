@@ -34,7 +34,7 @@ from infbench import atomic, provenance
 from infbench.config.model import Deployment
 from infbench.errors import ConfigError, InputFileError
 from infbench.serving import event_loop, replay, replay_settings, request_records, traces, workload
-from infbench.serving.trace import Session
+from infbench.serving.sessions import Session
 from infbench.serving.value import Score, Targets, score
 
 Order = Literal["trace", "draw"]

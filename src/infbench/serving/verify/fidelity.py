@@ -36,7 +36,7 @@ import torch
 from infbench.checks import Check
 from infbench.config.model import VerifySettings
 from infbench.serving.carriers import Carrier
-from infbench.serving.trace import Session
+from infbench.serving.sessions import Session
 from infbench.serving.workload import PromptBuilder
 
 

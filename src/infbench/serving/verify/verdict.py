@@ -30,7 +30,7 @@ import pandas as pd
 from infbench.checks import Check
 from infbench.compression.submission import SubmissionError, package_entries
 from infbench.serving import replay, replay_job, replay_settings, request_records, servers, workload
-from infbench.serving.trace import Session
+from infbench.serving.sessions import Session
 from infbench.serving.verify import (
     answers,
     far_context,
