@@ -193,7 +193,7 @@ def test_reference_search_is_ingested_verified_and_analysed(finished):
     status = json.loads((workdir / "results/runs/ingested/reference-search/status.json").read_text())
     assert status["ingested"] and status["candidate"] == "run-reference-search"
     best = max(rewards, key=lambda r: r["reward"])
-    from infbench.compression.submission import content_hash
+    from infbench.package_files import content_hash
 
     assert content_hash(run / "final") == best["content_hash"]
     assert len(pd.read_csv(workdir / "results/tables/runs/best_so_far.csv")) == 2

@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 
 from infbench.checks import Check
-from infbench.compression.submission import SubmissionError, package_entries
+from infbench.package_files import PackageFilesError, package_entries
 from infbench.serving import replay, replay_job, replay_settings, request_records, servers, workload
 from infbench.serving.sessions import Session
 from infbench.serving.verify import (
@@ -86,7 +86,7 @@ def _submission(v: Verification) -> submission.ServerSubmission | None:
     job = v.job
     try:  # before any file of the submission is read: no link out of it, no special file (the package rule)
         entries = package_entries(job.directory)
-    except SubmissionError as exc:
+    except PackageFilesError as exc:
         v.add(Check(name="submission_files", passed=False, summary=str(exc)))
         return None
     v.add(
