@@ -27,11 +27,17 @@ from types import SimpleNamespace
 
 from infbench import operator_secret
 from infbench.compression import held_out
-from infbench.compression.accuracy import stream_generate_fn
-from infbench.compression.answers import driver
-from infbench.compression.answers.questions import QuestionSet, load_questions, select
 from infbench.config import files
 from infbench.config.model import BENCHMARKS, AnswerSettings
+from infbench.evaluation import driver
+from infbench.evaluation.generation import (
+    GenerateFn,
+    checkpoint_generation_config,
+    eos_ids,
+    load_hf_generate_fn,
+    stream_generate_fn,
+)
+from infbench.evaluation.questions import QuestionSet, load_questions, select
 
 REPO = Path(__file__).resolve().parents[1]
 SECRETS = [f"gate-stability-{i}" for i in range(1, 6)]  # five operator secrets, beside the public demo
@@ -94,10 +100,8 @@ class InProcess:
         return SimpleNamespace(tokens=tokens)
 
 
-def generate_fn(args) -> driver.GenerateFn:
+def generate_fn(args) -> GenerateFn:
     if args.reference:
-        from infbench.compression.answers.hf_generate import load_hf_generate_fn
-
         return load_hf_generate_fn(args.reference, "bfloat16", "cpu")
     from transformers import AutoTokenizer
 
@@ -106,7 +110,9 @@ def generate_fn(args) -> driver.GenerateFn:
 
     package = Path(args.package)
     runner = load_runner(package, load_manifest(package), "cpu", args.threads)
-    return stream_generate_fn(InProcess(runner), AutoTokenizer.from_pretrained(args.source))
+    tokenizer = AutoTokenizer.from_pretrained(args.source)
+    eos = eos_ids(tokenizer, checkpoint_generation_config(args.source))
+    return stream_generate_fn(InProcess(runner), tokenizer, eos)
 
 
 def answer(args) -> None:

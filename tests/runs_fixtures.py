@@ -244,7 +244,7 @@ def run_yaml(
 def compression_run(run: Path) -> Path:
     """Three versions (v2 reversed by feedback against its local metric, v3 confirmed), four reward
     calls, a completion declaration before the last weight change, transcripts of both formats."""
-    from infbench.compression.submission import content_hash
+    from infbench.package_files import content_hash
 
     run_yaml(run)
     hashes = {}

@@ -6,7 +6,7 @@ import contextlib
 from pathlib import Path
 
 from infbench.serving import servers
-from infbench.serving.replay import ReplaySettings
+from infbench.serving.replay_settings import ReplaySettings
 
 
 @contextlib.contextmanager

@@ -192,7 +192,7 @@ def public_table(
     from infbench.config.model import ServingSettings
     from infbench.perf.far_context import greedy
     from infbench.serving import workload
-    from infbench.serving.replay import ReplaySettings
+    from infbench.serving.replay_settings import ReplaySettings
 
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
     sessions = workload.load(sessions_path)
@@ -215,20 +215,22 @@ def run_job(directory, serving: dict, answers, model_dir, gguf, reference, sessi
     """The serving_verify rule's entry point on a test-size ``serving`` section (a dict, as in a config file)."""
     from infbench.config.model import SandboxSettings, ServingSettings
     from infbench.serving.verify import verdict
+    from infbench.serving.verify.verification import VerifyJob
 
     settings = ServingSettings.model_validate(serving)
-    return verdict.run_job(
-        str(directory),
-        settings.core,
-        settings.verification,
-        answers,
-        str(model_dir),
-        str(gguf),
-        str(reference),
-        str(sessions),
-        str(out),
-        str(out) + ".json",
-        str(out) + ".server.log",
-        SandboxSettings.model_validate(sandbox),
-        secret,
+    job = VerifyJob(
+        directory=str(directory),
+        serving=settings.core,
+        verification=settings.verification,
+        answers=answers,
+        sandbox=SandboxSettings.model_validate(sandbox),
+        secret=secret,
+        model_dir=str(model_dir),
+        gguf=str(gguf),
+        reference=str(reference),
+        sessions=str(sessions),
+        replays_dir=str(out),
+        record=str(out) + ".json",
+        server_log=str(out) + ".server.log",
     )
+    return verdict.run_job(job)

@@ -1,4 +1,5 @@
-"""A named check of a verdict and its evidence; the failure that stops a measurement at a named check.
+"""A named check of a verdict and its evidence, for both tracks' records (a compression measurement, a server
+submission's verification); the failure that stops a measurement at a named check.
 
 Standard library and pydantic only: the sandboxed package worker imports it (through
 :mod:`infbench.compression.logits_pipe`) without the pipeline's scoring stack.
@@ -14,8 +15,12 @@ from infbench.errors import InfbenchError
 
 
 class Check(BaseModel):
+    """A named check of either track's record: passed or not, what it found in a line (a failed check's is
+    the record's ``failure``) and its evidence (counts, examples, the cause of a failure)."""
+
     name: str
     passed: bool
+    summary: str = ""
     evidence: dict[str, Any] = {}
 
 

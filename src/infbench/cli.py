@@ -126,7 +126,7 @@ def _replay(args) -> None:
 
 def _replay_settings(args, model: str):
     from infbench.config.model import Deployment
-    from infbench.serving.replay import ReplaySettings
+    from infbench.serving.replay_settings import ReplaySettings
 
     settings = ReplaySettings(
         base_url=args.url,

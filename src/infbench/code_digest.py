@@ -16,7 +16,7 @@ What a script reaches, found statically from the source (nothing is imported):
 - a whole module where it is used as a value (``getattr(module, name)``), imported
   with ``*``, or run by name (``[python, "-m", "infbench.compression.worker"]``;
   in config values and non-Python files, any ``infbench.x`` module name);
-- the data files next to a touched module (``compression/answers/data/*.jsonl``).
+- the data files next to a touched module (``evaluation/data/*.jsonl``, ``evaluation/specs/*.yaml``).
 
 The digest is over each reached part's syntax tree without docstrings, so an edit
 of code reruns what reaches it, while comments, docstrings and formatting rerun

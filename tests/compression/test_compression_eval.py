@@ -226,9 +226,9 @@ def test_accuracy_gate_against_other_questions_is_a_record(tiny_source, tmp_path
     from conftest import embedded_config
 
     from infbench.compression.accuracy import make_gate
-    from infbench.compression.answers import driver, results
-    from infbench.compression.answers.questions import load_questions
     from infbench.config.model import AnswerSettings
+    from infbench.evaluation import driver, results
+    from infbench.evaluation.questions import load_questions
 
     cfg = embedded_config()
     for bench in ("gsm8k", "humaneval", "triviaqa"):
@@ -251,9 +251,9 @@ def test_accuracy_gate_evidence_keeps_each_answers_outcome(tiny_source, tmp_path
     from conftest import embedded_config
 
     from infbench.compression.accuracy import make_gate
-    from infbench.compression.answers import driver, results
-    from infbench.compression.answers.questions import load_questions
     from infbench.config.model import AnswerSettings
+    from infbench.evaluation import driver, results
+    from infbench.evaluation.questions import load_questions
 
     cfg = embedded_config()
     for bench in ("gsm8k", "humaneval", "triviaqa"):

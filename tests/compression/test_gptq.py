@@ -7,8 +7,9 @@ import pytest
 
 from infbench.compression.baselines import gptq
 from infbench.compression.runtimes.hf import HFRunner
-from infbench.compression.submission import GIB, load_manifest, package_bytes
+from infbench.compression.submission import GIB, load_manifest
 from infbench.config.model import CorpusSpec
+from infbench.package_files import package_bytes
 
 pytestmark = pytest.mark.slow
 

@@ -7,9 +7,9 @@ import pytest
 
 from infbench import operator_secret
 from infbench.compression import contexts, held_out
-from infbench.compression.answers.questions import load_questions
 from infbench.config.model import CorpusSpec
 from infbench.errors import ConfigError
+from infbench.evaluation.questions import load_questions
 
 DEMO = operator_secret.load({"env": "INFBENCH_TEST_NO_SUCH_VARIABLE", "file": None, "require": False})
 

@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from infbench.compression.submission import SubmissionError, content_hash, package_bytes
+from infbench.package_files import PackageFilesError, content_hash, package_bytes
 from infbench.runs import versions
 from infbench.runs.jsonl import RunError
 
@@ -39,11 +39,11 @@ def test_symlink_out_of_the_package_is_rejected_naming_the_file(package, tmp_pat
     outside.write_bytes(b"s" * 10_000)
     os.symlink(outside, package / "model" / "extra.bin")
     for measure in (package_bytes, content_hash):
-        with pytest.raises(SubmissionError, match=r"model/extra.bin: symlink to .*source_weights.bin points outside"):
+        with pytest.raises(PackageFilesError, match=r"model/extra.bin: symlink to .*source_weights.bin points outside"):
             measure(package)
     os.unlink(package / "model" / "extra.bin")
     os.symlink(tmp_path, package / "up")  # a directory link out, even one that holds the package
-    with pytest.raises(SubmissionError, match="up: symlink"):
+    with pytest.raises(PackageFilesError, match="up: symlink"):
         package_bytes(package)
 
 
@@ -61,7 +61,7 @@ def test_hard_link_to_a_file_outside_is_rejected(package, tmp_path):
     outside = tmp_path / "source_weights.bin"
     outside.write_bytes(b"s" * 10_000)
     os.link(outside, package / "model" / "copy.bin")
-    with pytest.raises(SubmissionError, match=r"model/copy.bin: hard link with 2 names, 1 of them in the package"):
+    with pytest.raises(PackageFilesError, match=r"model/copy.bin: hard link with 2 names, 1 of them in the package"):
         package_bytes(package)
     os.unlink(outside)  # now its only name is inside: an ordinary file
     assert package_bytes(package) == 10_000 + 1000 + len("name: p\n")
@@ -75,7 +75,7 @@ def test_hard_links_inside_the_package_count_once(package):
 
 def test_special_files_are_rejected(package):
     os.mkfifo(package / "model" / "pipe")
-    with pytest.raises(SubmissionError, match="model/pipe: not a regular file"):
+    with pytest.raises(PackageFilesError, match="model/pipe: not a regular file"):
         package_bytes(package)
 
 
@@ -94,5 +94,5 @@ def test_a_run_version_with_a_link_out_is_not_ingested(tmp_path):
 def test_a_package_that_is_a_link_is_rejected(package, tmp_path):
     """Its target's files are someone else's (a results directory, say), whatever they hold."""
     (tmp_path / "linked").symlink_to(package)
-    with pytest.raises(SubmissionError, match="linked: the directory itself is a symlink to"):
+    with pytest.raises(PackageFilesError, match="linked: the directory itself is a symlink to"):
         package_bytes(tmp_path / "linked")

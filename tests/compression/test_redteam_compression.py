@@ -185,9 +185,9 @@ def test_a_completion_that_daemonises_and_rewrites_the_record_is_not_counted(tin
     from conftest import embedded_config
 
     from infbench.compression.accuracy import make_gate
-    from infbench.compression.answers import driver, results
-    from infbench.compression.answers.questions import load_questions
     from infbench.config.model import AnswerSettings
+    from infbench.evaluation import driver, results
+    from infbench.evaluation.questions import load_questions
 
     workspace = tmp_path / "results" / "compression" / "tiny" / "measured"
     workspace.mkdir(parents=True)

@@ -5,7 +5,7 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from infbench.compression.hf_runtime import cache_kwargs
+from infbench.hf_loading import cache_kwargs
 from infbench.perf import roofline
 
 

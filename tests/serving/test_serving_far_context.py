@@ -142,7 +142,7 @@ def test_held_out_prompts_come_from_the_secret_and_keep_the_prefix_structure(tmp
 
     from infbench.config.model import ServingSettings
     from infbench.serving import workload
-    from infbench.serving.replay import ReplaySettings
+    from infbench.serving.replay_settings import ReplaySettings
 
     sessions = workload.load(_sessions_grown(tmp_path))
     serving = vh.serving_config(1024)

@@ -7,7 +7,7 @@ import time
 import pytest
 from serving_helpers import instant_server, settings
 
-from infbench.serving import replay, servers, workload
+from infbench.serving import replay, request_records, servers, streamed_response, workload
 from infbench.serving.traces import weka
 
 SESSION = weka.session(
@@ -85,7 +85,7 @@ def test_spec_placeholders_are_checked():
 def test_sse_events_split_across_reads_and_data_after_done():
     """Events are parsed from whole network reads; an event cut between two reads is joined, and
     anything but blank lines after ``data: [DONE]`` makes the response malformed."""
-    stream = replay._Stream(max_tokens=2, byte_limit=1 << 16)
+    stream = streamed_response.StreamedResponse(max_tokens=2, byte_limit=1 << 16)
     body = b'data: {"choices": [{"text": "a", "token_ids": [7]}]}\n\ndata: {"choices": [{"text": "b", "tok'
     rest = b'en_ids": [8]}]}\n\ndata: [DONE]\n\n'
     stream.receive(body, 1.0)
@@ -98,7 +98,7 @@ def test_sse_events_split_across_reads_and_data_after_done():
 def test_a_token_arrives_with_its_id():
     """TTFT is the first chunk carrying a token id: text sent before it (a fake early first token, whitespace
     at stream open) is counted apart and never times the request; usage must equal the streamed ids."""
-    stream = replay._Stream(max_tokens=2, byte_limit=1 << 16)
+    stream = streamed_response.StreamedResponse(max_tokens=2, byte_limit=1 << 16)
     stream.receive(b'data: {"choices": [{"text": " ", "token_ids": []}]}\n\n', 0.01)
     stream.receive(b'data: {"choices": [{"text": "a", "token_ids": [7]}]}\n\n', 0.8)
     stream.receive(b'data: {"choices": [{"text": "", "token_ids": [8]}]}\n\n', 0.9)
@@ -106,16 +106,20 @@ def test_a_token_arrives_with_its_id():
         b'data: {"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 2}}\n\ndata: [DONE]\n\n', 0.95
     )
     assert (stream.first, stream.last) == (0.8, 0.9) and stream.text_without_ids == 1 and stream.id_chunks == 2
-    assert replay._check(stream, 3, 2) == (2, "")
+    assert streamed_response.token_accounting(stream, 3, 2) == (2, "")
 
-    lying = replay._Stream(
+    lying = streamed_response.StreamedResponse(
         max_tokens=5, byte_limit=1 << 16
     )  # no ids: one text chunk claims 5 tokens; counted by usage, unverified
     lying.receive(b'data: {"choices": [{"text": "abcde"}]}\n\n', 0.5)
     lying.receive(
         b'data: {"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 5}}\n\ndata: [DONE]\n\n', 0.5
     )
-    assert not lying.saw_ids and lying.first == lying.last == 0.5 and replay._check(lying, 3, 5) == (5, "")
+    assert (
+        not lying.saw_ids
+        and lying.first == lying.last == 0.5
+        and streamed_response.token_accounting(lying, 3, 5) == (5, "")
+    )
 
 
 @pytest.mark.slow
@@ -127,7 +131,7 @@ def test_context_overflows_are_marked_and_invalidate_the_run(tmp_path):
 
     with instant_server(tmp_path / "server.log", "--context-limit", "18") as base:  # main/2 needs 16 + 4
         recs = replay.run(workload.draw([SESSION], 0), settings(base, window_s=1.5))
-    frame = replay.write_records(recs, str(tmp_path / "records.parquet"))
+    frame = request_records.write_records(recs, str(tmp_path / "records.parquet"))
     over = [r for r in recs if r.context_overflow]
     assert over and all(r.request_id == "main/2" and not r.ok and "maximum context length" in r.error for r in over)
     assert not any(r.context_overflow for r in recs if r.request_id != "main/2")

@@ -7,7 +7,7 @@ import httpx
 import pytest
 from serving_helpers import instant_server, settings
 
-from infbench.serving import replay, workload
+from infbench.serving import replay, request_records, workload
 from infbench.serving.traces import weka
 
 BS = 4
@@ -165,10 +165,10 @@ def test_replay_records_have_a_declared_schema(tmp_path):
     """Even a replay that completed nothing writes typed columns (a reader never sees nulls-only types)."""
     import pyarrow.parquet as pq
 
-    replay.write_records([], str(tmp_path / "empty.parquet"))
+    request_records.write_records([], str(tmp_path / "empty.parquet"))
     schema = pq.read_schema(tmp_path / "empty.parquet")
-    assert list(schema.names) == list(replay.RequestRecord.model_fields)
-    assert schema.equals(replay.RECORD_SCHEMA)
+    assert list(schema.names) == list(request_records.RequestRecord.model_fields)
+    assert schema.equals(request_records.RECORD_SCHEMA)
 
 
 def test_lane_start_skips_what_was_recorded_before_the_sampled_point():

@@ -215,7 +215,7 @@ def test_a_burst_after_a_hold_raises_the_papers_share_not_the_deadline_rules(tmp
     deadline rule qualifies the streamed ones as well, so holding gains nothing under it."""
     from serving_helpers import instant_server, settings
 
-    from infbench.serving import replay, workload
+    from infbench.serving import replay, request_records, workload
     from infbench.serving.traces import weka
 
     session = weka.session(
@@ -232,7 +232,7 @@ def test_a_burst_after_a_hold_raises_the_papers_share_not_the_deadline_rules(tmp
     for mode in ("ok", "hold"):
         with instant_server(tmp_path / f"{mode}.log", "--mode", mode, "--seconds-per-token", "0.1") as base:
             recs = replay.run(workload.draw([session], 0), settings(base, window_s=2.0))
-        frame = replay.write_records(recs, str(tmp_path / f"{mode}.parquet"))
+        frame = request_records.write_records(recs, str(tmp_path / f"{mode}.parquet"))
         scores[mode] = score(frame, DEP, 2.0, 0.01, T)
     ok, hold = scores["ok"], scores["hold"]
     assert ok.completed > 2 and hold.completed > 2

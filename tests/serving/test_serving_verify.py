@@ -117,7 +117,7 @@ def test_adversarial_server_rejected_by_its_check(env, mode, failing, passing):
         shutil.copytree(env["other"], directory / "other_model")
     record = _run(env, directory)
     checks = _checks(record)
-    assert not record.verified and record.failing_check in checks
+    assert not record.verified and record.failed_check in checks
     for name in failing:
         assert not checks[name].passed, (name, checks[name].summary)
     for name in passing:
@@ -134,7 +134,7 @@ def test_a_server_flooding_the_client_fails_session_progress_in_time(env):
 
     record = _run(env, vh.adversary(env["root"] / "subs", "flood", ["--honest-requests", "5"]))
     checks = _checks(record)
-    assert record.failing_check == "session_progress", record.cause
+    assert record.failed_check == "session_progress", record.failure
     assert checks["context_probes"].passed and checks["natural_stopping"].passed
     frame = pd.read_parquet(record.replays[0].records)
     failed = frame[~frame["ok"]]
@@ -379,9 +379,9 @@ SLEEPER = ["{python}", "-c", "import time; time.sleep(600)", "infbench-test-slee
 )
 def test_bad_submission_gives_a_record_naming_the_cause(tmp_path, spec, check, cause):
     record = _run(_fake_env(tmp_path), vh.submission_dir(tmp_path / "subs", "bad", spec))
-    assert not record.verified and record.failing_check == check and cause in record.cause
+    assert not record.verified and record.failed_check == check and cause in record.failure
     [written] = tmp_path.glob("run-*/bad.json")  # the record the job wrote says the same
-    assert yaml.safe_load(written.read_text())["failing_check"] == check
+    assert yaml.safe_load(written.read_text())["failed_check"] == check
 
 
 def _linking(tmp_path, how: str) -> tuple[Path, str]:
@@ -426,7 +426,7 @@ def test_a_name_reaching_out_of_the_submission_is_refused_before_any_file_is_rea
     sub, cause = _linking(tmp_path, how)
     t = time.monotonic()
     record = _run(_fake_env(tmp_path), sub)
-    assert record.failing_check == "submission_files" and cause in record.cause, record.cause
+    assert record.failed_check == "submission_files" and cause in record.failure, record.failure
     assert [c.name for c in record.checks] == ["submission_files"] and time.monotonic() - t < 30
 
 
@@ -440,7 +440,7 @@ def test_a_link_inside_the_submission_is_kept(tmp_path):
     (sub / "__pycache__" / "server.cpython-311.pyc").write_bytes(b"crafted")
     (sub / "stray.pyc").write_bytes(b"crafted")
     record = _run(_fake_env(tmp_path), sub)
-    assert _checks(record)["submission_files"].passed and record.failing_check != "submission_files"
+    assert _checks(record)["submission_files"].passed and record.failed_check != "submission_files"
     assert submission.files(sub) == [str(sub / "server.py"), str(sub / "submission.yaml")]
     with submission.workspace(sub) as copy:  # what the server runs from: links as links, no bytecode
         assert sorted(p.name for p in copy.iterdir()) == ["alias.py", "server.py", "submission.yaml"]
@@ -465,8 +465,8 @@ def test_a_health_path_naming_another_host_is_refused(tmp_path):
         record = _run(_fake_env(tmp_path), vh.submission_dir(tmp_path / "subs", "elsewhere", spec))
         with pytest.raises(TimeoutError):
             s.accept()
-    assert record.failing_check == "submission_spec" and "field 'health_path'" in record.cause, record.cause
-    assert "is not a plain absolute path" in record.cause
+    assert record.failed_check == "submission_spec" and "field 'health_path'" in record.failure, record.failure
+    assert "is not a plain absolute path" in record.failure
 
 
 SHOW_ENVIRON = """import os, sys
@@ -535,7 +535,7 @@ def test_a_declared_port_is_its_own_and_a_silent_server_is_reaped(tmp_path):
         spec = {"command": SLEEPER, "model": "smollm2-135m", "concurrency": 1, "port": port, "startup_timeout_s": 2}
         t = time.monotonic()
         record = _run(_fake_env(tmp_path), vh.submission_dir(tmp_path / "subs", "sleepy", spec))
-    assert record.failing_check == "launch" and "not healthy" in record.cause and time.monotonic() - t < 30
+    assert record.failed_check == "launch" and "not healthy" in record.failure and time.monotonic() - t < 30
     assert record.sandbox.kind == "bwrap" and "relay" in record.sandbox.network
     assert not _processes_with(f"infbench-test-sleeper-{port}"), "the server process was not reaped"
 
@@ -553,20 +553,20 @@ def test_server_reading_the_verifiers_files_is_rejected(env, tmp_path):
     spec["command"] = [a.replace("server.py", "cheat.py") for a in spec["command"]]
     (sub / "submission.yaml").write_text(yaml.safe_dump(spec))
     record = _run(env, sub)
-    assert record.failing_check == "launch" and "before it was healthy" in record.cause, record.cause
+    assert record.failed_check == "launch" and "before it was healthy" in record.failure, record.failure
     assert (
         f"FileNotFoundError: [Errno 2] No such file or directory: '{env['ref']}'" in Path(record.server_log).read_text()
     )
 
 
-def test_the_failing_check_is_the_first_failure_in_the_documented_order():
+def test_the_failed_check_is_the_first_failure_in_the_documented_order():
     """Context probes run while the server is up, the replay checks after teardown: a server failing both is
     named by complete_prompts, which the documented order puts first."""
-    from infbench.serving.verify.common import CheckResult
+    from infbench.checks import Check
     from infbench.serving.verify.record import CHECK_ORDER, in_documented_order
 
     ran = [
-        CheckResult(name=n, passed=n not in ("context_probes", "complete_prompts"), summary=n)
+        Check(name=n, passed=n not in ("context_probes", "complete_prompts"), summary=n)
         for n in (
             "submission_files",
             "submission_spec",

@@ -20,7 +20,7 @@ SMALL = {
     "score_batch_size": 4,
     "bootstrap_resamples": 200,
 }
-# 2 questions per answer benchmark, token budgets capped (tests/compression/test_answers_model.py covers the real sizes)
+# 2 questions per answer benchmark, token budgets capped (tests/evaluation/test_answers_model.py covers the real sizes)
 SMALL_ANSWERS = {
     "gsm8k": {"n_questions": 2, "max_new_tokens": 64},
     "humaneval": {"n_questions": 2, "max_new_tokens": 32},
@@ -193,7 +193,7 @@ def test_reference_search_is_ingested_verified_and_analysed(finished):
     status = json.loads((workdir / "results/runs/ingested/reference-search/status.json").read_text())
     assert status["ingested"] and status["candidate"] == "run-reference-search"
     best = max(rewards, key=lambda r: r["reward"])
-    from infbench.compression.submission import content_hash
+    from infbench.package_files import content_hash
 
     assert content_hash(run / "final") == best["content_hash"]
     assert len(pd.read_csv(workdir / "results/tables/runs/best_so_far.csv")) == 2

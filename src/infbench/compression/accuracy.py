@@ -2,8 +2,9 @@
 
 Prompts are tokenized with the source tokenizer (the package's is checked to
 be identical) as the reference run did. The pipeline decides when generation
-stops (EOS, or the decoded text holding a stop sequence) and tells the worker,
-and the driver cuts completions at the first stop, as for A(p). HumanEval programs are
+stops (the source's EOS ids, or the decoded text holding a stop sequence:
+:mod:`infbench.evaluation.generation`) and tells the worker, and the driver
+cuts completions at the first stop, as for A(p). HumanEval programs are
 judged in sandboxes made with the package worker's own sandbox settings.
 
 The verdict's accuracies come with their counts (correct, asked) per benchmark, the candidate's and the
@@ -14,9 +15,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from infbench.compression.answers import driver
-from infbench.compression.answers.results import AnswerResults, ItemRecord, read_json
 from infbench.config.model import AnswerSettings
+from infbench.evaluation import driver
+from infbench.evaluation.generation import checkpoint_generation_config, eos_ids, stream_generate_fn
+from infbench.evaluation.results import AnswerResults, ItemRecord, read_json
 
 EVIDENCE_CHARS = 300  # of each response kept in the record (the whole one is judged)
 
@@ -31,31 +33,6 @@ def item_evidence(item: ItemRecord) -> dict:
         "extracted": item.extracted,
         "response": item.response[:EVIDENCE_CHARS],
     }
-
-
-def stream_generate_fn(proc, tokenizer) -> driver.GenerateFn:
-    """``generate_fn`` over anything with the worker's ``stream(ids, max_new_tokens, stop)`` (a
-    :class:`~infbench.compression.client.SubmissionProcess`): one prompt at a time, stopped by the caller."""
-    eos = tokenizer.eos_token_id
-    eos_ids = [eos] if eos is not None else []
-
-    def generate_fn(prompts: list[str], max_new_tokens: int, stop: list[str]) -> list[str]:
-        texts = [s for s in stop if s]
-
-        def stopped(tokens: list[int]) -> bool:
-            if tokens[-1] in eos_ids:
-                return True
-            return bool(texts) and any(s in tokenizer.decode(tokens, skip_special_tokens=True) for s in texts)
-
-        completions = []
-        for prompt in prompts:
-            tokens = proc.stream(tokenizer(prompt)["input_ids"], max_new_tokens, stop=stopped).tokens
-            if eos_ids and eos_ids[0] in tokens:
-                tokens = tokens[: tokens.index(eos_ids[0])]
-            completions.append(tokenizer.decode(tokens, skip_special_tokens=True))
-        return completions
-
-    return generate_fn
 
 
 def counts(results: AnswerResults) -> dict[str, tuple[int, int]]:
@@ -75,10 +52,11 @@ def make_gate(
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(source_checkpoint)
+    eos = eos_ids(tokenizer, checkpoint_generation_config(source_checkpoint))
 
     def gate(proc) -> dict:
         results, verdict = driver.gate_candidate(
-            stream_generate_fn(proc, tokenizer),
+            stream_generate_fn(proc, tokenizer, eos),
             answer_settings,
             reference_json,
             label,

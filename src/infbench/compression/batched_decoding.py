@@ -33,7 +33,7 @@ from transformers.cache_utils import StaticLayer
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 from infbench.compression import fused_elementwise
-from infbench.compression.hf_runtime import cache_kwargs
+from infbench.hf_loading import cache_kwargs
 
 ATTENTION = "infbench_cached_attention"
 

@@ -31,16 +31,10 @@ from infbench.compression.likelihood_files import read_continuations, stack
 from infbench.compression.records import EvaluationRecord
 from infbench.compression.runtimes import preload_modules
 from infbench.compression.storage import ResidentMeasure, memory_cap, workspace_bytes
-from infbench.compression.submission import (
-    GIB,
-    SubmissionError,
-    check_tokenizer,
-    content_hash,
-    load_manifest,
-    package_bytes,
-)
+from infbench.compression.submission import GIB, SubmissionError, check_tokenizer, load_manifest
 from infbench.config.model import SandboxSettings, VerificationSettings
 from infbench.operator_secret import OperatorSecret
+from infbench.package_files import PackageFilesError, content_hash, package_bytes
 from infbench.provenance import collect as collect_provenance
 
 
@@ -53,7 +47,7 @@ class EvaluationSettings(VerificationSettings):
 
     @classmethod
     def for_job(cls, verification: VerificationSettings, sandbox: SandboxSettings, threads: int) -> EvaluationSettings:
-        from infbench.compression.device import resolve
+        from infbench.device import resolve
 
         return cls(
             **{**verification.model_dump(), "device": resolve(verification.device)}, sandbox=sandbox, threads=threads
@@ -266,7 +260,7 @@ def measure(
         if checking:
             with step("statefulness", phase="statefulness"):
                 _insert_after_probes(record.checks, _fresh_process_check(fresh, rows, lp, settings, secret, source))
-    except SubmissionError as exc:
+    except (SubmissionError, PackageFilesError) as exc:
         record.failure = str(exc)
         _fail(record, step.now, {"error": str(exc)})
     except WorkerFailure as exc:

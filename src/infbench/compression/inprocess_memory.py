@@ -58,6 +58,6 @@ def resident_bytes(device: str, native_bytes: int = 0) -> int:
         # cuBLAS keeps its matmul workspaces (32 MiB per handle by default) in the caching allocator:
         # temporary workspace, not model storage
         torch._C._cuda_clearCublasWorkspaces()
-        # every visible GPU: a model too large for one is spread over several (hf_runtime.from_pretrained_on)
+        # every visible GPU: a model too large for one is spread over several (hf_loading.from_pretrained_on)
         return sum(int(torch.cuda.memory_allocated(i)) for i in range(torch.cuda.device_count())) + host
     return host

@@ -24,7 +24,6 @@ import torch
 from infbench import atomic, provenance
 from infbench.compression import contexts as ctx
 from infbench.compression import held_out, sampling, scoring
-from infbench.compression.hf_runtime import load_causal_lm
 from infbench.compression.likelihood_files import (
     CONTINUATIONS_SCHEMA,
     SCORES_SCHEMA,
@@ -34,6 +33,7 @@ from infbench.compression.likelihood_files import (
     stack,
 )
 from infbench.hashing import sha256_file
+from infbench.hf_loading import load_causal_lm
 from infbench.operator_secret import OperatorSecret
 from infbench.resources import check_visible_gpus
 

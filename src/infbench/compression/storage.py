@@ -1,6 +1,6 @@
 """Storage accounting (PROTOCOL A2).
 
-``S_pkg`` is every byte of the package (:func:`submission.package_bytes`).
+``S_pkg`` is every byte of the package (:func:`infbench.package_files.package_bytes`).
 
 ``S_res`` is the model storage still held after loading and after inference with caches released, measured by
 the pipeline from outside the sandboxed worker (:mod:`infbench.sandbox.meter`). Each worker runs in its own

@@ -83,7 +83,7 @@ def gguf_converter(cfg: Config, name: str, origin: SourceOrigin) -> None:
 def answers(cfg: Config) -> None:
     """Offline (embedded) question sets select: enough questions and few-shot exemplars in each pool."""
     if cfg.answers.questions == "embedded":
-        from infbench.compression.answers.questions import load_questions
+        from infbench.evaluation.questions import load_questions
 
         load_questions(cfg.answers, seed=cfg.answers.seed)
 

@@ -849,7 +849,7 @@ class WorkloadSettings(Section):
 
 
 class ReplayConfig(Section):
-    """Closed-loop replay (PROTOCOL B4); :class:`infbench.serving.replay.ReplaySettings` is one replay's
+    """Closed-loop replay (PROTOCOL B4); :class:`infbench.serving.replay_settings.ReplaySettings` is one replay's
     settings built from it."""
 
     warmup_s: Annotated[Number, Field(ge=0, description="not fixed by the paper")] = 120

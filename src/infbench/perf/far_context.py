@@ -18,10 +18,10 @@ import pandas as pd
 import torch
 
 from infbench import atomic
-from infbench.compression.hf_runtime import cache_kwargs
 from infbench.config.model import ServingSettings
+from infbench.hf_loading import cache_kwargs
 from infbench.serving import workload
-from infbench.serving.replay import ReplaySettings
+from infbench.serving.replay_settings import ReplaySettings
 from infbench.serving.verify.far_context import clear_misses
 from infbench.serving.verify.fidelity import Scores, teacher_forced_logits
 from infbench.serving.verify.reference import load_model

@@ -26,8 +26,8 @@ import torch
 
 from infbench import atomic
 from infbench.compression import sampling, scoring
-from infbench.compression.device import resolve
-from infbench.compression.hf_runtime import load_causal_lm
+from infbench.device import resolve
+from infbench.hf_loading import load_causal_lm
 from infbench.perf import decode_profile, roofline
 
 RANDOM_MODELS = {

@@ -18,12 +18,13 @@ import numpy as np
 import pandas as pd
 
 from infbench import atomic
-from infbench.serving import replay, servers, trace
+from infbench.serving import replay, replay_settings, servers
+from infbench.serving.sessions import Session
 from infbench.serving.traces import weka
 from infbench.serving.workload import draw
 
 
-def _sessions(n: int, input_tokens: int, output_tokens: int, think_time_s: float) -> list[trace.Session]:
+def _sessions(n: int, input_tokens: int, output_tokens: int, think_time_s: float) -> list[Session]:
     """Sessions of 8 requests on a growing context, think times uniform in [0.5, 1.5] x ``think_time_s``
     (so lanes that start together drift apart instead of sending in bursts)."""
     bs = 16
@@ -60,7 +61,7 @@ def run(
     with tempfile.TemporaryDirectory() as tmp:
         with servers.launched("instant", spec, servers.LaunchVars(), Path(tmp) / "server.log") as base:
             for c in concurrencies:
-                st = replay.ReplaySettings(
+                st = replay_settings.ReplaySettings(
                     base_url=base,
                     model="bench",
                     concurrency=c,

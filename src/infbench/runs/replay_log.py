@@ -10,7 +10,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ValidationError
 
-from infbench.compression.submission import content_hash
+from infbench.package_files import content_hash
 from infbench.runs.jsonl import RunError, first_error, timed_events
 from infbench.runs.schema import ReplayCall
 

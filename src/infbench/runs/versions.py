@@ -9,7 +9,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from infbench.compression.submission import SubmissionError, content_hash, package_bytes
+from infbench.package_files import PackageFilesError, content_hash, package_bytes
 from infbench.runs.jsonl import RunError, first_error
 from infbench.runs.schema import VersionPublished
 
@@ -33,7 +33,7 @@ def events(versions_dir: Path, *, hashes: bool = True) -> list[VersionPublished]
             raise RunError(meta_path, first_error(exc)) from None
         try:
             digest, size = (content_hash(folder), package_bytes(folder)) if hashes else ("", 0)
-        except SubmissionError as exc:  # a link out of the version folder
+        except PackageFilesError as exc:  # a link out of the version folder
             raise RunError(folder, str(exc)) from None
         found.append(
             VersionPublished(

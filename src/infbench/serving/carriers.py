@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from infbench.config.model import FarContextSettings
-from infbench.serving.trace import Session, TraceRequest
+from infbench.serving.sessions import Session, TraceRequest
 
 Segment = tuple[str, object]  # ("block", hash id) or ("tail", request id): a unit of prompt content
 

@@ -21,7 +21,7 @@ from pydantic import BaseModel
 from infbench import atomic, provenance
 from infbench.config.model import ServingCore
 from infbench.serving import workload
-from infbench.serving.trace import Session
+from infbench.serving.sessions import Session
 
 METRICS = ("initial_streams", "input_tokens", "branches", "requests")
 

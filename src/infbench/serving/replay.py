@@ -36,42 +36,36 @@
 - A request the server refuses because it does not fit its context (an HTTP
   error whose message says so) is also marked ``context_overflow``; scoring
   invalidates a run with too many of them (:mod:`infbench.serving.value`).
+
+This module is the scheduler and the sending of requests; one replay's settings are
+:mod:`infbench.serving.replay_settings`, what a streamed response carried and its token accounting
+:mod:`infbench.serving.streamed_response`, the records and their parquet schema
+:mod:`infbench.serving.request_records`, the event loop it runs on :mod:`infbench.serving.event_loop`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import gc
 import heapq
 import itertools
 import math
 import re
 import time
 import uuid
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
 
 import aiohttp
 import orjson
-import pandas as pd
-import pyarrow as pa
-import uvloop
-from pydantic import BaseModel, ConfigDict, Field
 
-from infbench import atomic
-from infbench.config.model import FarContextSettings, ServingCore
-from infbench.serving.endpoints import API, Completions, endpoint
-from infbench.serving.sse import BoundedLines, response_limit
-from infbench.serving.trace import Session, TraceRequest
-from infbench.serving.workload import (
-    FROM_BEGINNING,
-    LaneStart,
-    PromptBuilder,
-    lane_start,
-    public_prompt_seed,
-    start_fraction,
-)
+from infbench.serving.endpoints import endpoint
+from infbench.serving.event_loop import run_tuned
+from infbench.serving.replay_settings import ReplaySettings
+from infbench.serving.request_records import RequestRecord
+from infbench.serving.sessions import Session, TraceRequest
+from infbench.serving.sse import response_limit
+from infbench.serving.streamed_response import StreamedResponse, token_accounting
+from infbench.serving.workload import FROM_BEGINNING, LaneStart, lane_start, start_fraction
 
 JSON_BODY = {"Content-Type": "application/json"}
 # How OpenAI-compatible servers word a prompt that does not fit (vLLM, SGLang, llama.cpp, S0, OpenAI).
@@ -80,128 +74,6 @@ CONTEXT_OVERFLOW = re.compile(
     r"|(prompt|input) is too long|longer than the model",
     re.IGNORECASE,
 )
-
-
-class ReplaySettings(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    base_url: str
-    model: str
-    concurrency: int = Field(ge=1)
-    seed: int
-    warmup_s: float = Field(ge=0)
-    window_s: float = Field(gt=0)
-    request_timeout_s: float = Field(gt=0)
-    idle_cap_s: float | None = Field(gt=0, description="None: idle gaps are not capped")
-    token_low: int
-    token_high: int
-    marker_tokens: int = Field(ge=1)
-    temperature: float = Field(ge=0)
-    start_ratio: tuple[float, float] = Field(
-        description="range of the sampled start point of a lane's first session, as fractions of its main chain"
-    )
-    request_fields: dict[str, Any] = Field(
-        default_factory=dict, description="extra JSON fields a server needs, e.g. logit_bias"
-    )
-    api: API = "completions"
-    tokenizer: str | None = Field(default=None, description="chat: the tokenizer.json that turns prompts to text")
-    far_context: FarContextSettings | None = Field(
-        default=None, description="far-context carriers placed in the prompts (None: none)"
-    )
-    prompt_seed: int | None = Field(
-        default=None,
-        exclude=True,
-        repr=False,
-        description="the prompts' content seed; None: the public one of `seed`. "
-        "Verification passes one drawn from the operator's secret, "
-        "which is never written out with the settings",
-    )
-
-    @classmethod
-    def for_serving(
-        cls,
-        serving: ServingCore,
-        base_url: str,
-        concurrency: int,
-        seed: int,
-        request_fields: dict[str, Any],
-        prompt_seed: int | None = None,
-    ) -> ReplaySettings:
-        """A replay of ``seed`` as ``serving`` configures it; ``prompt_seed`` None: its prompts' public
-        content seed (development, calibration), else the held-out one verification draws from the
-        operator's secret."""
-        r, w = serving.replay, serving.workload
-        low, high = w.token_id_range
-        return cls(
-            base_url=base_url,
-            model=serving.deployment.name,
-            concurrency=concurrency,
-            seed=seed,
-            warmup_s=r.warmup_s,
-            window_s=r.window_s,
-            request_timeout_s=r.request_timeout_s,
-            idle_cap_s=r.idle_cap_s,
-            token_low=low,
-            token_high=high,
-            marker_tokens=w.marker_tokens,
-            temperature=r.temperature,
-            start_ratio=r.start_ratio,
-            request_fields=request_fields,
-            far_context=w.far_context,
-            prompt_seed=prompt_seed,
-        )
-
-    def prompt_builder(self) -> PromptBuilder:
-        """The prompts this replay sends (the same for the same content seed and concurrency)."""
-        seed = public_prompt_seed(self.seed) if self.prompt_seed is None else self.prompt_seed
-        return PromptBuilder(
-            token_low=self.token_low,
-            token_high=self.token_high,
-            marker_tokens=self.marker_tokens,
-            content_seed=seed,
-            concurrency=self.concurrency,
-            carriers=self.far_context,
-        )
-
-
-class RequestRecord(BaseModel):
-    """One row of the replay's parquet file; times in seconds since replay start."""
-
-    run_id: str
-    instance: int
-    session_id: str
-    request_id: str
-    chain: str
-    input_tokens: int
-    max_tokens: int
-    ready_time: float
-    send_time: float
-    first_token_time: float
-    last_token_time: float
-    end_time: float
-    in_window: bool
-    ok: bool
-    error: str
-    context_overflow: bool
-    instance_requests: int = Field(description="requests of this session instance the replay sends")
-    n_chunks: int = Field(description="chunks that carried token ids or text")
-    id_chunks: int = Field(description="chunks that carried at least one token id (the arrivals)")
-    text_chunks_without_ids: int = Field(description="chunks with text but no token id (never a token arrival)")
-    counts_from_token_ids: bool = Field(
-        description="output counted and timed by streamed token ids (false: by usage and text chunks, unverified)"
-    )
-    streamed_token_ids: list[int]
-    token_arrivals: list[float] = Field(
-        description="arrival of each streamed token id, seconds after send (the "
-        "ids of one chunk share their chunk's arrival)"
-    )
-    text: str
-    usage_prompt_tokens: int | None
-    usage_completion_tokens: int | None
-    output_tokens: int
-    ttft: float
-    tpot: float
-    server_ttft: float | None = Field(description="the server's own first-token minus receive stamp, if it sends them")
-    server_receive_time: float | None = Field(description="the server's receive stamp on this clock, if it sends one")
 
 
 @dataclass
@@ -221,127 +93,6 @@ class _Event:
     seq: int
     instance: _Instance = field(compare=False)
     request: TraceRequest = field(compare=False)
-
-
-class _Stream:
-    """What one streamed response carried; a body beyond :func:`~infbench.serving.sse.response_limit` or more
-    ids than ``max_tokens`` stop it with an error (the verifier's memory and time stay bounded)."""
-
-    def __init__(
-        self,
-        max_tokens: int,
-        byte_limit: int,
-        piece: Callable[[dict[str, Any]], tuple[str, list[int] | None]] = Completions().piece,  # noqa: B008  (stateless)
-    ):
-        self.piece = piece  # (text, token ids) of one streamed choice, as the endpoint lays it out
-        self.max_tokens = max_tokens
-        self.lines = BoundedLines(byte_limit)
-        self.first_id: float = math.nan  # arrival of the first / last chunk carrying a token id
-        self.last_id: float = math.nan
-        self.first_text: float = math.nan  # the same for chunks with text (timing of a stream without ids)
-        self.last_text: float = math.nan
-        self.chunks = 0
-        self.id_chunks = 0
-        self.text_chunks = 0
-        self.text_without_ids = 0
-        self.ids: list[int] = []
-        self.arrivals: list[float] = []  # of each id, on the replay's clock
-        self.text: list[str] = []
-        self.usage: dict[str, Any] | None = None
-        self.done = False
-        self.server_ttft: float | None = None
-        self.server_receive: float | None = None
-
-    def receive(self, data: bytes, now: float) -> None:
-        """One network read, split into lines here rather than a readline per line (a third of the
-        client's CPU); every event of a read arrived at the same moment and is stamped once."""
-        for line in self.lines.feed(data):
-            self.line(line, now)
-
-    def end(self, now: float) -> None:
-        """The body ended: its last line may lack a newline."""
-        self.line(self.lines.rest(), now)
-
-    def line(self, raw: bytes, now: float) -> None:
-        """One SSE line: ``data: <json>`` or ``data: [DONE]``; blank lines and comments are skipped."""
-        line = raw.decode().rstrip("\r")
-        if not line or line.startswith(":"):
-            return
-        if self.done or not line.startswith("data:"):
-            raise ValueError(f"malformed SSE line{' after [DONE]' * self.done}: {line[:200]!r}")
-        data = line[5:].strip()
-        if data == "[DONE]":
-            self.done = True
-        else:
-            self.feed(orjson.loads(data), now)
-
-    def feed(self, payload: dict[str, Any], now: float) -> None:
-        if payload.get("usage"):
-            self.usage = payload["usage"]
-        if "server_receive_time" in payload and self.server_ttft is None:
-            self.server_receive = float(payload["server_receive_time"])
-            self.server_ttft = float(payload["server_first_token_time"]) - self.server_receive
-        choices = payload.get("choices")
-        if choices is None:
-            if not payload.get("usage"):
-                raise ValueError(f"chunk without choices or usage: {str(payload)[:200]}")
-            return
-        for choice in choices:
-            text, ids = self.piece(choice)
-            text, ids = text or "", ids or []
-            if ids:
-                self.ids.extend(int(i) for i in ids)
-                self.arrivals.extend([now] * len(ids))
-                if len(self.ids) > self.max_tokens:
-                    raise ValueError(f"more token ids streamed than max_tokens={self.max_tokens}")
-                self.id_chunks += 1
-                if math.isnan(self.first_id):
-                    self.first_id = now
-                self.last_id = now
-            if text:
-                self.text_chunks += 1
-                self.text_without_ids += not ids
-                if math.isnan(self.first_text):
-                    self.first_text = now
-                self.last_text = now
-            self.chunks += bool(text or ids)
-            self.text.append(text)
-
-    @property
-    def saw_ids(self) -> bool:
-        return self.id_chunks > 0
-
-    @property
-    def first(self) -> float:
-        """Arrival of the first token: the first id-carrying chunk (the first text chunk without any ids)."""
-        return self.first_id if self.saw_ids else self.first_text
-
-    @property
-    def last(self) -> float:
-        return self.last_id if self.saw_ids else self.last_text
-
-
-def _check(stream: _Stream, prompt_len: int | None, max_tokens: int) -> tuple[int, str]:
-    """(client-accounted output tokens, error or '') of a finished stream; ``prompt_len`` None: the
-    server's prompt token count is not compared (a chat prompt the server tokenizes and templates)."""
-    if not stream.done:
-        return 0, "stream ended without [DONE]"
-    usage_out = stream.usage.get("completion_tokens") if stream.usage else None
-    if stream.saw_ids and usage_out is not None and usage_out != len(stream.ids):
-        return len(stream.ids), f"usage.completion_tokens={usage_out} but {len(stream.ids)} token ids streamed"
-    if stream.saw_ids:
-        n_out = len(stream.ids)
-    elif usage_out is not None:  # without token ids (unverified counts) a text chunk carries at least one token
-        n_out = int(usage_out)
-        if not 0 < stream.text_chunks <= n_out:
-            return n_out, f"usage.completion_tokens={n_out} but {stream.text_chunks} text chunks streamed"
-    else:
-        return stream.chunks, "no token accounting (neither token_ids nor usage)"
-    if prompt_len is not None and stream.usage and stream.usage.get("prompt_tokens") not in (None, prompt_len):
-        return n_out, f"usage.prompt_tokens={stream.usage['prompt_tokens']} but the prompt has {prompt_len}"
-    if n_out != max_tokens:
-        return n_out, f"{n_out} output tokens, {max_tokens} prescribed"
-    return n_out, ""
 
 
 class Replay:
@@ -501,7 +252,7 @@ class Replay:
             "temperature": self.s.temperature,
             **self.s.request_fields,
         }
-        stream = _Stream(r.output_tokens, response_limit(len(prompt), r.output_tokens), self.api.piece)
+        stream = StreamedResponse(r.output_tokens, response_limit(len(prompt), r.output_tokens), self.api.piece)
         error = ""
         overflow = False
         send = self.now()
@@ -524,7 +275,9 @@ class Replay:
         except (aiohttp.ClientError, ValueError, TypeError, KeyError, AttributeError) as exc:
             error = f"{type(exc).__name__}: {exc}"[:500]
         end = self.now()
-        n_out, check_error = _check(stream, len(prompt) if self.api.compares_prompt_tokens else None, r.output_tokens)
+        n_out, check_error = token_accounting(
+            stream, len(prompt) if self.api.compares_prompt_tokens else None, r.output_tokens
+        )
         error = error or check_error
         ttft = stream.first - send
         tpot = 0.0 if n_out == 1 else (stream.last - stream.first) / (n_out - 1) if n_out > 1 else math.nan
@@ -569,64 +322,3 @@ class Replay:
 
 def run(sessions: Iterator[Session], settings: ReplaySettings) -> list[RequestRecord]:
     return run_tuned(Replay(sessions, settings).run())
-
-
-def run_tuned(main: Coroutine[Any, Any, list[RequestRecord]]) -> list[RequestRecord]:
-    """Run a replay's coroutine on uvloop with the garbage collector tuned for it."""
-    # The cyclic garbage collector stops the event loop for tens of ms when it scans the young objects
-    # hundreds of streams make (bench-replay saw a 44 ms pause): what exists before the replay is frozen
-    # out of its scans and it runs 50x less often; reference counting still frees almost everything.
-    gc.collect()
-    gc.freeze()
-    threshold = gc.get_threshold()
-    gc.set_threshold(35_000, *threshold[1:])
-    try:
-        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-            return runner.run(main)
-    finally:
-        gc.set_threshold(*threshold)
-        gc.unfreeze()
-
-
-RECORD_SCHEMA = pa.schema(
-    [
-        ("run_id", pa.string()),
-        ("instance", pa.int64()),
-        ("session_id", pa.string()),
-        ("request_id", pa.string()),
-        ("chain", pa.string()),
-        ("input_tokens", pa.int64()),
-        ("max_tokens", pa.int64()),
-        ("ready_time", pa.float64()),
-        ("send_time", pa.float64()),
-        ("first_token_time", pa.float64()),
-        ("last_token_time", pa.float64()),
-        ("end_time", pa.float64()),
-        ("in_window", pa.bool_()),
-        ("ok", pa.bool_()),
-        ("error", pa.string()),
-        ("context_overflow", pa.bool_()),
-        ("instance_requests", pa.int64()),
-        ("n_chunks", pa.int64()),
-        ("id_chunks", pa.int64()),
-        ("text_chunks_without_ids", pa.int64()),
-        ("counts_from_token_ids", pa.bool_()),
-        ("streamed_token_ids", pa.list_(pa.int64())),
-        ("token_arrivals", pa.list_(pa.float64())),
-        ("text", pa.string()),
-        ("usage_prompt_tokens", pa.int64()),
-        ("usage_completion_tokens", pa.int64()),
-        ("output_tokens", pa.int64()),
-        ("ttft", pa.float64()),
-        ("tpot", pa.float64()),
-        ("server_ttft", pa.float64()),
-        ("server_receive_time", pa.float64()),
-    ]
-)
-
-
-def write_records(records: list[RequestRecord], path: str) -> pd.DataFrame:
-    """The records as parquet with :data:`RECORD_SCHEMA` (typed even when a replay completed nothing)."""
-    frame = pd.DataFrame([r.model_dump() for r in records], columns=list(RequestRecord.model_fields))
-    atomic.write_parquet(path, frame, RECORD_SCHEMA)
-    return frame

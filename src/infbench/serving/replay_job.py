@@ -12,8 +12,8 @@ from infbench import atomic, provenance
 from infbench.config.model import ServingCore
 from infbench.errors import InputFileError
 from infbench.hashing import sha256_file
-from infbench.serving import replay, workload
-from infbench.serving.trace import Session
+from infbench.serving import replay, replay_settings, request_records, workload
+from infbench.serving.sessions import Session
 from infbench.serving.value import Score, Targets, score
 
 
@@ -21,7 +21,7 @@ class RunSummary(BaseModel):
     server: str
     concurrency: int
     seed: int
-    settings: replay.ReplaySettings
+    settings: replay_settings.ReplaySettings
     records: str
     requests: int
     score: Score
@@ -40,9 +40,11 @@ def replay_once(
     inputs: dict[str, str],
     targets: Targets | None = None,
 ) -> RunSummary:
-    st = replay.ReplaySettings.for_serving(serving, base_url, concurrency, seed, serving.servers[server].request_fields)
+    st = replay_settings.ReplaySettings.for_serving(
+        serving, base_url, concurrency, seed, serving.servers[server].request_fields
+    )
     recs = replay.run(workload.draw(sessions, seed), st)
-    frame = replay.write_records(recs, records_path)
+    frame = request_records.write_records(recs, records_path)
     summary = RunSummary(
         server=server,
         concurrency=concurrency,
@@ -68,7 +70,7 @@ def score_frame(frame: pd.DataFrame, serving: ServingCore, targets: Targets | No
 def read_records(records_path: str) -> pd.DataFrame:
     """A replay's request records, refused if an older replay client wrote them."""
     frame = pd.read_parquet(records_path)
-    missing = [name for name in replay.RECORD_SCHEMA.names if name not in frame.columns]
+    missing = [name for name in request_records.RECORD_SCHEMA.names if name not in frame.columns]
     if missing:
         raise InputFileError(
             records_path,

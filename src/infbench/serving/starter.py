@@ -15,7 +15,8 @@ from concurrent.futures import ThreadPoolExecutor
 import torch
 import uvicorn
 
-from infbench.compression.hf_runtime import cache_kwargs, from_pretrained_on
+from infbench.evaluation.generation import eos_ids
+from infbench.hf_loading import cache_kwargs, from_pretrained_on
 from infbench.serving.openai_app import CompletionRequest, app
 
 
@@ -29,7 +30,7 @@ class TransformersEngine:
         self.model = from_pretrained_on(model_dir, "cpu", dtype=getattr(torch, dtype)).eval()
         self.name = name
         self.context_limit = context_limit or self.model.config.max_position_embeddings
-        self.eos = {self.tokenizer.eos_token_id} - {None}
+        self.eos = set(eos_ids(self.tokenizer, self.model.generation_config))
         self.lock = asyncio.Lock()
         # One thread runs every forward pass, so a request cancelled mid-step never overlaps the next one.
         self.pool = ThreadPoolExecutor(max_workers=1)

@@ -7,7 +7,7 @@ trace file or directory read as it is (:mod:`infbench.serving.traces`), sessions
 
 Writes, in the output directory:
 
-- ``records.parquet``: one row per request sent (:data:`infbench.serving.replay.RECORD_SCHEMA`).
+- ``records.parquet``: one row per request sent (:data:`infbench.serving.request_records.RECORD_SCHEMA`).
 - ``summary.json``: :class:`TraceReplaySummary`: trace, settings, deployment, targets, why sending
   stopped, the measured window and the score (D, G, f; D and f only with latency targets).
 
@@ -33,8 +33,8 @@ from tqdm import tqdm
 from infbench import atomic, provenance
 from infbench.config.model import Deployment
 from infbench.errors import ConfigError, InputFileError
-from infbench.serving import replay, traces, workload
-from infbench.serving.trace import Session
+from infbench.serving import event_loop, replay, replay_settings, request_records, traces, workload
+from infbench.serving.sessions import Session
 from infbench.serving.value import Score, Targets, score
 
 Order = Literal["trace", "draw"]
@@ -50,7 +50,7 @@ class TraceReplaySummary(BaseModel):
     order: Order
     sessions_read: int
     sessions_eligible: int
-    settings: replay.ReplaySettings
+    settings: replay_settings.ReplaySettings
     deployment: Deployment
     targets: Targets | None
     max_context_overflow_share: float
@@ -86,7 +86,7 @@ def session_order(sessions: list[Session], order: Order, seed: int) -> Iterator[
     return iter(sessions) if order == "trace" else workload.draw(sessions, seed)
 
 
-async def _replay_with_progress(rep: replay.Replay, show: bool) -> list[replay.RequestRecord]:
+async def _replay_with_progress(rep: replay.Replay, show: bool) -> list[request_records.RequestRecord]:
     loop = asyncio.get_running_loop()
     total = rep.s.warmup_s + rep.s.window_s
     bar = tqdm(
@@ -136,7 +136,7 @@ def ended(rep: replay.Replay) -> Ended:
 def run(
     trace: str,
     fmt: str,
-    settings: replay.ReplaySettings,
+    settings: replay_settings.ReplaySettings,
     deployment: Deployment,
     targets: Targets | None,
     order: Order,
@@ -151,8 +151,8 @@ def run(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     rep = replay.Replay(session_order(sessions, order, settings.seed), settings)
-    records = replay.run_tuned(_replay_with_progress(rep, progress))
-    frame = replay.write_records(records, str(out / "records.parquet"))
+    records = event_loop.run_tuned(_replay_with_progress(rep, progress))
+    frame = request_records.write_records(records, str(out / "records.parquet"))
     sending_ended = rep.sending_ended if rep.sending_ended is not None else 0.0
     window = max(0.0, min(sending_ended, settings.warmup_s + settings.window_s) - settings.warmup_s)
     summary = TraceReplaySummary(

@@ -37,7 +37,7 @@ from infbench.hashing import file_hashes, sha256_file
 from infbench.operator_secret import OperatorSecret
 from infbench.seeding import derive_seed
 from infbench.serving.carriers import Carrier, Store, place
-from infbench.serving.trace import Session, TraceRequest
+from infbench.serving.sessions import Session, TraceRequest
 from infbench.serving.traces import read_trace
 
 

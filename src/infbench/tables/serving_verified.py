@@ -82,10 +82,10 @@ def rows(
                 VerifiedRow(
                     **common,
                     **NOT_SCORED,
-                    verdict=marked(f"failed: {rec.failing_check}", rec.sandbox),
-                    D_at_c=f"not scored (fails {rec.failing_check})",
+                    verdict=marked(f"failed: {rec.failed_check}", rec.sandbox),
+                    D_at_c=f"not scored (fails {rec.failed_check})",
                     counts="",
-                    cause=" ".join((rec.cause or "").split(":\n")[0].split())[:300],
+                    cause=" ".join((rec.failure or "").split(":\n")[0].split())[:300],
                 )
             )
             continue

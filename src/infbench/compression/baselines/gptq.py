@@ -30,8 +30,9 @@ import pyarrow.parquet as pq
 
 from infbench.compression.baselines.package import copy_tokenizer, write_package
 from infbench.compression.corpus import load_documents
-from infbench.compression.submission import GIB, Manifest, package_bytes
+from infbench.compression.submission import GIB, Manifest
 from infbench.config.model import CorpusSpec
+from infbench.package_files import package_bytes
 from infbench.seeding import derive_seed
 
 WEIGHTS = "model"

@@ -50,7 +50,7 @@ def preload_modules(package: Path, manifest: Manifest) -> list[str]:
 
 
 # Modules a runtime imports only where they are installed, bound into its sandbox without being preloaded:
-# transformers spreads a model over several GPUs with accelerate (hf_runtime.from_pretrained_on).
+# transformers spreads a model over several GPUs with accelerate (hf_loading.from_pretrained_on).
 OPTIONAL = {"transformers": ("accelerate",)}
 
 

@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from infbench.bf16_on_cpu import float32_products_on_cpu
-from infbench.compression.hf_runtime import cache_kwargs, from_pretrained_on
+from infbench.hf_loading import cache_kwargs, from_pretrained_on
 
 
 def _load(checkpoint: Path, device: str):

@@ -4,7 +4,7 @@
 - ``mooncake`` (:mod:`.mooncake`): Mooncake JSONL, the single-request original and the multi-turn
   variant of AIPerf / the AgentX harness's generator.
 
-Every reader returns :class:`infbench.serving.trace.Session` objects; a malformed trace raises an
+Every reader returns :class:`infbench.serving.sessions.Session` objects; a malformed trace raises an
 :class:`~infbench.errors.InputFileError` naming the file, line and field.
 """
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from infbench.errors import InputFileError
-from infbench.serving.trace import Session
+from infbench.serving.sessions import Session
 from infbench.serving.traces import mooncake, weka
 from infbench.serving.traces.records import json_records
 

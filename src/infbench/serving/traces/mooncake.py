@@ -39,7 +39,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from infbench.errors import InputFileError
-from infbench.serving.trace import Chain, Session, TraceRequest
+from infbench.serving.sessions import Chain, Session, TraceRequest
 from infbench.serving.traces.records import expect_object, json_records, record_error
 
 TEXT_FIELDS = ("text_input", "messages", "payload")

@@ -41,7 +41,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
 
 from infbench.errors import InputFileError
-from infbench.serving.trace import Chain, Session, TraceRequest
+from infbench.serving.sessions import Chain, Session, TraceRequest
 from infbench.serving.traces.records import expect_object, json_records, record_error
 
 _RECORD = ConfigDict(extra="ignore", allow_inf_nan=False, populate_by_name=True)

@@ -11,10 +11,10 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from infbench.checks import Check
 from infbench.config.model import AnswerSettings, VerifySettings
 from infbench.operator_secret import OperatorSecret
 from infbench.serving.verify import probes, reference
-from infbench.serving.verify.common import CheckResult
 from infbench.serving.verify.source_text import SourceText
 
 
@@ -32,7 +32,7 @@ def held_out_answers(
     text: SourceText,
     secret: OperatorSecret,
     request_fields: dict[str, Any] | None = None,
-) -> CheckResult:
+) -> Check:
     responses, errors = [], []
     last: probes.Completion | None = None
     for item in ref.answers:
@@ -64,7 +64,7 @@ def held_out_answers(
     k_cand = sum(i.correct for i in judged)
     need = threshold(ref.k_ref, n, settings.answers_slack)
     passed = k_cand >= need
-    return CheckResult(
+    return Check(
         name="held_out_answers",
         passed=passed,
         summary=(

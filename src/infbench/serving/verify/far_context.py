@@ -21,8 +21,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from infbench.checks import Check
 from infbench.config.model import VerifySettings
-from infbench.serving.verify.common import CheckResult
 from infbench.serving.verify.fidelity import Candidate, Scores
 
 
@@ -43,7 +43,7 @@ def clear_misses(scores: Scores, margin: float) -> tuple[int, list[int]]:
 
 def far_context(
     model, replays: list[Candidate], settings: VerifySettings, rng: np.random.Generator, drawn_with: str
-) -> CheckResult:
+) -> Check:
     carriers = [c for c in replays if c.carrier is not None]
     rows = []
     for c, why in select(carriers, settings.far_context_checks, rng):
@@ -78,8 +78,8 @@ def far_context(
         "carriers": rows,
     }
 
-    def result(passed: bool, summary: str) -> CheckResult:
-        return CheckResult(name="far_context", passed=passed, summary=summary, evidence=evidence)
+    def result(passed: bool, summary: str) -> Check:
+        return Check(name="far_context", passed=passed, summary=summary, evidence=evidence)
 
     if settings.far_context_checks == 0:
         return result(True, "no far-context check configured")

@@ -33,10 +33,10 @@ import numpy as np
 import pandas as pd
 import torch
 
+from infbench.checks import Check
 from infbench.config.model import VerifySettings
 from infbench.serving.carriers import Carrier
-from infbench.serving.trace import Session
-from infbench.serving.verify.common import CheckResult
+from infbench.serving.sessions import Session
 from infbench.serving.workload import PromptBuilder
 
 
@@ -235,7 +235,7 @@ def fidelity(
     settings: VerifySettings,
     rng: np.random.Generator,
     drawn_with: str,
-) -> CheckResult:
+) -> Check:
     suspects = select_suspects(model, probes, replays, eos, settings, rng)
     scored, worst = [], None
     for c in suspects:
@@ -269,7 +269,7 @@ def fidelity(
             f"{len(scored)} suspects ({sampled} sampled over time from {len(replays)} post-warmup "
             f"continuations) scored, max regret {worst['max_regret']:.3f} <= {tol}"
         )
-    return CheckResult(
+    return Check(
         name="fidelity",
         passed=bool(scored) and not failed,
         summary=summary,

@@ -20,9 +20,9 @@ import httpx
 import numpy as np
 from pydantic import BaseModel
 
+from infbench.checks import Check
 from infbench.operator_secret import OperatorSecret
 from infbench.serving import sse
-from infbench.serving.verify.common import CheckResult
 
 
 class Completion(BaseModel):
@@ -124,7 +124,7 @@ def context_probes(
     timeout_s: float,
     secret: OperatorSecret,
     request_fields: dict[str, Any] | None = None,
-) -> tuple[CheckResult, list[tuple[list[int], Completion]]]:
+) -> tuple[Check, list[tuple[list[int], Completion]]]:
     """The check, and each probe's (prompt, completion) for the fidelity check."""
     probes, failures, completions = [], [], []
     for j in range(n_probes):
@@ -158,8 +158,8 @@ def context_probes(
         if fatal(c):
             break
     if n_probes == 0:
-        return CheckResult(name="context_probes", passed=True, summary="no context probes configured"), []
-    return CheckResult(
+        return Check(name="context_probes", passed=True, summary="no context probes configured"), []
+    return Check(
         name="context_probes",
         passed=not failures,
         summary=(
@@ -179,7 +179,7 @@ def eos_probes(
     max_tokens: int,
     timeout_s: float,
     request_fields: dict[str, Any] | None = None,
-) -> tuple[CheckResult, list[Completion]]:
+) -> tuple[Check, list[Completion]]:
     """``probes``: [{"prompt": ids, "expected": greedy ids ending in EOS}] from the reference record."""
     eos = set(eos_ids)
     results, failures, completions = [], [], []
@@ -227,8 +227,8 @@ def eos_probes(
             failures.append(f"{len(probes) - j - 1} EOS probe(s) not sent after: {c.error}")
             break
     if not probes:
-        return CheckResult(name="natural_stopping", passed=True, summary="no EOS probes configured"), completions
-    return CheckResult(
+        return Check(name="natural_stopping", passed=True, summary="no EOS probes configured"), completions
+    return Check(
         name="natural_stopping",
         passed=not failures,
         summary=(f"{len(probes)} EOS probe(s) stopped at EOS with nothing after it" if not failures else failures[0]),

@@ -8,9 +8,9 @@ from typing import Any
 from pydantic import BaseModel
 
 from infbench import provenance
+from infbench.checks import Check
 from infbench.sandbox.launch import SandboxRecord
 from infbench.serving.value import Score
-from infbench.serving.verify.common import CheckResult
 
 CHECK_ORDER = (
     "submission_files",
@@ -43,9 +43,9 @@ class VerificationRecord(BaseModel):
     spec: dict[str, Any] | None
     concurrency: int | None
     verified: bool
-    failing_check: str | None
-    cause: str | None
-    checks: list[CheckResult]
+    failed_check: str | None
+    failure: str | None
+    checks: list[Check]
     replays: list[SeedReplay]
     server_log: str
     command: list[str]
@@ -57,8 +57,8 @@ class VerificationRecord(BaseModel):
     provenance: provenance.Provenance
 
 
-def in_documented_order(checks: list[CheckResult]) -> list[CheckResult]:
+def in_documented_order(checks: list[Check]) -> list[Check]:
     """The checks in :data:`CHECK_ORDER` (a name outside it last): the record lists them so, and
-    ``failing_check`` names the first failure in that order, not in the order the checks ran."""
+    ``failed_check`` names the first failure in that order, not in the order the checks ran."""
     last = len(CHECK_ORDER)
     return sorted(checks, key=lambda c: CHECK_ORDER.index(c.name) if c.name in CHECK_ORDER else last)

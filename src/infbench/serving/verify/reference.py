@@ -22,12 +22,12 @@ import torch
 from pydantic import BaseModel, Field
 
 from infbench import atomic, provenance
-from infbench.compression.answers import judge, prompts, questions
-from infbench.compression.answers.hf_generate import _StopInGenerated
-from infbench.compression.hf_runtime import cache_kwargs, from_pretrained_on
 from infbench.config.model import AnswerSettings, VerifySettings
 from infbench.errors import ConfigError
+from infbench.evaluation import judge, prompts, questions
+from infbench.evaluation.generation import eos_ids, greedy
 from infbench.hashing import file_hashes, sha256_text
+from infbench.hf_loading import cache_kwargs, load_causal_lm
 from infbench.operator_secret import OperatorSecret
 
 # Short chat requests an instruct model answers in a few tokens; {w} {v} are words, {a} {b} numbers, {c} a
@@ -151,17 +151,10 @@ class VerificationReference(BaseModel):
 
 
 def load_model(checkpoint: str | Path, dtype: str):
+    """The reference model (on the CPU) and its tokenizer."""
     from transformers import AutoTokenizer
 
-    model = from_pretrained_on(checkpoint, "cpu", dtype=getattr(torch, dtype)).eval()
-    return model, AutoTokenizer.from_pretrained(checkpoint)
-
-
-def eos_ids(model, tokenizer) -> list[int]:
-    found = {tokenizer.eos_token_id}
-    gen = model.generation_config.eos_token_id
-    found |= set(gen if isinstance(gen, list) else [gen])
-    return sorted(found - {None})
+    return load_causal_lm(str(checkpoint), dtype, "cpu"), AutoTokenizer.from_pretrained(checkpoint)
 
 
 @torch.inference_mode()
@@ -204,35 +197,17 @@ def candidate_prompts(tokenizer, n: int, token_range: tuple[int, int], secret: O
     return cands
 
 
-@torch.inference_mode()
 def greedy_text(model, tokenizer, prompt: list[int], max_new_tokens: int, stop: list[str]) -> str:
     """Plain greedy decoding of one token-id prompt (no padding), stopping at EOS or a stop sequence."""
-    from transformers import GenerationConfig, StoppingCriteriaList
-
-    eos = eos_ids(model, tokenizer)
-    config = GenerationConfig(
-        max_new_tokens=max_new_tokens,
-        do_sample=False,
-        num_beams=1,
-        eos_token_id=eos,
-        pad_token_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos[0],
-    )
     ids = torch.tensor([prompt])
-    out = model.generate(
-        input_ids=ids,
-        attention_mask=torch.ones_like(ids),
-        generation_config=config,
-        stopping_criteria=StoppingCriteriaList([_StopInGenerated(tokenizer, stop, len(prompt))]),
-    )
-    row = out[0, len(prompt) :].tolist()
-    end = next((i for i, t in enumerate(row) if t in eos), len(row))
-    return tokenizer.decode(row[:end], skip_special_tokens=True)
+    inputs = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+    return greedy(model, tokenizer, inputs, max_new_tokens, stop, eos_ids(tokenizer, model.generation_config))[0]
 
 
 def find_eos_probes(
     model, tokenizer, settings: VerifySettings, token_range: tuple[int, int], secret: OperatorSecret
 ) -> tuple[list[EosProbe], int]:
-    eos = set(eos_ids(model, tokenizer))
+    eos = set(eos_ids(tokenizer, model.generation_config))
     found, tried = [], 0
     cands = candidate_prompts(tokenizer, settings.eos_candidates, token_range, secret)
     for cand in cands:
@@ -259,10 +234,7 @@ def select_questions(
     for i, bench in enumerate(settings.answers_benchmarks):
         n = settings.answers_n // k + (1 if i < settings.answers_n % k else 0)
         cfg = answer_settings.benchmark(bench)
-        if answer_settings.questions == "embedded":
-            pool, fewshot, _ = questions.embedded_pool(bench)
-        else:
-            pool, fewshot, _ = questions.datasets_pool(bench, cfg.dataset, cfg.shots)
+        pool, fewshot, _ = questions.question_pool(answer_settings, bench)
         if n > len(pool):
             raise ConfigError(
                 "serving.verification.answers_n",
@@ -327,7 +299,7 @@ def compute(
     weights = sha256_text("".join(f"{k}:{v}\n" for k, v in file_hashes(checkpoint).items()))
     record = VerificationReference(
         source=source,
-        eos_token_ids=eos_ids(model, tokenizer),
+        eos_token_ids=eos_ids(tokenizer, model.generation_config),
         special_tokens=list(tokenizer.all_special_tokens),
         eos_probes=probes,
         eos_candidates_tried=tried,

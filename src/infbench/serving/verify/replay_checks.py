@@ -26,7 +26,7 @@ from collections.abc import Callable
 
 import pandas as pd
 
-from infbench.serving.verify.common import CheckResult
+from infbench.checks import Check
 from infbench.serving.verify.source_text import SourceText
 
 CUT = ("timed out", "cancelled at replay end")
@@ -50,8 +50,8 @@ def _examples(rows: pd.DataFrame, what: Callable[[pd.Series], str], n: int = 5) 
     return [f"{r.session_id}#{r.instance}/{r.request_id}: {what(r)}" for r in rows.head(n).itertuples()]
 
 
-def _nothing_answered(name: str, frame: pd.DataFrame) -> CheckResult:
-    return CheckResult(
+def _nothing_answered(name: str, frame: pd.DataFrame) -> Check:
+    return Check(
         name=name,
         passed=False,
         summary=f"no answered request to check ({len(frame)} sent)",
@@ -59,12 +59,12 @@ def _nothing_answered(name: str, frame: pd.DataFrame) -> CheckResult:
     )
 
 
-def complete_prompts(frame: pd.DataFrame) -> CheckResult:
+def complete_prompts(frame: pd.DataFrame) -> Check:
     ans = _answered(frame)
     if ans.empty:
         return _nothing_answered("complete_prompts", frame)
     bad = ans[ans["usage_prompt_tokens"].isna() | (ans["usage_prompt_tokens"] != ans["input_tokens"])]
-    return CheckResult(
+    return Check(
         name="complete_prompts",
         passed=bad.empty,
         summary=(
@@ -80,7 +80,7 @@ def complete_prompts(frame: pd.DataFrame) -> CheckResult:
     )
 
 
-def exact_output_lengths(frame: pd.DataFrame) -> CheckResult:
+def exact_output_lengths(frame: pd.DataFrame) -> Check:
     ans = _answered(frame)
     if ans.empty:
         return _nothing_answered("exact_output_lengths", frame)
@@ -89,7 +89,7 @@ def exact_output_lengths(frame: pd.DataFrame) -> CheckResult:
         | ans["usage_completion_tokens"].isna()
         | (ans["usage_completion_tokens"] != ans["max_tokens"])
     ]
-    return CheckResult(
+    return Check(
         name="exact_output_lengths",
         passed=bad.empty,
         summary=(
@@ -123,12 +123,12 @@ def stream_problem(r, text: SourceText) -> str | None:
     return text.mismatch(ids, r.text)
 
 
-def streaming_consistency(frame: pd.DataFrame, text: SourceText) -> CheckResult:
+def streaming_consistency(frame: pd.DataFrame, text: SourceText) -> Check:
     ans = _answered(frame)
     if ans.empty:
         return _nothing_answered("streaming_consistency", frame)
     problems = [(r, p) for r in ans.itertuples() if (p := stream_problem(r, text))]
-    return CheckResult(
+    return Check(
         name="streaming_consistency",
         passed=not problems,
         summary=(
@@ -144,7 +144,7 @@ def streaming_consistency(frame: pd.DataFrame, text: SourceText) -> CheckResult:
     )
 
 
-def session_progress(frame: pd.DataFrame, issue_end: float | None = None) -> CheckResult:
+def session_progress(frame: pd.DataFrame, issue_end: float | None = None) -> Check:
     win = frame[frame["in_window"]]
     completed = frame["ok"]
     by_instance = frame.groupby("instance").agg(ok=("ok", "sum"), size=("instance_requests", "first"))
@@ -163,7 +163,7 @@ def session_progress(frame: pd.DataFrame, issue_end: float | None = None) -> Che
         "examples": _examples(transport, lambda r: r.error),
     }
     if frame.empty or not completed.any():
-        return CheckResult(
+        return Check(
             name="session_progress",
             passed=False,
             evidence=evidence,
@@ -176,7 +176,7 @@ def session_progress(frame: pd.DataFrame, issue_end: float | None = None) -> Che
         after = frame[(frame["send_time"] >= first) & frame["ok"]]
         evidence["completed_after_first_timeout"] = len(after)
         if (issue_end is None or first < issue_end) and after.empty:
-            return CheckResult(
+            return Check(
                 name="session_progress",
                 passed=False,
                 evidence=evidence,
@@ -184,13 +184,13 @@ def session_progress(frame: pd.DataFrame, issue_end: float | None = None) -> Che
                 f"first timeout completed ({int(completed.sum())} completed before)",
             )
     if len(transport):
-        return CheckResult(
+        return Check(
             name="session_progress",
             passed=False,
             evidence=evidence,
             summary=f"{len(transport)} request(s) failed in transport, e.g. {transport['error'].iloc[0][:200]}",
         )
-    return CheckResult(
+    return Check(
         name="session_progress",
         passed=True,
         evidence=evidence,

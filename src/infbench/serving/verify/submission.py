@@ -20,7 +20,7 @@ set as the path of the server's URL.
 
 The pipeline never reads through a submission's links: before its spec is read, every name in the
 directory must be a regular file, a directory or a symlink that stays inside it, with no hard link
-to a file outside (:func:`infbench.compression.submission.package_entries`, the rule CompressionBench
+to a file outside (:func:`infbench.package_files.package_entries`, the rule CompressionBench
 applies to packages). The directory is then copied, links kept as links (they stay inside it) and its
 ``__pycache__``, ``*.pyc`` and ``.git`` left out (the server runs its sources), into a fresh working copy,
 and the command runs there (cwd = the copy), so a submission's own files are found by relative path; the
@@ -140,7 +140,7 @@ def _walk(directory: str | Path) -> Iterator[tuple[Path, list[str], list[str], l
 
 def fresh_copy(directory: str | Path, parent: str | Path) -> Path:
     """A fresh working copy of the submission directory under ``parent``: links copied as links (checked to
-    stay inside it first, :func:`infbench.compression.submission.package_entries`), never followed, and
+    stay inside it first, :func:`infbench.package_files.package_entries`), never followed, and
     :data:`HIDDEN_DIRS` and ``*.pyc`` left out."""
     dest = Path(parent) / Path(directory).name
     shutil.copytree(directory, dest, symlinks=True, ignore=shutil.ignore_patterns(*HIDDEN_DIRS, "*.pyc"))

@@ -14,11 +14,11 @@ from pathlib import Path
 import torch
 
 from infbench import provenance
-from infbench.compression.answers import results
-from infbench.compression.answers.driver import evaluate
-from infbench.compression.answers.hf_generate import load_hf_generate_fn
-from infbench.compression.answers.questions import load_questions
 from infbench.config.model import AnswerSettings, SandboxSettings
+from infbench.evaluation import results
+from infbench.evaluation.driver import evaluate
+from infbench.evaluation.generation import load_hf_generate_fn
+from infbench.evaluation.questions import load_questions
 from infbench.hashing import file_hashes, sha256_text
 
 

@@ -3,7 +3,8 @@
 import pytest
 
 from infbench.errors import ConfigError
-from infbench.serving import synthetic, trace, workload
+from infbench.serving import synthetic, workload
+from infbench.serving.sessions import Session
 from infbench.serving.traces import weka
 
 SYN = dict(
@@ -44,9 +45,9 @@ def test_session_model_rejects_cycles_and_dangling_deps():
 
     base = {"id": "s", "block_size": 4, "chains": [{"id": "main", "kind": "main", "requests": ["a", "b"]}]}
     with pytest.raises(ValueError, match="dependency cycle"):
-        trace.Session.model_validate(base | {"requests": [req("a", ["b"]), req("b", ["a"])]})
+        Session.model_validate(base | {"requests": [req("a", ["b"]), req("b", ["a"])]})
     with pytest.raises(ValueError, match="unknown request zz"):
-        trace.Session.model_validate(base | {"requests": [req("a", []), req("b", ["zz"])]})
+        Session.model_validate(base | {"requests": [req("a", []), req("b", ["zz"])]})
 
 
 def test_synthetic_is_seeded_and_readable(tmp_path):

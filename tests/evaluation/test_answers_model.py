@@ -5,9 +5,9 @@ import pytest
 import yaml
 from conftest import REPO, planned_jobs, run_snakemake
 
-from infbench.compression.answers import driver, judge, results
-from infbench.compression.answers.reference import compute_reference
 from infbench.config.model import SandboxSettings
+from infbench.evaluation import driver, judge, results
+from infbench.evaluation.reference_accuracy import compute_reference
 
 SANDBOX = SandboxSettings(allow_unsandboxed=True, tmp_mb=64)  # bubblewrap where it works
 
@@ -22,6 +22,54 @@ def small(settings, n: int, **max_new_tokens):
             for b in max_new_tokens
         }
     )
+
+
+def test_eos_ids_are_the_tokenizers_and_the_generation_configs():
+    from types import SimpleNamespace
+
+    from infbench.evaluation.generation import eos_ids
+
+    assert eos_ids(SimpleNamespace(eos_token_id=2), SimpleNamespace(eos_token_id=[7, 2])) == [2, 7]
+    assert eos_ids(SimpleNamespace(eos_token_id=None), SimpleNamespace(eos_token_id=5)) == [5]
+    assert eos_ids(SimpleNamespace(eos_token_id=3), SimpleNamespace(eos_token_id=None)) == [3]
+
+
+@pytest.mark.slow
+def test_every_runtime_generates_alike(smollm2_source, tmp_path):
+    """One greedy generation: the source's batch (A(p)), a token-id prompt (the serving reference) and a
+    worker's stream stopped by the pipeline (a candidate) stop at the same EOS and stop sequences and give
+    the same completions, on a model whose greedy decoding reaches EOS."""
+    from types import SimpleNamespace
+
+    import torch
+    import verify_helpers as vh
+    from transformers import AutoTokenizer
+
+    from infbench.evaluation import generation
+    from infbench.serving.verify.reference import greedy_text, load_model
+
+    model, tokenizer = load_model(vh.tiny_model(tmp_path / "tiny", smollm2_source[0] / "hf", seed=0), "float32")
+    eos = generation.eos_ids(tokenizer, model.generation_config)
+
+    class Worker:  # the worker's stream: greedy tokens until the caller's test says stop
+        def stream(self, ids, max_new_tokens, stop):
+            tokens = []
+            while len(tokens) < max_new_tokens and not (tokens and stop(tokens)):
+                logits = model(input_ids=torch.tensor([list(ids) + tokens])).logits
+                tokens.append(int(logits[0, -1].argmax()))
+            return SimpleNamespace(tokens=tokens)
+
+    prompts = ["Question: What is 2+3?\nAnswer:", "Question: Who wrote Hamlet?\nAnswer:", "def f(x):\n"]
+    batched = generation.hf_generate_fn(model, AutoTokenizer.from_pretrained(tmp_path / "tiny"))
+    streamed = generation.stream_generate_fn(Worker(), tokenizer, eos)
+    completions = []
+    for stop in (["Question:", "\n\n"], ["e"], []):
+        with torch.inference_mode():
+            expected = streamed(prompts, 16, stop)
+        assert batched(prompts, 16, stop) == expected
+        assert [greedy_text(model, tokenizer, tokenizer(p)["input_ids"], 16, stop) for p in prompts] == expected
+        completions.append(expected)
+    assert completions[1] != completions[2]  # the stop sequence "e" ended some generation early
 
 
 @pytest.mark.slow

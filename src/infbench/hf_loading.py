@@ -1,11 +1,12 @@
-"""Loading a transformers checkpoint for sampling and scoring; handing its KV cache from step to step."""
+"""Loading a transformers checkpoint and handing its KV cache from step to step, for both tracks: sampling
+and scoring, the ``hf`` package runtime, the answer references, the serving reference and the starter server."""
 
 from __future__ import annotations
 
 import torch
 
 from infbench.bf16_on_cpu import float32_products_on_cpu
-from infbench.compression.device import resolve
+from infbench.device import resolve
 
 
 def cache_kwargs(out) -> dict:

@@ -1,9 +1,14 @@
 """Answer extraction and normalisation of the accuracy gate, including the known traps."""
 
+import re
+import string
+
 import pytest
 
-from infbench.compression.answers import judge
-from infbench.compression.answers.questions import Question, gsm8k_gold
+from infbench.config.model import BENCHMARKS
+from infbench.evaluation import judge
+from infbench.evaluation.questions import Question, gsm8k_gold
+from infbench.evaluation.registry import spec
 
 GSM8K_STOP = ("Question:", "</s>", "<|im_end|>", "\n\n")
 
@@ -42,7 +47,7 @@ def test_truncate_at_earliest_stop(completion, stop, expected):
     ],
 )
 def test_gsm8k_flexible_extract(response, expected):
-    assert judge.gsm8k_extract(response) == expected
+    assert judge.extract("gsm8k", response) == expected
 
 
 def test_gsm8k_takes_the_last_number_not_a_recited_exemplar():
@@ -73,7 +78,7 @@ def test_gsm8k_gold_and_prediction_are_cleaned_alike():
     ],
 )
 def test_triviaqa_official_normalisation(text, expected):
-    assert judge.triviaqa_normalize(text) == expected
+    assert judge.normalize("triviaqa", text) == expected
 
 
 def test_triviaqa_matches_any_alias():
@@ -93,3 +98,22 @@ def test_humaneval_case_keeps_the_completion_out_of_the_test():
     assert case.helpers == q.text and case.test == q.test  # the trusted side never sees the completion
     with pytest.raises(ValueError):
         judge.judge_text(q, "    return x + 1")
+
+
+def test_every_benchmark_is_described_by_its_spec():
+    """Prompt, extraction and the questions' source are data (specs/<name>.yaml), one per benchmark."""
+    assert [(spec(b).name, spec(b).judged_by) for b in BENCHMARKS] == [
+        ("gsm8k", "answer"),
+        ("humaneval", "tests"),
+        ("triviaqa", "answer"),
+    ]
+    assert spec("gsm8k").answer.group_select == -1  # the last number: a recited exemplar is not scored
+
+
+def test_triviaqa_punctuation_is_the_official_set():
+    """The spec's character class is exactly string.punctuation, curly quotes, acute accent and backtick."""
+    punctuation = next(
+        s.regex for s in spec("triviaqa").answer.normalize if not isinstance(s, str) and s.regex.startswith("[")
+    )
+    matched = {chr(c) for c in range(0x10000) if re.fullmatch(punctuation, chr(c))}
+    assert matched == set(string.punctuation + "\u2018\u2019\u00b4`")

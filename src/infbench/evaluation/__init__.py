@@ -1,0 +1,16 @@
+"""Answer evaluation shared by both tracks: the questions, prompts and judging of GSM8K, HumanEval and
+TriviaQA, and greedy generation with stop sequences.
+
+CompressionBench's accuracy gate (PROTOCOL A5.2): GSM8K (4-shot, 320 tokens, final number), HumanEval
+(0-shot, 384 tokens, unit tests, judged in sandboxes by :mod:`infbench.sandbox.judge`) and TriviaQA
+(5-shot, 24 tokens, normalised aliases), greedy, the same questions for the source and every candidate;
+a candidate passes iff ``A(a) >= rho * A(p)``. ServerBench's held-out answers
+(drawn and answered by :mod:`infbench.serving.verify.reference`, a server's checked by
+:mod:`infbench.serving.verify.answers`) come from the same question sets, prompts, generation and judging.
+
+Modules: :mod:`.registry` (what each benchmark is: ``specs/<name>.yaml``), :mod:`.questions`
+(question sets, ``data/``, the seeded selection), :mod:`.prompts`, :mod:`.judge` (extraction and
+normalisation, the HumanEval case), :mod:`.generation` (greedy generation with stop sequences, the EOS
+ids), :mod:`.driver` (``evaluate``, ``gate``), :mod:`.results` (records and files),
+:mod:`.reference_accuracy` (the frozen ``A(p)`` of a source).
+"""
