@@ -50,6 +50,10 @@ class Layout:
     def reference_summary(self, source: str, set_name: str) -> str:
         return self._at("likelihood", source, set_name, "reference.json")
 
+    def reference_top(self, source: str, set_name: str) -> str:
+        """The source's top log-probs at every scored position (the divergence diagnostics)."""
+        return self._at("likelihood", source, set_name, "reference_top.npz")
+
     # the accuracy reference A(p) ---------------------------------------------------------------------
     def answers_reference(self, source: str) -> str:
         return self._at("answers", source, "reference.json")

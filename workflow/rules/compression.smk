@@ -127,6 +127,7 @@ rule measure_candidate:
         record=LAYOUT.source_record("{source}"),
         continuations=LAYOUT.continuations("{source}", "verification"),
         reference=LAYOUT.reference_scores("{source}", "verification"),
+        reference_top=LAYOUT.reference_top("{source}", "verification"),
         answers_reference=LAYOUT.answers_reference("{source}"),
     output:
         LAYOUT.measured("{source}", "{candidate}"),

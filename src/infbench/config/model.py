@@ -261,6 +261,18 @@ class LikelihoodSettings(Section):
         ),
     ] = True
     score_batch_size: Annotated[Int, Field(ge=1, description="Rows scored at once.")] = 8
+    reference_top_k: Annotated[
+        Int,
+        Field(
+            ge=1,
+            description=(
+                "The source's most probable tokens kept, with their log-probs, at every scored position of each "
+                "set (reference_top.npz, from the reference scoring's forward pass): the candidates' divergence "
+                "diagnostics (KL divergence, top-1 agreement; src/infbench/compression/divergence.py) keep these "
+                "apart and merge the rest of the source's mass into one outcome."
+            ),
+        ),
+    ] = 64
     tensor_parallel: Annotated[
         Int, Field(ge=1, description="GPUs per vLLM engine (the paper's MoE sources use 2).")
     ] = 1
