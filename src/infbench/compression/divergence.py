@@ -32,6 +32,8 @@ from infbench.compression.records import DivergenceSummary
 
 KLD_PERCENTILES = (50, 90, 95, 99, 99.9)
 DP_PERCENTILES = (0.1, 1, 5, 10, 25, 50, 75, 90, 95, 99, 99.9)
+EXACT_REST = 1e-3
+"""Below this candidate mass outside the source's top tokens, it is summed from the logits, not subtracted."""
 
 
 def _key(q: float) -> str:
@@ -71,8 +73,9 @@ def token_divergence(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per position of the candidate's raw ``logits [b, M, V]`` against the source's top tokens ``ids`` and
     their log-probs ``source_lp`` ``[b, M, k]``: the KL divergence (top ``k`` plus the rest), whether the most
-    probable tokens agree, and the source's mass outside its top ``k``. A few positions at a time in float32;
-    the candidate's rest is the logsumexp of its other logits (no cancellation when it is small)."""
+    probable tokens agree, and the source's mass outside its top ``k``. A few positions at a time in float32.
+    The candidate's rest is ``1 - sum q_top`` in float64, or, where that is under :data:`EXACT_REST` (the
+    subtraction would cancel), the logsumexp of its other logits."""
     vocab, k = logits.shape[-1], ids.shape[-1]
     flat = logits.reshape(-1, vocab)
     top_ids = torch.as_tensor(ids.reshape(-1, k), dtype=torch.long)
@@ -85,7 +88,12 @@ def token_divergence(
         z = flat[rows].float()
         lse = torch.logsumexp(z, dim=-1, keepdim=True)
         lq[rows] = (z.gather(-1, top_ids[rows]) - lse).double()
-        lq_rest[rows] = (torch.logsumexp(z.scatter(-1, top_ids[rows], -torch.inf), dim=-1) - lse[:, 0]).double()
+        rest = 1 - lq[rows].exp().sum(-1)
+        small = rest < EXACT_REST
+        if small.any():
+            exact = torch.logsumexp(z[small].scatter(-1, top_ids[rows][small], -torch.inf), dim=-1) - lse[small, 0]
+            rest[small] = exact.double().exp()
+        lq_rest[rows] = rest.clamp(min=torch.finfo(torch.float64).tiny).log()
         same[rows] = z.argmax(-1) == top_ids[rows, 0]
     p = lp.exp()
     p_rest = (1 - p.sum(-1)).clamp(min=0)
