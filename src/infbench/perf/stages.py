@@ -40,7 +40,7 @@ def stage_config(raw: dict[str, Any], device: str, origin: dict[str, Any] | None
         "bf16": True,
         "starter": True,
         "gguf_types": [],
-        "gptq": {**out.get("compression", {}).get("gptq", {}), "enabled": False},
+        "gptq": {**out.get("compression", {}).get("gptq", {}), "enabled": False, "variants": []},
         "released_gguf": {},
     }
     out["runs"] = {
