@@ -1,6 +1,8 @@
 """The divergence diagnostics (issue 24): KL divergence from the source's top-k log-probs plus the rest of its
 mass, top-1 agreement and delta p, against the same quantities computed directly over the whole vocabulary."""
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -90,3 +92,21 @@ def test_the_summary_refuses_positions_never_scored():
     accumulated(np.array([0]), source[:1].float())
     with pytest.raises(ValueError, match="never scored"):
         accumulated.summary(np.zeros((2, 12)), np.zeros((2, 12)), n_resamples=200, seed=0)
+
+
+def test_a_candidate_ruling_out_a_source_token_has_an_infinite_divergence_and_a_record_that_round_trips():
+    """A -inf logit where the source puts mass: that position's KL divergence is infinite, the percentiles
+    above it too (not NaN), and the record stays valid JSON for the verdict and the table."""
+    from infbench.compression.records import EvaluationRecord
+
+    source, candidate = _pair(positions=64)
+    candidate[0, 0, source[0, 0].argmax()] = -torch.inf
+    accumulated = divergence.Accumulator(TopLogProbs(*_top(source, 32)))
+    accumulated(np.arange(2), candidate.float())
+    lp = np.zeros((2, 32), dtype=np.float32)
+    summary = accumulated.summary(lp, lp, n_resamples=200, seed=0)
+    assert summary.kld_max == np.inf and summary.kld_mean == np.inf and summary.kld_mean_ci95[1] == np.inf
+    assert np.isfinite(summary.kld_percentiles["p50"]) and summary.same_top_p < 1
+    record = EvaluationRecord(kind="verification", submission="x", task="", source="s", limit_gib=0, divergence=summary)
+    again = EvaluationRecord.model_validate_json(json.dumps(record.model_dump(mode="json")))
+    assert again.divergence.kld_max == np.inf

@@ -144,6 +144,16 @@ def delta_p(source_lp: np.ndarray, candidate_lp: np.ndarray) -> np.ndarray:
     return np.exp(candidate_lp.astype(np.float64)) - np.exp(source_lp.astype(np.float64))
 
 
+_HUGE = 1e300  # stands for +inf inside the interpolations, which would make inf - inf a NaN
+
+
+def _percentiles(values: np.ndarray, qs: tuple[float, ...]) -> dict[str, float]:
+    """Linear-interpolation percentiles (llama.cpp's rule) where an infinite KL divergence (a candidate
+    logit of -inf at a source top token) stays infinite instead of turning the interpolation into NaN."""
+    out = np.percentile(np.where(np.isposinf(values), _HUGE, values), qs)
+    return {_key(q): float(np.inf if v >= _HUGE / 2 else v) for q, v in zip(qs, out)}
+
+
 def summarize(
     kl: np.ndarray,
     same: np.ndarray,
@@ -163,13 +173,13 @@ def summarize(
         p_rest_mean=p_rest_mean,
         kld_mean=float(flat.mean()),
         kld_mean_ci95=bootstrap_mean(kl, n_resamples, seed),
-        kld_percentiles={_key(q): float(v) for q, v in zip(KLD_PERCENTILES, np.percentile(flat, KLD_PERCENTILES))},
+        kld_percentiles=_percentiles(flat, KLD_PERCENTILES),
         kld_max=float(flat.max()),
         same_top_p=float(same.mean()),
         same_top_p_ci95=bootstrap_mean(same.astype(np.float64), n_resamples, seed),
         dp_mean=float(d.mean()),
         dp_rms=float(np.sqrt(np.mean(d**2))),
-        dp_percentiles={_key(q): float(v) for q, v in zip(DP_PERCENTILES, np.percentile(d, DP_PERCENTILES))},
+        dp_percentiles=_percentiles(d, DP_PERCENTILES),
         dp_min=float(d.min()),
         dp_max=float(d.max()),
     )
@@ -177,8 +187,11 @@ def summarize(
 
 def bootstrap_mean(values: np.ndarray, n_resamples: int, seed: int, level: float = 0.95) -> tuple[float, float]:
     """Percentile bootstrap interval of the mean of ``values [contexts, tokens]``, resampling contexts."""
-    per_context = values.mean(axis=1, dtype=np.float64)
+    per_context = np.where(np.isposinf(values), _HUGE, values).mean(axis=1, dtype=np.float64)
     rng = np.random.default_rng(seed)
     samples = per_context[rng.integers(0, per_context.size, size=(n_resamples, per_context.size))].mean(axis=1)
-    low, high = np.quantile(samples, [(1 - level) / 2, (1 + level) / 2])
-    return float(low), float(high)
+    low, high = (
+        np.inf if v >= _HUGE / values.size else float(v)
+        for v in np.quantile(samples, [(1 - level) / 2, (1 + level) / 2])
+    )
+    return low, high
