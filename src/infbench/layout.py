@@ -50,6 +50,10 @@ class Layout:
     def reference_summary(self, source: str, set_name: str) -> str:
         return self._at("likelihood", source, set_name, "reference.json")
 
+    def reference_top(self, source: str, set_name: str) -> str:
+        """The source's top log-probs at every scored position (the divergence diagnostics)."""
+        return self._at("likelihood", source, set_name, "reference_top.npz")
+
     # the accuracy reference A(p) ---------------------------------------------------------------------
     def answers_reference(self, source: str) -> str:
         return self._at("answers", source, "reference.json")
@@ -65,6 +69,22 @@ class Layout:
     def gptq_record(self, source: str, limit: str) -> str:
         """What the GPTQ baseline for limit ``limit`` GiB tried and kept."""
         return self._at("compression", source, f"gptq-{limit}gib.json")
+
+    def gptq_variant_record(self, source: str, variant: str) -> str:
+        """What the GPTQ variant ``variant`` (compression.gptq.variants) was made with."""
+        return self._at("compression", source, f"gptq-{variant}.json")
+
+    def imatrix(self, source: str) -> str:
+        """The source's importance matrix, in llama.cpp's GGUF imatrix format."""
+        return self._at("compression", source, "imatrix.gguf")
+
+    def imatrix_record(self, source: str) -> str:
+        return self._at("compression", source, "imatrix.json")
+
+    def gguf_record(self, source: str, candidate: str) -> str:
+        """What llama.cpp made of the twin for a GGUF baseline (``gguf-<TYPE>[-imatrix]``): every tensor's
+        type, the fallbacks."""
+        return self._at("compression", source, f"{candidate}.json")
 
     def measured(self, source: str, candidate: str) -> str:
         """A candidate's measurement on the verification set (no storage limit applied)."""

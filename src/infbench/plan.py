@@ -50,10 +50,11 @@ class Plan:
         c = self.cfg.compression
         names = ["bf16"] if c.bf16 else []
         names += ["starter"] if c.starter else []
-        names += [f"gguf-{t}" for t in c.gguf_types]
+        names += list(c.gguf_baselines)
         names += [f"released-{n}" for n, r in c.released_gguf.items() if r.source == source]
         if c.gptq.enabled:
             names += [f"gptq-{t.limit_gib:g}gib" for t in self.tasks.values() if t.source == source]
+        names += list(c.gptq_variants)
         names += [name for name, path in self.submissions.items() if _declared_source(path) in (source, None)]
         names += [name for name, run in self.run_candidates.items() if run.source == source]
         return names

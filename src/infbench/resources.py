@@ -28,6 +28,8 @@ GPU_RULES: dict[str, str] = {
     "sample_continuations": "likelihood.device",
     "score_reference": "likelihood.device",
     "gptq_baseline": "compression.gptq.device",
+    "gptq_variant": "compression.gptq.device",
+    "gguf_imatrix": "likelihood.device",
     "answers_reference": "answers.device",
     "measure_candidate": "verification.device",
     "reference_search": "verification.device",

@@ -28,6 +28,8 @@ def test_honest_submission_verifies_with_f_equal_one(honest):
     assert record.failure is None, record.failure
     assert all(c.passed for c in record.checks), [c for c in record.checks if not c.passed]
     assert record.f == pytest.approx(1.0, abs=1e-4)  # float32 twin of the reference
+    d = record.divergence  # reported beside F: none from a float32 twin
+    assert d.tokens == record.tokens_scored and d.kld_max < 1e-4 and d.same_top_p == 1.0
     assert {
         "logits_shape",
         "causality",
@@ -87,6 +89,8 @@ def test_scaled_logits_are_scored_as_returned(tiny_source, tmp_path, honest):
     record = run(make_package(tmp_path, tiny_source, code, name="scaled"), tiny_source)
     # log-softmax of the returned logits: a sharper distribution, a different (lower) F
     assert record.f < honest[1].f - 1e-3
+    # the same most probable tokens, other distributions; the divergence is reported, the verdict unchanged
+    assert record.divergence.same_top_p == 1.0 and record.divergence.kld_mean > 10 * honest[1].divergence.kld_mean
     assert next(c for c in record.checks if c.name == "greedy_matches_argmax").passed
 
 

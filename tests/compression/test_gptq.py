@@ -184,3 +184,70 @@ def test_generation_dequantizes_once_per_call_and_keeps_nothing(untied, contexts
     stream.close()
     assert not any(m._cached_weights or m._cache_enabled for m in layers)
     assert live_cpu_bytes() == after_load
+
+
+def test_middle_layers_are_centred_whole_layers():
+    assert gptq.middle_layers(30, 0.5) == list(range(7, 22))
+    assert gptq.middle_layers(4, 0.5) == [1, 2]
+    assert gptq.middle_layers(3, 0.01) == [1]  # at least one
+
+
+@pytest.fixture(scope="module")
+def four_layers(smollm2_source, tmp_path_factory):
+    """A small tied Llama of four decoder layers (SmolLM2's tokenizer)."""
+    import torch
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    out = tmp_path_factory.mktemp("four_layers") / "hf"
+    torch.manual_seed(0)
+    LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=49152,
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=4,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=256,
+            tie_word_embeddings=True,
+        )
+    ).to(torch.bfloat16).save_pretrained(out)
+    AutoTokenizer.from_pretrained(smollm2_source[0] / "hf").save_pretrained(out)
+    return out
+
+
+def test_a_mixed_width_variant_has_the_low_width_in_the_middle_layers_and_runs(four_layers, contexts_file, tmp_path):
+    """compression.gptq.variants: 4-bit, 3-bit in the middle half (layers 1 and 2); group and damping from the
+    variant, the rest from compression.gptq."""
+    from safetensors import safe_open
+
+    from infbench.config.model import GptqVariant
+
+    variant = GptqVariant(name="mixed", bits=4, group_size=32, damp_percent=0.1, low_bits=3, low_bits_share=0.5)
+    result = gptq.variant_package(
+        four_layers,
+        "tiny",
+        tmp_path / "pkg",
+        variant=variant,
+        corpus=CorpusSpec(type="embedded"),
+        contexts_parquet=str(contexts_file),
+        group_size=128,
+        damp_percent=0.01,
+        act_order=True,
+        calibration_samples=2,
+        calibration_tokens=32,
+        calibration_seed=0,
+    )
+    assert result["layer_bits"] == {1: 3, 2: 3} and result["group_size"] == 32 and result["damp_percent"] == 0.1
+    manifest = load_manifest(tmp_path / "pkg")
+    assert manifest.name == "gptq-mixed" and result["package_bytes"] == package_bytes(tmp_path / "pkg")
+    weights = tmp_path / "pkg" / manifest.weights
+    widths = {}
+    with safe_open(str(next(weights.glob("*.safetensors"))), "pt") as f:
+        for name in f.keys():
+            if name.endswith("mlp.down_proj.qweight"):  # 128 input rows packed into int32 words of 32 bits
+                widths[int(name.split(".")[2])] = f.get_slice(name).get_shape()[0] * 32 // 128
+    assert widths == {0: 4, 1: 3, 2: 3, 3: 4}
+    runner = HFRunner(weights, "cpu")
+    logits = runner.logits(np.arange(100, 108, dtype=np.int64)[None], 2)
+    assert logits.shape == (1, 2, 49152) and np.isfinite(logits).all()

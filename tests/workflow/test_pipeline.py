@@ -30,7 +30,7 @@ SMALL_ANSWERS = {
 
 # GPTQ runs packed weights through GPTQModel's CPU torch kernel, which dequantizes
 # on every forward pass: too slow for this test; tests/compression/test_gptq.py covers it.
-SMALL_COMPRESSION = {"gguf_types": ["Q4_0"], "gptq": {"enabled": False}}
+SMALL_COMPRESSION = {"gguf_types": ["Q4_0"], "gptq": {"enabled": False, "variants": []}}
 # the scripted reference search with two of its candidates (docs/runs.md)
 SMALL_SEARCH = [
     {"name": "rtn-q4_0", "type": "Q4_0"},

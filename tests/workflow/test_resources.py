@@ -110,6 +110,8 @@ HOLD_THE_SOURCE = [
     "answers_reference",
     "measure_candidate",
     "gptq_baseline",
+    "gptq_variant",
+    "gguf_imatrix",
 ]
 OFFLINE = {
     "HF_HUB_OFFLINE": "1",
@@ -131,6 +133,8 @@ def test_job_gpus_follow_the_paper_configs(paper, tmp_path, monkeypatch):
         "sample_continuations": devices,
         "score_reference": devices,
         "gptq_baseline": 1,
+        "gptq_variant": 1,
+        "gguf_imatrix": devices,
         "answers_reference": devices,
         "measure_candidate": devices,
         "reference_search": devices,
@@ -200,7 +204,10 @@ def test_slurm_paper_dry_run_asks_for_the_sources_gpus(paper, tmp_path):
         for r, j in jobs.items()
         if r in ("sample_continuations", "score_reference", "gptq_baseline", "answers_reference")
     } == {"sample_continuations": 2, "score_reference": 2, "gptq_baseline": 2, "answers_reference": 1}
-    assert len(jobs["measure_candidate"]) == 6  # bf16, starter, Q4_0, IQ3_S, a GPTQ package per task
+    # bf16, starter, Q4_0, IQ3_S, IQ3_S with the importance matrix (and IQ2_XS for the dense source), a GPTQ
+    # package per task, the five GPTQ pilot variants
+    assert len(jobs["measure_candidate"]) == (13 if paper == "qwen3.8-27b" else 12)
+    assert len(jobs["gptq_variant"]) == 5 and len(jobs["gguf_imatrix"]) == 1
     profile = PAPER_PROFILE["set-resources"]
     for rule, found in jobs.items():
         if rule == "all":
@@ -216,16 +223,17 @@ def test_slurm_paper_dry_run_asks_for_the_sources_gpus(paper, tmp_path):
     for rule in HOLD_THE_SOURCE:
         for res in jobs[rule]:
             assert int(res["mem_mb"]) * 1e6 >= bf16, f"{rule}: host memory below the BF16 source"
-    for rule in ["sample_continuations", "score_reference", "answers_reference", "measure_candidate"]:
+    for rule in ["sample_continuations", "score_reference", "answers_reference", "measure_candidate", "gguf_imatrix"]:
         for res in jobs[rule]:
             assert int(res["gpu"]) == devices, rule
             assert int(res["gpu"]) * H200_BYTES >= bf16, f"{rule}: the BF16 source does not fit its GPUs"
-    assert all(int(r["gpu"]) == 1 for r in jobs["gptq_baseline"])  # one layer at a time
+    assert all(int(r["gpu"]) == 1 for r in jobs["gptq_baseline"] + jobs["gptq_variant"])  # one layer at a time
     for rule in [
         "source_model",
         "source_gguf",
         "contexts",
         "gguf_baseline",
+        "gguf_imatrix_baseline",
         "bf16_package",
         "reference_table",
         "verify",

@@ -54,11 +54,66 @@ rule gguf_baseline:
         gguf=LAYOUT.source_gguf("{source}"),
         checkpoint=LAYOUT.checkpoint("{source}"),
     output:
-        directory(LAYOUT.candidate("{source}", "gguf-{qtype}")),
+        package=directory(LAYOUT.candidate("{source}", "gguf-{qtype}")),
+        record=LAYOUT.gguf_record("{source}", "gguf-{qtype}"),
     log:
         "logs/gguf_baseline/{source}/{qtype}.log",
     benchmark:
         "benchmarks/gguf_baseline/{source}/{qtype}.tsv"
+    conda:
+        "../../envs/pipeline.yaml"
+    threads: 2
+    resources:
+        mem_mb=8000,
+        runtime=30,
+    params:
+        code=code("gguf_baseline"),
+    script:
+        "../scripts/gguf_baseline.py"
+
+
+# The source's importance matrix (llama.cpp's imatrix format) from activation hooks on its forward passes over
+# calibration text, where the likelihood sets' forward passes run (likelihood.device).
+rule gguf_imatrix:
+    input:
+        checkpoint=LAYOUT.checkpoint("{source}"),
+        gguf=LAYOUT.source_gguf("{source}"),
+        contexts=LAYOUT.contexts("{source}", "search"),
+    output:
+        imatrix=LAYOUT.imatrix("{source}"),
+        record=LAYOUT.imatrix_record("{source}"),
+    log:
+        "logs/gguf_imatrix/{source}.log",
+    benchmark:
+        "benchmarks/gguf_imatrix/{source}.tsv"
+    conda:
+        "../../envs/pipeline.yaml"
+    threads: 2
+    resources:
+        mem_mb=8000,
+        runtime=60,
+        gpu=gpus("gguf_imatrix"),
+    params:
+        code=code("gguf_imatrix"),
+        settings=CFG.compression.imatrix.model_dump(mode="json"),
+        corpus=CFG.likelihood.corpus.model_dump(mode="json"),
+        device=CFG.likelihood.device,
+    script:
+        "../scripts/gguf_imatrix.py"
+
+
+rule gguf_imatrix_baseline:
+    input:
+        gguf=LAYOUT.source_gguf("{source}"),
+        checkpoint=LAYOUT.checkpoint("{source}"),
+        imatrix=LAYOUT.imatrix("{source}"),
+    output:
+        package=directory(LAYOUT.candidate("{source}", "gguf-{qtype}-imatrix")),
+        record=LAYOUT.gguf_record("{source}", "gguf-{qtype}-imatrix"),
+    log:
+        "logs/gguf_imatrix_baseline/{source}/{qtype}.log",
+    benchmark:
+        "benchmarks/gguf_imatrix_baseline/{source}/{qtype}.tsv"
     conda:
         "../../envs/pipeline.yaml"
     threads: 2
@@ -115,9 +170,42 @@ rule gptq_baseline:
         code=code("gptq_baseline"),
         corpus=CFG.likelihood.corpus.model_dump(mode="json"),
         # the device decides where GPTQModel quantizes, not what it writes: changing it reruns nothing
-        gptq=CFG.compression.gptq.model_dump(mode="json", exclude={"device"}),
+        gptq=CFG.compression.gptq.model_dump(mode="json", exclude={"device", "variants"}),
     script:
         "../scripts/gptq_baseline.py"
+
+
+# A GPTQ package of fixed widths (compression.gptq.variants: the paper's pilot grid), verified under every task.
+rule gptq_variant:
+    input:
+        checkpoint=LAYOUT.checkpoint("{source}"),
+        contexts=LAYOUT.contexts("{source}", "search"),
+    output:
+        package=directory(LAYOUT.candidate("{source}", "gptq-{variant}")),
+        record=LAYOUT.gptq_variant_record("{source}", "{variant}"),
+    log:
+        "logs/gptq_variant/{source}/{variant}.log",
+    benchmark:
+        "benchmarks/gptq_variant/{source}/{variant}.tsv"
+    wildcard_constraints:
+        variant="|".join(re.escape(v.name) for v in CFG.compression.gptq.variants) or "(?!)",
+    conda:
+        "../../envs/pipeline.yaml"
+    threads: 2
+    resources:
+        mem_mb=16000,
+        runtime=120,
+        gpu=gpus("gptq_variant"),
+    params:
+        code=code("gptq_variant"),
+        corpus=CFG.likelihood.corpus.model_dump(mode="json"),
+        # as gptq_baseline: the device decides where GPTQModel quantizes, not what it writes
+        gptq=CFG.compression.gptq.model_dump(mode="json", exclude={"device", "variants", "enabled", "bit_widths"}),
+        variant=lambda wc: next(v for v in CFG.compression.gptq.variants if v.name == wc.variant).model_dump(
+            mode="json"
+        ),
+    script:
+        "../scripts/gptq_variant.py"
 
 
 rule measure_candidate:
@@ -127,6 +215,7 @@ rule measure_candidate:
         record=LAYOUT.source_record("{source}"),
         continuations=LAYOUT.continuations("{source}", "verification"),
         reference=LAYOUT.reference_scores("{source}", "verification"),
+        reference_top=LAYOUT.reference_top("{source}", "verification"),
         answers_reference=LAYOUT.answers_reference("{source}"),
     output:
         LAYOUT.measured("{source}", "{candidate}"),

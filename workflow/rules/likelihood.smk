@@ -74,6 +74,7 @@ rule score_reference:
     output:
         scores=LAYOUT.reference_scores("{source}", "{set}"),
         summary=LAYOUT.reference_summary("{source}", "{set}"),
+        top=LAYOUT.reference_top("{source}", "{set}"),
     log:
         "logs/score_reference/{source}/{set}.log",
     benchmark:
@@ -87,6 +88,7 @@ rule score_reference:
         gpu=gpus("score_reference"),
     params:
         code=code("score_reference"),
+        top_k=CFG.likelihood.reference_top_k,
         backend=CFG.likelihood.backend,
         batch_size=CFG.likelihood.score_batch_size,
         dtype=CFG.likelihood.dtype,

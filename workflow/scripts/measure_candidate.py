@@ -25,6 +25,7 @@ verification.measure_for_pipeline(
     source_record=snakemake.input.record,
     continuations=snakemake.input.continuations,
     reference_scores=snakemake.input.reference,
+    reference_top=snakemake.input.reference_top,
     settings=VerificationSettings.model_validate(snakemake.params.settings),
     sandbox=SandboxSettings.model_validate(snakemake.params.sandbox),
     threads=snakemake.threads,

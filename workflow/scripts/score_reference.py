@@ -15,6 +15,7 @@ likelihood.score_reference(
     snakemake.input.continuations,
     snakemake.output.scores,
     snakemake.output.summary,
+    snakemake.output.top,
     threads=snakemake.threads,
     secret=secret,
     **params,

@@ -10,7 +10,7 @@ embedded default runs offline on any machine. Two source families:
 
 ``datasets``: any corpus the ``datasets`` library loads (the paper profile:
 Dolma 3 Dolmino from the hub), streamed, with a field naming each document's
-source family.
+source family (or none: a calibration set such as WikiText-103 is one family).
 
 The corpus hash (sha256 over family, id and text of every document read)
 goes into the context-set manifest, so a different Python build shows up.
@@ -51,33 +51,31 @@ def _embedded_documents() -> Iterable[Document]:
         yield Document("code", f"stdlib:{rel.as_posix()}", path.read_text(encoding="utf-8", errors="replace"))
 
 
-def _datasets_documents(spec: CorpusSpec, seed: int) -> Iterable[Document]:
+def _datasets_documents(spec: CorpusSpec, seed: int, key: str) -> Iterable[Document]:
     try:
         import datasets
     except ImportError:
         raise ConfigError(
-            "likelihood.corpus.type", "'datasets' corpora need the datasets package (pip install datasets)"
+            f"{key}.type", "'datasets' corpora need the datasets package (pip install datasets)"
         ) from None
     if not spec.path:
-        raise ConfigError("likelihood.corpus.path", "a datasets corpus needs 'path'")
+        raise ConfigError(f"{key}.path", "a datasets corpus needs 'path'")
     stream = datasets.load_dataset(spec.path, spec.name, split=spec.split, data_files=spec.data_files, streaming=True)
     stream = stream.shuffle(seed=seed, buffer_size=spec.shuffle_buffer)
     for i, row in enumerate(stream):
         if i >= spec.max_documents:
             break
-        for field in (spec.text_field, spec.family_field):
-            if field not in row:
-                raise ConfigError(
-                    "likelihood.corpus." + ("text_field" if field == spec.text_field else "family_field"),
-                    f"field '{field}' is not in the corpus rows (fields: {sorted(row)})",
-                )
+        for name, field in (("text_field", spec.text_field), ("family_field", spec.family_field)):
+            if field is not None and field not in row:
+                raise ConfigError(f"{key}.{name}", f"field '{field}' is not in the corpus rows (fields: {sorted(row)})")
         doc_id = str(row[spec.id_field]) if spec.id_field and spec.id_field in row else f"row:{i}"
-        yield Document(str(row[spec.family_field]), doc_id, row[spec.text_field])
+        family = str(row[spec.family_field]) if spec.family_field is not None else spec.path
+        yield Document(family, doc_id, row[spec.text_field])
 
 
-def load_documents(spec: CorpusSpec, seed: int) -> tuple[list[Document], str]:
-    """All documents read from the corpus, and the corpus hash."""
-    docs = list(_embedded_documents() if spec.type == "embedded" else _datasets_documents(spec, seed))
+def load_documents(spec: CorpusSpec, seed: int, key: str = "likelihood.corpus") -> tuple[list[Document], str]:
+    """All documents read from the corpus (config ``key``), and the corpus hash."""
+    docs = list(_embedded_documents() if spec.type == "embedded" else _datasets_documents(spec, seed, key))
     h = hashlib.sha256()
     for d in docs:
         for part in (d.family, d.doc_id, d.text):

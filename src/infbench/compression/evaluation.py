@@ -24,11 +24,11 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from infbench.checks import Check, CheckFailed
-from infbench.compression import held_out, integrity, probes, scoring
+from infbench.compression import divergence, held_out, integrity, probes, scoring
 from infbench.compression.client import SubmissionProcess, WorkerFailure
 from infbench.compression.decode import measure as measure_decode
-from infbench.compression.likelihood_files import read_continuations, stack
-from infbench.compression.records import EvaluationRecord
+from infbench.compression.likelihood_files import TopLogProbs, read_continuations, read_top, stack
+from infbench.compression.records import DivergenceSummary, EvaluationRecord
 from infbench.compression.runtimes import preload_modules
 from infbench.compression.storage import ResidentMeasure, memory_cap, workspace_bytes
 from infbench.compression.submission import GIB, SubmissionError, check_tokenizer, load_manifest
@@ -77,32 +77,38 @@ def _fail(record: EvaluationRecord, name: str, evidence: dict[str, Any]) -> None
 
 @dataclass(frozen=True)
 class _Rows:
-    """The scored set: contexts, continuations, the sampler's own log-probs and the reference scores."""
+    """The scored set: contexts, continuations, the sampler's own log-probs, the reference scores and the
+    source's top log-probs."""
 
     contexts: np.ndarray
     continuations: np.ndarray
     sampler: np.ndarray
     reference: np.ndarray
+    top: TopLogProbs
 
 
-def _read_rows(continuations: str, reference_scores: str) -> _Rows:
+def _read_rows(continuations: str, reference_scores: str, reference_top: str) -> _Rows:
     table = read_continuations(continuations)
     return _Rows(
         contexts=stack(table["context_ids"], np.int32),
         continuations=stack(table["continuation_ids"], np.int32),
         sampler=stack(table["logprobs"], np.float32),
         reference=stack(read_continuations(reference_scores)["logprobs"], np.float32),
+        top=read_top(reference_top, table["index"].to_numpy()),
     )
 
 
 def _score(
     logits: Callable, rows: _Rows, settings: EvaluationSettings, probe_requests: int, probe_seed: int
-) -> tuple[np.ndarray, list[probes.Answered]]:
+) -> tuple[np.ndarray, list[probes.Answered], DivergenceSummary]:
+    """The scored log-probs, the answered probes and the divergence diagnostics (from the same logits)."""
     schedule = probes.plan(rows.contexts, rows.continuations, settings.score_batch_size, probe_requests, probe_seed)
-    lp, answered = probes.run(logits, schedule, rows.continuations)
+    observed = divergence.Accumulator(rows.top)
+    lp, answered = probes.run(logits, schedule, rows.continuations, observe=observed)
     if not np.all(np.isfinite(lp)):
         raise WorkerFailure("non-finite log-probs", f"{int(np.sum(~np.isfinite(lp)))} tokens")
-    return lp, answered
+    summary = observed.summary(rows.reference, lp, n_resamples=settings.bootstrap_resamples, seed=settings.seed)
+    return lp, answered, summary
 
 
 def measure(
@@ -115,6 +121,7 @@ def measure(
     vocab_size: int,
     continuations: str,
     reference_scores: str,
+    reference_top: str,
     settings: EvaluationSettings,
     accuracy_gate: Callable | None = None,
     log_path: str | Path | BinaryIO | None = None,
@@ -127,6 +134,7 @@ def measure(
     Verification needs the operator ``secret`` (where the probes go) and the temperature the set was
     sampled at (``likelihood_above_source`` applies at 1). ``memory_limit_gib``: the largest storage limit the
     package is judged under, from which its sandbox's hard memory limit is set (:func:`storage.memory_cap`).
+    ``reference_top``: the set's ``reference_top.npz``, for the divergence diagnostics (reported, never judged).
     """
     start = time.monotonic()
     package = Path(package)
@@ -135,7 +143,7 @@ def measure(
     if verifying and (secret is None or sample_temperature is None):
         raise ValueError("final verification needs the operator secret and the sampling temperature")
     record.secret_label = secret.label if verifying else None
-    rows = _read_rows(continuations, reference_scores)
+    rows = _read_rows(continuations, reference_scores, reference_top)
     step = _Steps(record)
     stack = contextlib.ExitStack()
     try:
@@ -201,7 +209,7 @@ def measure(
                 after_load, device_after_load = proc.memory(), proc.device_memory()
             logits = proc.logits  # every answer (sequences, n_last, the source's vocabulary) or logits_shape
             with step("likelihood", phase="likelihood"):
-                lp, answered = _score(
+                lp, answered, record.divergence = _score(
                     logits,
                     rows,
                     settings,

@@ -10,6 +10,9 @@ The files' formats are :mod:`infbench.compression.likelihood_files`.
   the verification set is sampled with a seed drawn from the operator secret
   (:mod:`infbench.compression.held_out`), and its records carry the secret's label;
 - ``reference_scores.parquet``: ``index, logprobs`` teacher-forced by the scorer;
+- ``reference_top.npz``: the source's ``likelihood.reference_top_k`` most probable tokens and their log-probs
+  at every scored position, from the same forward pass (:class:`TopLogProbs`; the candidates' divergence
+  diagnostics, :mod:`infbench.compression.divergence`);
 - ``reference.json``: :class:`ReferenceSummary`, the reference ``PPL_D(p)``
   that candidates are compared with, and the self-check ``F`` of the scorer's
   log-probs against the sampler's (1 up to floating point).
@@ -23,7 +26,7 @@ import torch
 
 from infbench import atomic, provenance
 from infbench.compression import contexts as ctx
-from infbench.compression import held_out, sampling, scoring
+from infbench.compression import divergence, held_out, sampling, scoring
 from infbench.compression.likelihood_files import (
     CONTINUATIONS_SCHEMA,
     SCORES_SCHEMA,
@@ -31,6 +34,7 @@ from infbench.compression.likelihood_files import (
     SamplingSummary,
     read_continuations,
     stack,
+    write_top,
 )
 from infbench.hashing import sha256_file
 from infbench.hf_loading import load_causal_lm
@@ -161,7 +165,9 @@ def score_reference(
     continuations_parquet: str,
     out_parquet: str,
     out_summary: str,
+    out_top: str,
     *,
+    top_k: int,
     backend: str,
     batch_size: int,
     dtype: str,
@@ -180,16 +186,22 @@ def score_reference(
     continuations = stack(table["continuation_ids"], np.int32)
     sampler_logprobs = stack(table["logprobs"], np.float32)
     if backend == "vllm":
-        scored = sampling.score_vllm(checkpoint, contexts, continuations, dtype=dtype, tensor_parallel=tensor_parallel)
+        scored, top = sampling.score_vllm(
+            checkpoint, contexts, continuations, dtype=dtype, tensor_parallel=tensor_parallel, top_k=top_k
+        )
     else:
         model = load_causal_lm(checkpoint, dtype, device)
+        collector = divergence.TopCollector(*continuations.shape, top_k)
         scored = scoring.score_continuations(
             scoring.hf_logits_fn(model),
             contexts,
             continuations,
             batch_size=batch_size,
             device=next(model.parameters()).device,
+            observe=collector,
         )
+        top = collector.top
+    write_top(out_top, table["index"].to_numpy(), top)
     set_name = str(table["set"].iloc[0])
     atomic.write_parquet(
         out_parquet, pd.DataFrame({"index": table["index"].astype("int32"), "logprobs": list(scored)}), SCORES_SCHEMA
@@ -211,6 +223,7 @@ def score_reference(
         provenance=provenance.collect(
             {
                 "backend": backend,
+                "top_k": top_k,
                 "batch_size": batch_size,
                 "dtype": dtype,
                 "device": device,

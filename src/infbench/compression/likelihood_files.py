@@ -1,10 +1,11 @@
 """The files of the reference likelihood stage (:mod:`infbench.compression.likelihood`): the parquet
-schemas of the sampled continuations and the reference scores, the two JSON summaries, and reading them
-back. numpy, pandas, pyarrow and pydantic only: tables and verification read these without the torch
-stack."""
+schemas of the sampled continuations and the reference scores, the source's top log-probs, the two JSON
+summaries, and reading them back. numpy, pandas, pyarrow and pydantic only: tables and verification read
+these without the torch stack."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +14,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pydantic import BaseModel
 
-from infbench import provenance
+from infbench import atomic, provenance
+from infbench.errors import InputFileError
 
 CONTINUATIONS_SCHEMA = pa.schema(
     [
@@ -62,6 +64,29 @@ class ReferenceSummary(BaseModel):
     max_abs_logprob_diff: float
     secret_label: str | None  # as the set's sampling.json
     provenance: provenance.Provenance
+
+
+@dataclass(frozen=True)
+class TopLogProbs:
+    """``reference_top.npz``: the source's ``k`` most probable tokens at every scored position of a set and
+    their log-probs (of the raw logits), rows in the order of ``index``; what the divergence diagnostics
+    (:mod:`infbench.compression.divergence`) compare a candidate's logits with."""
+
+    ids: np.ndarray  # [n, M, k] int32, most probable first
+    logprobs: np.ndarray  # [n, M, k] float32
+
+
+def write_top(path: str | Path, index: np.ndarray, top: TopLogProbs) -> None:
+    with atomic.atomic_path(path) as tmp, open(tmp, "wb") as f:
+        np.savez(f, index=np.asarray(index, dtype=np.int32), ids=top.ids, logprobs=top.logprobs)
+
+
+def read_top(path: str | Path, index: np.ndarray) -> TopLogProbs:
+    """The top log-probs in ``path`` of the rows ``index`` (a set's, sorted), which must be the file's."""
+    with np.load(path) as f:
+        if not np.array_equal(f["index"], np.asarray(index)):
+            raise InputFileError(path, "field 'index' is not the scored set's rows: the file is another set's")
+        return TopLogProbs(ids=f["ids"], logprobs=f["logprobs"])
 
 
 def read_continuations(path: str | Path) -> pd.DataFrame:

@@ -170,8 +170,10 @@ def run(
     schedule: list[Request],
     continuations: np.ndarray,
     progress: bool = True,
+    observe: Callable[[np.ndarray, torch.Tensor], None] | None = None,
 ) -> tuple[np.ndarray, list[Answered]]:
-    """Send every request; the scored log-probs ``[n, M]`` of the real rows and the answered probes."""
+    """Send every request; the scored log-probs ``[n, M]`` of the real rows and the answered probes.
+    ``observe(rows, logits)`` sees the raw logits of every scoring request (the divergence diagnostics)."""
     n, m = continuations.shape
     scored = np.full((n, m), np.nan, dtype=np.float32)
     answered = []
@@ -181,6 +183,8 @@ def run(
         lp = target_log_probs(out, target).numpy()
         if request.kind == "score":
             scored[request.rows] = lp
+            if observe is not None:
+                observe(request.rows, out)
         else:
             answered.append(Answered(position, request, lp))
     return scored, answered

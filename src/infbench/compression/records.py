@@ -25,6 +25,27 @@ from infbench.provenance import Provenance
 from infbench.sandbox.launch import SandboxRecord
 
 
+class DivergenceSummary(BaseModel):
+    """The candidate against the source token by token on the scored set
+    (:mod:`infbench.compression.divergence`, llama.cpp's ``--kl-divergence`` statistics); reported, never
+    judged."""
+
+    tokens: int
+    top_k: int  # the source's tokens kept apart per position; the rest of its mass is one outcome
+    p_rest_mean: float  # the source's mean probability outside them
+    kld_mean: float  # nats per token (a lower bound: the top k plus the rest)
+    kld_mean_ci95: tuple[float, float]  # bootstrap over contexts
+    kld_percentiles: dict[str, float]  # "p50" ... "p99.9"
+    kld_max: float
+    same_top_p: float  # share of positions whose most probable token is the source's
+    same_top_p_ci95: tuple[float, float]
+    dp_mean: float  # delta p = q(y) - p(y) of the sampled token
+    dp_rms: float
+    dp_percentiles: dict[str, float]  # "p0.1" ... "p99.9"
+    dp_min: float
+    dp_max: float
+
+
 class EvaluationRecord(BaseModel):
     kind: str  # "reward" (search set) or "verification" (verification set)
     submission: str
@@ -45,6 +66,7 @@ class EvaluationRecord(BaseModel):
     ref_ppl: float | None = None
     f: float | None = None
     f_ci95: tuple[float, float] | None = None
+    divergence: DivergenceSummary | None = None  # KL divergence, top-1 agreement, delta p (never judged)
     accuracy: dict[str, float] | None = None
     accuracy_mean: float | None = None
     accuracy_ref: float | None = None

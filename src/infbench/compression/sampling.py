@@ -24,6 +24,7 @@ import torch
 from tqdm import tqdm
 
 from infbench.compression import batched_decoding
+from infbench.compression.likelihood_files import TopLogProbs
 from infbench.errors import ConfigError
 from infbench.seeding import derive_seed
 
@@ -180,19 +181,40 @@ def sample_vllm(
 
 
 def score_vllm(
-    checkpoint: str, contexts: np.ndarray, continuations: np.ndarray, *, dtype: str, tensor_parallel: int
-) -> np.ndarray:
-    """Teacher-forced log-probs of the continuations through vLLM prompt log-probs."""
+    checkpoint: str,
+    contexts: np.ndarray,
+    continuations: np.ndarray,
+    *,
+    dtype: str,
+    tensor_parallel: int,
+    top_k: int,
+) -> tuple[np.ndarray, TopLogProbs]:
+    """Teacher-forced log-probs of the continuations through vLLM prompt log-probs (of the raw logits), and
+    the ``top_k`` most probable tokens of every scored position (vLLM's ranks 1 to ``top_k``)."""
     vllm = _require_vllm()
-    llm = vllm.LLM(model=checkpoint, dtype=dtype, tensor_parallel_size=tensor_parallel)
+    llm = vllm.LLM(model=checkpoint, dtype=dtype, tensor_parallel_size=tensor_parallel, max_logprobs=top_k)
     seqs = np.concatenate([contexts, continuations], axis=1)
     prompts = [vllm.inputs.TokensPrompt(prompt_token_ids=[int(t) for t in row]) for row in seqs]
-    outputs = llm.generate(prompts, vllm.SamplingParams(max_tokens=1, prompt_logprobs=0))
+    outputs = llm.generate(prompts, vllm.SamplingParams(max_tokens=1, prompt_logprobs=top_k))
     m, length = continuations.shape[1], contexts.shape[1]
-    return np.array(
+    scored = np.array(
         [
             [o.prompt_logprobs[length + j][int(seq[length + j])].logprob for j in range(m)]
             for o, seq in zip(outputs, seqs)
         ],
         dtype=np.float32,
     )
+    top = TopLogProbs(
+        np.empty((*continuations.shape, top_k), dtype=np.int32),
+        np.empty((*continuations.shape, top_k), dtype=np.float32),
+    )
+    for i, o in enumerate(outputs):
+        for j in range(m):
+            ranked = sorted(
+                (lp.rank, token, lp.logprob) for token, lp in o.prompt_logprobs[length + j].items() if lp.rank <= top_k
+            )
+            if len(ranked) != top_k:
+                raise RuntimeError(f"vLLM gave {len(ranked)} tokens of rank <= {top_k} at row {i}, position {j}")
+            top.ids[i, j] = [token for _, token, _ in ranked]
+            top.logprobs[i, j] = [value for _, _, value in ranked]
+    return scored, top

@@ -81,8 +81,10 @@ def score_continuations(
     batch_size: int,
     device="cpu",
     progress: bool = True,
+    observe: Callable[[slice, torch.Tensor], None] | None = None,
 ) -> np.ndarray:
-    """Log-probs ``[n_contexts, n_continuation]`` of exactly the sampled tokens."""
+    """Log-probs ``[n_contexts, n_continuation]`` of exactly the sampled tokens; ``observe(rows, logits)``
+    sees the raw logits of every batch (the source's top log-probs, :class:`divergence.TopCollector`)."""
     n, m = continuations.shape
     out = np.empty((n, m), dtype=np.float32)
     for rows in tqdm(list(_batches(n, batch_size)), desc="score", unit="batch", disable=not progress):
@@ -90,6 +92,8 @@ def score_continuations(
         logits = logits_fn(inputs, m)
         target = torch.as_tensor(continuations[rows], dtype=torch.long, device=logits.device)
         out[rows] = target_log_probs(logits, target).cpu().numpy()
+        if observe is not None:
+            observe(rows, logits)
     return out
 
 

@@ -160,6 +160,11 @@ def gpu_counts(cfg: Config, budget: GpuBudget) -> None:
             targets = [cfg.serving.source] if cfg.serving is not None else []
         elif rule == "gptq_baseline":
             targets = sorted(cfg.sources) if cfg.compression.gptq.enabled else []
+        elif rule == "gptq_variant":
+            targets = sorted(cfg.sources) if cfg.compression.gptq.variants else []
+        elif rule == "gguf_imatrix":
+            imatrix = any(t.imatrix for t in cfg.compression.gguf_baselines.values())
+            targets = sorted(cfg.sources) if imatrix else []
         else:
             targets = sorted(cfg.sources)
         for name in targets:

@@ -223,7 +223,15 @@ class CorpusSpec(Section):
         list[str] | None, Field(description="datasets: data files to load instead of the dataset's own.")
     ] = None
     text_field: Annotated[str, Field(description="datasets: the field holding a document's text.")] = "text"
-    family_field: Annotated[str, Field(description="datasets: the field naming a document's source family.")] = "source"
+    family_field: Annotated[
+        str | None,
+        Field(
+            description=(
+                "datasets: the field naming a document's source family; null: every document is of one family, "
+                "the corpus (a calibration set such as WikiText-103 has no such field)."
+            )
+        ),
+    ] = "source"
     id_field: Annotated[
         str | None, Field(description="datasets: the field holding a document's id; null: ids from positions.")
     ] = "id"
@@ -261,6 +269,20 @@ class LikelihoodSettings(Section):
         ),
     ] = True
     score_batch_size: Annotated[Int, Field(ge=1, description="Rows scored at once.")] = 8
+    reference_top_k: Annotated[
+        Int,
+        Field(
+            ge=1,
+            description=(
+                "The source's most probable tokens kept, with their log-probs, at every scored position of each "
+                "set (reference_top.npz, from the reference scoring's forward pass): the candidates' divergence "
+                "diagnostics (KL divergence, top-1 agreement; src/infbench/compression/divergence.py) keep these "
+                "apart and merge the rest of the source's mass into one outcome, a lower bound of the KL divergence "
+                "(on SmolLM2-135M, Q4_0 against F16: 16% under the full-vocabulary mean with 64 tokens, 2.4% with "
+                "1024; docs/compression.md). A set's file holds 8 bytes per token kept and scored position."
+            ),
+        ),
+    ] = 1024
     tensor_parallel: Annotated[
         Int, Field(ge=1, description="GPUs per vLLM engine (the paper's MoE sources use 2).")
     ] = 1
@@ -277,12 +299,70 @@ class ReleasedGguf(Section):
     path: Annotated[str, Field(description="The .gguf file.")]
 
 
-class GptqSettings(Section):
-    """Uniform GPTQ baseline (GPTQModel), one per task."""
+Bits = Literal[8, 4, 3, 2]
 
-    enabled: Annotated[StrictBool, Field(description="Build the GPTQ baseline.")] = True
+
+def _not_a_limit(name: str) -> str:
+    if re.fullmatch(r"[0-9.]+gib", name):
+        raise PydanticCustomError("limit_name", "'{name}' is the name of a per-task GPTQ baseline", {"name": name})
+    return name
+
+
+class GptqVariant(Section):
+    """A GPTQ package of fixed widths (the paper's pilot grid, PROTOCOL A6, Tables A4/A5), verified under every
+    task of its source; a key it leaves out takes the compression.gptq value."""
+
+    name: Annotated[
+        str,
+        AfterValidator(_not_a_limit),
+        Field(
+            pattern=r"^[A-Za-z0-9._-]+$",
+            description="The candidate is gptq-<name>; not <number>gib (gptq-<limit>gib are the per-task baselines).",
+        ),
+    ]
+    bits: Annotated[Bits, Field(description="Width of every quantized layer (but the low_bits layers).")]
+    group_size: Annotated[Absent[Int], Field(ge=-1, description="Columns sharing one scale; -1: a whole row.")] = None
+    damp_percent: Annotated[Absent[Number], Field(gt=0, description="Dampening added to the Hessian diagonal.")] = None
+    low_bits: Annotated[
+        Absent[Bits],
+        Field(
+            description=(
+                "Mixed widths by layer: this width for the middle low_bits_share of the decoder layers (the first "
+                "and last layers, the most sensitive, keep bits)."
+            )
+        ),
+    ] = None
+    low_bits_share: Annotated[
+        Absent[Number],
+        Field(gt=0, le=1, description="Share of the decoder layers at low_bits (whole layers, centred in the stack)."),
+    ] = None
+
+    @model_validator(mode="after")
+    def _mixed(self) -> GptqVariant:
+        if (self.low_bits is None) != (self.low_bits_share is None):
+            raise PydanticCustomError("mixed_widths", "low_bits and low_bits_share go together")
+        return self
+
+
+def _once(names: list[str]) -> None:
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise PydanticCustomError(
+            "baseline_twice", "{names} given twice: one candidate each", {"names": ", ".join(twice)}
+        )
+
+
+def _variants_once(variants: tuple[GptqVariant, ...]) -> tuple[GptqVariant, ...]:
+    _once([v.name for v in variants])
+    return variants
+
+
+class GptqSettings(Section):
+    """GPTQ baselines (GPTQModel): the uniform baseline, one per task, and fixed-width variants."""
+
+    enabled: Annotated[StrictBool, Field(description="Build the uniform GPTQ baseline of each task.")] = True
     bit_widths: Annotated[
-        tuple[Literal[8, 4, 3, 2], ...],
+        tuple[Bits, ...],
         Field(description=("Candidate uniform widths; the largest whose package fits the limit is used.")),
     ] = (8, 4, 3, 2)
     group_size: Annotated[Int, Field(ge=-1, description="Columns sharing one scale; -1: a whole row.")] = 128
@@ -301,6 +381,83 @@ class GptqSettings(Section):
             )
         ),
     ] = "auto"
+    variants: Annotated[
+        tuple[GptqVariant, ...],
+        AfterValidator(_variants_once),
+        Field(
+            description=(
+                "GPTQ packages of fixed widths besides the per-task baseline, each a candidate gptq-<name>, its "
+                "output head in the source precision (the paper's pilot grid: 4-bit at group 128, 64 and 32, "
+                "damping 0.01 and 0.1, mixed 3/4-bit). They share the calibration, act_order and device above."
+            )
+        ),
+    ] = (
+        GptqVariant(name="4bit-g128", bits=4, group_size=128, damp_percent=0.01),
+        GptqVariant(name="4bit-g64", bits=4, group_size=64, damp_percent=0.01),
+        GptqVariant(name="4bit-g32", bits=4, group_size=32, damp_percent=0.01),
+        GptqVariant(name="4bit-g128-damp0.1", bits=4, group_size=128, damp_percent=0.1),
+        GptqVariant(name="mixed-3-4bit", bits=4, group_size=128, damp_percent=0.01, low_bits=3, low_bits_share=0.5),
+    )
+
+
+class GgufTypeSpec(Section):
+    """A llama.cpp quantization type, with or without the source's importance matrix (compression.imatrix)."""
+
+    type: Annotated[GgmlType, Field(description="llama.cpp file type (llama-quantize's name: Q4_0, IQ3_S, ...).")]
+    imatrix: Annotated[
+        StrictBool,
+        Field(description="Quantize with the source's importance matrix: the candidate is gguf-<TYPE>-imatrix."),
+    ] = False
+
+
+class ImatrixSettings(Section):
+    """The source's importance matrix for the imatrix GGUF types: llama-imatrix's statistics (per input column
+    of every block matrix, the mean squared activation over the calibration tokens), collected by activation
+    hooks on the transformers model (src/infbench/compression/baselines/imatrix.py), on likelihood.device."""
+
+    corpus: Annotated[
+        CorpusSpec | None,
+        Field(
+            description=(
+                "Calibration text (PROTOCOL A7 offers FineWeb, UltraChat-200k and WikiText-103; llama.cpp's "
+                "imatrix guide uses WikiText); null: the likelihood corpus. From the likelihood corpus (the same "
+                "but for families) the documents of the search contexts are left out, as from the GPTQ "
+                "baseline's calibration."
+            )
+        ),
+    ] = CorpusSpec(
+        type="datasets",
+        path="Salesforce/wikitext",
+        name="wikitext-103-raw-v1",
+        families="natural",
+        family_field=None,
+        id_field=None,
+    )
+    chunks: Annotated[Int, Field(ge=1, description="Chunks of calibration text (llama-imatrix --chunks).")] = 128
+    chunk_tokens: Annotated[
+        Int, Field(ge=16, description="Tokens per chunk (llama-imatrix -c; its default is 512).")
+    ] = 512
+    seed: Annotated[Seed, Field(description="Seed of the calibration documents' order.")] = 0
+    dtype: Annotated[
+        DType,
+        Field(
+            description=(
+                "Precision the source runs in while the statistics are collected. llama-imatrix multiplies F32 "
+                "activations with the F16 weights (float32 is closest); bfloat16, the source's own, halves the "
+                "memory of a paper source on its GPUs."
+            )
+        ),
+    ] = "bfloat16"
+
+
+def _gguf_specs(types: tuple[str | GgufTypeSpec, ...]) -> list[tuple[str, GgufTypeSpec]]:
+    specs = [GgufTypeSpec(type=t) if isinstance(t, str) else t for t in types]
+    return [(f"gguf-{t.type}" + ("-imatrix" if t.imatrix else ""), t) for t in specs]
+
+
+def _gguf_types_once(types: tuple[str | GgufTypeSpec, ...]) -> tuple[str | GgufTypeSpec, ...]:
+    _once([name for name, _ in _gguf_specs(types)])
+    return types
 
 
 class CompressionSettings(Section):
@@ -318,12 +475,32 @@ class CompressionSettings(Section):
         Field(description=("Verify the starter package (BF16 checkpoint + examples/starter_submission code).")),
     ] = True
     gguf_types: Annotated[
-        tuple[GgmlType, ...], Field(description=("llama.cpp quantization types applied to the F16 GGUF twin."))
-    ] = ("Q4_0", "IQ3_S")
+        tuple[GgmlType | GgufTypeSpec, ...],
+        AfterValidator(_gguf_types_once),
+        Field(
+            description=(
+                "llama.cpp quantization types applied to the F16 GGUF twin: a type (candidate gguf-<TYPE>) or "
+                "{type, imatrix} (imatrix true: gguf-<TYPE>-imatrix, quantized with the importance matrix of "
+                "compression.imatrix). The paper's released files (PROTOCOL A6) include IQ2_XS and IQ3_S, made "
+                "with an importance matrix; the IQ types other than IQ4_NL need one."
+            )
+        ),
+    ] = ("Q4_0", GgufTypeSpec(type="IQ2_XS", imatrix=True), GgufTypeSpec(type="IQ3_S", imatrix=True))
+    imatrix: ImatrixSettings = ImatrixSettings()
     released_gguf: Annotated[
         dict[Name, ReleasedGguf], Field(description="Released GGUF files run unchanged, by name.")
     ] = {}
     gptq: GptqSettings = GptqSettings()
+
+    @property
+    def gguf_baselines(self) -> dict[str, GgufTypeSpec]:
+        """Candidate name (``gguf-<TYPE>[-imatrix]``) -> its type, in the order of ``gguf_types``."""
+        return dict(_gguf_specs(self.gguf_types))
+
+    @property
+    def gptq_variants(self) -> dict[str, GptqVariant]:
+        """Candidate name (``gptq-<name>``) -> its variant."""
+        return {f"gptq-{v.name}": v for v in self.gptq.variants}
 
 
 # verification -----------------------------------------------------------------------------------------

@@ -40,7 +40,7 @@ def stage_config(raw: dict[str, Any], device: str, origin: dict[str, Any] | None
         "bf16": True,
         "starter": True,
         "gguf_types": [],
-        "gptq": {**out.get("compression", {}).get("gptq", {}), "enabled": False},
+        "gptq": {**out.get("compression", {}).get("gptq", {}), "enabled": False, "variants": []},
         "released_gguf": {},
     }
     out["runs"] = {
@@ -123,6 +123,8 @@ def _cross_scores(this: Layout, other: Layout, source: str, config: dict[str, An
             other.continuations(source, set_name),
             str(cross / set_name / "reference_scores.parquet"),
             str(cross / set_name / "reference.json"),
+            str(cross / set_name / "reference_top.npz"),
+            top_k=lc.reference_top_k,
             backend=lc.backend,
             dtype=lc.dtype,
             device=lc.device,

@@ -6,6 +6,12 @@ Each row names the operator secret its verification set was drawn from
 ``verification set: public demo`` when the embedded demo secret was used. ``isolation`` says how the
 package's process was sandboxed; a verdict reached without a sandbox ends in "(unsandboxed)".
 
+Beside ``f_v``, how far the candidate's next-token distributions are from the source's on the verification
+set (:mod:`infbench.compression.divergence`, llama.cpp's ``--kl-divergence`` statistics; reported, never part
+of the score or the verdict): ``kld_mean`` (nats per token) with its 95% bootstrap interval over contexts,
+``kld_median``, ``kld_p99``, ``kld_max``, ``same_top_p`` (top-1 agreement with the source) and the 1st, 50th
+and 99th percentiles of ``Δp = q(y) - p(y)``, the sampled token's change of probability (``dp_*``).
+
 The accuracy gate's columns: ``accuracy`` (the candidate's ``A``) and ``accuracy_bf16``
 (the source's ``A(p)``), each with the Wilson score 95% interval of its correct answers over
 ``gate_questions`` questions (the three benchmarks pooled: ``A`` itself when every benchmark asks the
@@ -18,7 +24,7 @@ from pathlib import Path
 from pydantic import BaseModel
 from scipy.stats import binomtest
 
-from infbench.compression.records import EvaluationRecord
+from infbench.compression.records import DivergenceSummary, EvaluationRecord
 from infbench.hashing import sha256_file
 from infbench.sandbox.launch import isolation, marked
 from infbench.tables.io import write_table
@@ -32,6 +38,16 @@ class CompressionRow(BaseModel):
     runtime: str | None
     ppl: float | None
     f_v: float | None
+    kld_mean: float | None
+    kld_ci95_low: float | None
+    kld_ci95_high: float | None
+    kld_median: float | None
+    kld_p99: float | None
+    kld_max: float | None
+    same_top_p: float | None
+    dp_p1: float | None
+    dp_median: float | None
+    dp_p99: float | None
     accuracy: float | None
     accuracy_ci95_low: float | None
     accuracy_ci95_high: float | None
@@ -64,6 +80,38 @@ def _gate_threshold(r: EvaluationRecord) -> float | None:
     return gate.evidence.get("threshold") if gate else None
 
 
+DIVERGENCE_COLUMNS = (
+    "kld_mean",
+    "kld_ci95_low",
+    "kld_ci95_high",
+    "kld_median",
+    "kld_p99",
+    "kld_max",
+    "same_top_p",
+    "dp_p1",
+    "dp_median",
+    "dp_p99",
+)
+
+
+def divergence_columns(d: DivergenceSummary | None) -> dict[str, float | None]:
+    """The divergence columns of a record; None where it has none (it failed before scoring)."""
+    if d is None:
+        return dict.fromkeys(DIVERGENCE_COLUMNS)
+    values = (
+        d.kld_mean,
+        *d.kld_mean_ci95,
+        d.kld_percentiles["p50"],
+        d.kld_percentiles["p99"],
+        d.kld_max,
+        d.same_top_p,
+        d.dp_percentiles["p1"],
+        d.dp_percentiles["p50"],
+        d.dp_percentiles["p99"],
+    )
+    return dict(zip(DIVERGENCE_COLUMNS, values))
+
+
 def row(r: EvaluationRecord) -> CompressionRow:
     (low, high), (ref_low, ref_high) = wilson(r.accuracy_counts), wilson(r.accuracy_ref_counts)
     return CompressionRow(
@@ -74,6 +122,7 @@ def row(r: EvaluationRecord) -> CompressionRow:
         runtime=r.runtime,
         ppl=r.ppl,
         f_v=r.f,
+        **divergence_columns(r.divergence),
         accuracy=r.accuracy_mean,
         accuracy_ci95_low=low,
         accuracy_ci95_high=high,

@@ -31,7 +31,7 @@ import pyarrow.parquet as pq
 from infbench.compression.baselines.package import copy_tokenizer, write_package
 from infbench.compression.corpus import load_documents
 from infbench.compression.submission import GIB, Manifest
-from infbench.config.model import CorpusSpec
+from infbench.config.model import CorpusSpec, GptqVariant
 from infbench.package_files import package_bytes
 from infbench.seeding import derive_seed
 
@@ -125,12 +125,19 @@ def quantize(
     act_order: bool,
     calibration: list[list[int]],
     quantize_head: bool = False,
+    layer_bits: dict[int, int] | None = None,
 ) -> None:
+    """``layer_bits``: decoder layer index -> its width where it is not ``bits`` (GPTQModel's ``dynamic``)."""
     # GPTQModel sizes its CPU pool as ceil(cores / 2) but its model loader asks
     # for two workers, which fails on a 2-core machine.
     os.environ.setdefault("GPTQMODEL_CPU_WORKERS", str(max(2, os.cpu_count() or 1)))
     from gptqmodel import BACKEND, GPTQModel, QuantizeConfig
 
+    widths = sorted(set((layer_bits or {}).values()))
+    dynamic = {
+        rf"+:(.*\.)?layers\.({'|'.join(str(i) for i, b in layer_bits.items() if b == width)})\.": {"bits": width}
+        for width in widths
+    }
     cfg = QuantizeConfig(
         bits=bits,
         group_size=group_size,
@@ -140,6 +147,7 @@ def quantize(
         true_sequential=True,
         lm_head=quantize_head,
         fallback=None,
+        dynamic=dynamic or None,
     )
     model = GPTQModel.load(str(checkpoint), cfg, device="cpu")
     model.quantize(
@@ -224,3 +232,85 @@ def package(
         if (bits, quantize_head) != candidates[-1]:
             shutil.rmtree(out_dir)
     return {"chosen": tried[-1], "tried": tried}
+
+
+def middle_layers(n_layers: int, share: float) -> list[int]:
+    """The ``round(share * n_layers)`` decoder layers in the middle of the stack (at least one)."""
+    count = max(1, round(share * n_layers))
+    first = (n_layers - count) // 2
+    return list(range(first, first + count))
+
+
+def variant_package(
+    checkpoint: str | Path,
+    source: str,
+    out_dir: str | Path,
+    *,
+    variant: GptqVariant,
+    corpus: CorpusSpec,
+    contexts_parquet: str,
+    group_size: int,
+    damp_percent: float,
+    act_order: bool,
+    calibration_samples: int,
+    calibration_tokens: int,
+    calibration_seed: int,
+) -> dict:
+    """A GPTQ package of fixed widths (config ``compression.gptq.variants``; what a variant leaves out takes
+    the ``compression.gptq`` value given here); the output head stays in the source precision."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    checkpoint = Path(checkpoint)
+    group_size = variant.group_size if variant.group_size is not None else group_size
+    damp_percent = variant.damp_percent if variant.damp_percent is not None else damp_percent
+    layer_bits = {}
+    if variant.low_bits is not None:
+        n_layers = AutoConfig.from_pretrained(checkpoint).num_hidden_layers
+        layer_bits = dict.fromkeys(middle_layers(n_layers, variant.low_bits_share), variant.low_bits)
+    calibration = calibration_texts(
+        corpus,
+        contexts_parquet,
+        AutoTokenizer.from_pretrained(checkpoint),
+        calibration_samples,
+        calibration_tokens,
+        calibration_seed,
+    )
+    widths = f"{variant.bits}-bit"
+    if layer_bits:
+        widths += f", {variant.low_bits}-bit in decoder layers {min(layer_bits)}-{max(layer_bits)}"
+    info = {
+        "name": variant.name,
+        "bits": variant.bits,
+        "layer_bits": layer_bits,
+        "group_size": group_size,
+        "damp_percent": damp_percent,
+        "act_order": act_order,
+        "head": "source precision",
+        "calibration_samples": calibration_samples,
+        "calibration_tokens": calibration_tokens,
+    }
+    manifest = Manifest(
+        name=f"gptq-{variant.name}",
+        source=source,
+        runtime="hf",
+        weights=WEIGHTS,
+        tokenizer=WEIGHTS,
+        description=f"GPTQ {widths}, group {group_size}, damping {damp_percent}",
+    )
+
+    def fill(tmp: Path) -> None:
+        quantize(
+            checkpoint,
+            tmp / WEIGHTS,
+            variant.bits,
+            group_size=group_size,
+            damp_percent=damp_percent,
+            act_order=act_order,
+            calibration=calibration,
+            layer_bits=layer_bits,
+        )
+        copy_tokenizer(checkpoint, tmp / WEIGHTS)
+        (tmp / "gptq_baseline.json").write_text(json.dumps(info, indent=2))
+
+    write_package(out_dir, manifest, fill)
+    return {**info, "package_bytes": package_bytes(out_dir)}
