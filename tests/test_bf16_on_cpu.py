@@ -36,9 +36,9 @@ def _model():
 
 
 @torch.inference_mode()
-def test_products_of_many_rows_are_float32_arithmetic_rounded_to_bf16(without_bf16_instructions):
+def test_products_over_long_sequences_are_float32_arithmetic_rounded_to_bf16(without_bf16_instructions):
     model = _model()
-    x = torch.randn(3, 40, 64).bfloat16()
+    x = torch.randn(2, bf16_on_cpu.MIN_TOKENS, 64).bfloat16()
     native = model(x)
     bf16_on_cpu.float32_products_on_cpu(model)
     out = model(x)
@@ -50,19 +50,20 @@ def test_products_of_many_rows_are_float32_arithmetic_rounded_to_bf16(without_bf
 
 
 @torch.inference_mode()
-def test_products_of_few_rows_keep_the_bf16_kernel(without_bf16_instructions):
+def test_short_sequences_keep_the_bf16_kernel_whatever_the_batch(without_bf16_instructions):
     model = _model()
-    x = torch.randn(1, bf16_on_cpu.MIN_ROWS - 1, 64).bfloat16()
+    x = torch.randn(64, bf16_on_cpu.MIN_TOKENS - 1, 64).bfloat16()  # 4,032 rows a product, but short sequences
     native = model(x)
     bf16_on_cpu.float32_products_on_cpu(model)
     assert torch.equal(model(x), native)
+    assert torch.equal(model(x[:1]), native[:1])
 
 
 @torch.inference_mode()
 def test_a_failing_forward_leaves_no_mode_behind(without_bf16_instructions):
     model = bf16_on_cpu.float32_products_on_cpu(_model())
     with pytest.raises(ValueError, match="nan input"):
-        model(torch.full((1, 32, 64), float("nan")).bfloat16())
+        model(torch.full((1, bf16_on_cpu.MIN_TOKENS, 64), float("nan")).bfloat16())
     a, b = torch.randn(32, 64).bfloat16(), torch.randn(64, 64).bfloat16()
     assert torch.equal(a @ b, torch.ops.aten.mm.default(a, b)), "outside a forward pass products are untouched"
     assert torch._C._len_torch_dispatch_stack() == 0
