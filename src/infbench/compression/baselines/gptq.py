@@ -158,6 +158,17 @@ def quantize(
     model.save(str(out))
 
 
+def _write(out_dir: Path, checkpoint: Path, manifest: Manifest, info: dict, bits: int, **quantize_kwargs) -> None:
+    """A GPTQ package at ``out_dir``: the quantized checkpoint, the source's tokenizer and ``info``."""
+
+    def fill(tmp: Path) -> None:
+        quantize(checkpoint, tmp / WEIGHTS, bits, **quantize_kwargs)
+        copy_tokenizer(checkpoint, tmp / WEIGHTS)
+        (tmp / "gptq_baseline.json").write_text(json.dumps(info, indent=2))
+
+    write_package(out_dir, manifest, fill)
+
+
 def package(
     checkpoint: str | Path,
     source: str,
@@ -210,21 +221,18 @@ def package(
             description=f"uniform GPTQ {bits}-bit, group {group_size}, output head: {head}",
         )
 
-        def fill(tmp: Path, bits=bits, info=info, quantize_head=quantize_head) -> None:
-            quantize(
-                checkpoint,
-                tmp / WEIGHTS,
-                bits,
-                group_size=group_size,
-                damp_percent=damp_percent,
-                act_order=act_order,
-                calibration=calibration,
-                quantize_head=quantize_head,
-            )
-            copy_tokenizer(checkpoint, tmp / WEIGHTS)
-            (tmp / "gptq_baseline.json").write_text(json.dumps(info, indent=2))
-
-        write_package(out_dir, manifest, fill)
+        _write(
+            out_dir,
+            checkpoint,
+            manifest,
+            info,
+            bits,
+            group_size=group_size,
+            damp_percent=damp_percent,
+            act_order=act_order,
+            calibration=calibration,
+            quantize_head=quantize_head,
+        )
         info["package_bytes"] = package_bytes(out_dir)
         tried.append(info)
         if info["package_bytes"] <= limit_gib * GIB:
@@ -298,19 +306,16 @@ def variant_package(
         description=f"GPTQ {widths}, group {group_size}, damping {damp_percent}",
     )
 
-    def fill(tmp: Path) -> None:
-        quantize(
-            checkpoint,
-            tmp / WEIGHTS,
-            variant.bits,
-            group_size=group_size,
-            damp_percent=damp_percent,
-            act_order=act_order,
-            calibration=calibration,
-            layer_bits=layer_bits,
-        )
-        copy_tokenizer(checkpoint, tmp / WEIGHTS)
-        (tmp / "gptq_baseline.json").write_text(json.dumps(info, indent=2))
-
-    write_package(out_dir, manifest, fill)
+    _write(
+        out_dir,
+        checkpoint,
+        manifest,
+        info,
+        variant.bits,
+        group_size=group_size,
+        damp_percent=damp_percent,
+        act_order=act_order,
+        calibration=calibration,
+        layer_bits=layer_bits,
+    )
     return {**info, "package_bytes": package_bytes(out_dir)}
