@@ -151,6 +151,9 @@ def test_generation_dequantizes_once_per_call_and_keeps_nothing(untied, contexts
     a dequantized copy (resident storage is what it was after load)."""
     import contextlib
 
+    import torch
+
+    from infbench import bf16_on_cpu
     from infbench.compression.inprocess_memory import live_cpu_bytes
     from infbench.compression.runtimes import hf
 
@@ -181,6 +184,8 @@ def test_generation_dequantizes_once_per_call_and_keeps_nothing(untied, contexts
     stream = runner.generate(prompt, 6)
     next(stream)
     assert any(m._cached_weights for m in layers)  # the call's workspace, while it runs
+    if not bf16_on_cpu.bf16_is_native():  # and there, float32 weights for float32 products (infbench.bf16_on_cpu)
+        assert {w.dtype for m in layers for w in m._cached_weights.values()} == {torch.float32}
     stream.close()
     assert not any(m._cached_weights or m._cache_enabled for m in layers)
     assert live_cpu_bytes() == after_load

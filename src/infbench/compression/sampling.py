@@ -23,6 +23,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from infbench.bf16_on_cpu import float32_weights_held
 from infbench.compression import batched_decoding
 from infbench.compression.likelihood_files import TopLogProbs
 from infbench.errors import ConfigError
@@ -107,24 +108,25 @@ def sample_transformers(
     tokens = np.empty((n, n_tokens), dtype=np.int32)
     logprobs = np.empty((n, n_tokens), dtype=np.float32)
     bar = tqdm(total=n * n_tokens, desc=f"sample {set_name}", unit="tok", disable=not progress)
-    for start in range(0, n, rows_per_batch):
-        rows = slice(start, min(n, start + rows_per_batch))
-        b = rows.stop - rows.start
-        u = torch.as_tensor(uniforms[rows], device=device)
-        out_tokens = torch.empty((b, n_tokens), dtype=torch.long, device=device)
-        out_logprobs = torch.empty((b, n_tokens), dtype=torch.float32, device=device)
-        dec = batched_decoding.decoder(model, b, max_len, window=kv_window, cuda_graphs=cuda_graphs)
-        try:
-            logits = dec.prefill(torch.as_tensor(contexts[rows], dtype=torch.long, device=device))
-            for step in range(n_tokens):
-                out_tokens[:, step], out_logprobs[:, step] = _next_token(logits, u[:, step], temperature)
-                if step + 1 < n_tokens:
-                    logits = dec.step(out_tokens[:, step])
-                bar.update(b)
-        finally:
-            dec.close()
-        tokens[rows] = out_tokens.cpu().numpy()
-        logprobs[rows] = out_logprobs.cpu().numpy()
+    with float32_weights_held(model):  # on a CPU without BF16 instructions (infbench.bf16_on_cpu)
+        for start in range(0, n, rows_per_batch):
+            rows = slice(start, min(n, start + rows_per_batch))
+            b = rows.stop - rows.start
+            u = torch.as_tensor(uniforms[rows], device=device)
+            out_tokens = torch.empty((b, n_tokens), dtype=torch.long, device=device)
+            out_logprobs = torch.empty((b, n_tokens), dtype=torch.float32, device=device)
+            dec = batched_decoding.decoder(model, b, max_len, window=kv_window, cuda_graphs=cuda_graphs)
+            try:
+                logits = dec.prefill(torch.as_tensor(contexts[rows], dtype=torch.long, device=device))
+                for step in range(n_tokens):
+                    out_tokens[:, step], out_logprobs[:, step] = _next_token(logits, u[:, step], temperature)
+                    if step + 1 < n_tokens:
+                        logits = dec.step(out_tokens[:, step])
+                    bar.update(b)
+            finally:
+                dec.close()
+            tokens[rows] = out_tokens.cpu().numpy()
+            logprobs[rows] = out_logprobs.cpu().numpy()
     bar.close()
     return Samples(tokens, logprobs)
 

@@ -21,6 +21,7 @@ from pathlib import Path
 import torch
 from transformers import GenerationConfig, StoppingCriteria, StoppingCriteriaList
 
+from infbench.bf16_on_cpu import float32_weights_held
 from infbench.hf_loading import load_causal_lm
 
 # What the driver asks of a runtime (:mod:`.driver`): greedy completions of text prompts, given the token
@@ -92,7 +93,8 @@ def greedy(
         max_new_tokens=max_new_tokens, do_sample=False, num_beams=1, eos_token_id=eos, pad_token_id=pad
     )
     stopping = StoppingCriteriaList([StopInGenerated(tokenizer, stop, prompt_len)])
-    out = model.generate(**inputs, generation_config=config, stopping_criteria=stopping)
+    with float32_weights_held(model):
+        out = model.generate(**inputs, generation_config=config, stopping_criteria=stopping)
     return [completion_text(tokenizer, row, eos) for row in out[:, prompt_len:].tolist()]
 
 

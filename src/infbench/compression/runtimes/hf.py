@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from infbench.bf16_on_cpu import float32_products_on_cpu
+from infbench.bf16_on_cpu import float32_products_on_cpu, float32_weights_held
 from infbench.hf_loading import cache_kwargs, from_pretrained_on
 
 
@@ -104,7 +104,7 @@ class HFRunner:
 
     @torch.inference_mode()
     def generate(self, input_ids: list[int], max_new_tokens: int) -> Iterator[int]:
-        with _dequantized_once_per_call(self.model):
+        with _dequantized_once_per_call(self.model), float32_weights_held(self.model):
             logits, out = self._prefill([int(t) for t in input_ids])
             for step in range(max_new_tokens):
                 token = logits.argmax(-1)
