@@ -55,33 +55,40 @@ def tiny_model(out: Path, tokenizer_dir: Path, seed: int, context: int = 1024, a
     return out
 
 
-def small_sessions(out_dir: Path, context_limit: int) -> Path:
+# the synthetic generator's parameters of small_sessions: a dozen short sessions with sub-agents and background
+SMALL_SESSIONS = dict(
+    sessions=12,
+    block_size=16,
+    system_tokens=64,
+    first_user_tokens={"median": 24, "sigma": 0.5},
+    main_turns_mean=4,
+    max_main_turns=6,
+    tool_result_tokens={"median": 24, "sigma": 0.5},
+    output_tokens={"median": 10, "sigma": 0.5},
+    max_output_tokens=24,
+    think_time_s={"median": 0.1, "sigma": 0.5},
+    subagent_prob=0.3,
+    max_fanout=2,
+    subagent_turns_mean=2,
+    background_prob=0.2,
+    nominal_decode_tps=50,
+)
+
+
+def small_sessions(out_dir: Path, context_limit: int, **params) -> Path:
+    """``out_dir/sessions.jsonl``: synthetic sessions (``SMALL_SESSIONS`` with ``params`` over it, seed 0)
+    prepared for ``context_limit`` at their own lengths."""
     from infbench.serving import synthetic, workload
 
-    p = synthetic.SyntheticParams(
-        sessions=12,
-        block_size=16,
-        system_tokens=64,
-        first_user_tokens={"median": 24, "sigma": 0.5},
-        main_turns_mean=4,
-        max_main_turns=6,
-        tool_result_tokens={"median": 24, "sigma": 0.5},
-        output_tokens={"median": 10, "sigma": 0.5},
-        max_output_tokens=24,
-        think_time_s={"median": 0.1, "sigma": 0.5},
-        subagent_prob=0.3,
-        max_fanout=2,
-        subagent_turns_mean=2,
-        background_prob=0.2,
-        nominal_decode_tps=50,
-    )
+    out_dir.mkdir(parents=True, exist_ok=True)
+    p = synthetic.SyntheticParams(**SMALL_SESSIONS | params)
     synthetic.generate(p, 0, out_dir / "trace.jsonl")
     workload.prepare(
         str(out_dir / "trace.jsonl"),
         "weka",
         length_scale=1.0,
         context_limit=context_limit,
-        block_size=16,
+        block_size=p.block_size,
         out_sessions=str(out_dir / "sessions.jsonl"),
         out_summary=str(out_dir / "workload.json"),
     )

@@ -10,8 +10,6 @@ one request, each long enough). Real servers on loopback, in the sandbox.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import verify_helpers as vh
 
@@ -20,38 +18,20 @@ SANDBOX = {"allow_unsandboxed": False, "tmp_mb": 512}
 CASES = [(64, 1024, 400, 12.0), (256, 1024, 400, 12.0), (1024, 2048, 1200, 40.0)]
 
 
-def _sessions(root: Path, system_tokens: int, context_limit: int) -> Path:
-    from infbench.serving import synthetic, workload
-
-    p = synthetic.SyntheticParams(
-        sessions=12,
-        block_size=16,
-        system_tokens=system_tokens,
-        first_user_tokens={"median": 48, "sigma": 0.3},
-        main_turns_mean=1,
-        max_main_turns=1,
-        tool_result_tokens={"median": 16, "sigma": 0.1},
-        output_tokens={"median": 4, "sigma": 0.0},
-        max_output_tokens=4,
-        think_time_s={"median": 0.05, "sigma": 0.1},
-        subagent_prob=0.0,
-        max_fanout=1,
-        subagent_turns_mean=1,
-        background_prob=0.0,
-        nominal_decode_tps=50,
-    )
-    root.mkdir(parents=True, exist_ok=True)
-    synthetic.generate(p, 0, root / "trace.jsonl")
-    workload.prepare(
-        str(root / "trace.jsonl"),
-        "weka",
-        length_scale=1.0,
-        context_limit=context_limit,
-        block_size=16,
-        out_sessions=str(root / "sessions.jsonl"),
-        out_summary=str(root / "workload.json"),
-    )
-    return root / "sessions.jsonl"
+# sessions of one request each, every prompt long enough to carry a far-context repeat
+ONE_REQUEST = dict(
+    first_user_tokens={"median": 48, "sigma": 0.3},
+    main_turns_mean=1,
+    max_main_turns=1,
+    tool_result_tokens={"median": 16, "sigma": 0.1},
+    output_tokens={"median": 4, "sigma": 0.0},
+    max_output_tokens=4,
+    think_time_s={"median": 0.05, "sigma": 0.1},
+    subagent_prob=0.0,
+    max_fanout=1,
+    subagent_turns_mean=1,
+    background_prob=0.0,
+)
 
 
 def _serving(context_limit: int, keep: int, window_s: float) -> dict:
@@ -104,7 +84,7 @@ def test_a_server_keeping_only_the_end_of_each_prompt_fails_far_context(
     real, keep, context_limit, system_tokens, window_s
 ):
     root = real["root"] / f"last{keep}"
-    sessions = _sessions(root, system_tokens, context_limit)
+    sessions = vh.small_sessions(root, context_limit, system_tokens=system_tokens, **ONE_REQUEST)
     directory = vh.adversary(
         root / "subs",
         "keep_last",
@@ -144,7 +124,7 @@ def test_held_out_prompts_come_from_the_secret_and_keep_the_prefix_structure(tmp
     from infbench.serving import workload
     from infbench.serving.replay_settings import ReplaySettings
 
-    sessions = workload.load(_sessions_grown(tmp_path))
+    sessions = workload.load(vh.small_sessions(tmp_path, 1024, **GROWN))
     serving = vh.serving_config(1024)
     serving["workload"]["far_context"]["share"] = 0.5
 
@@ -179,37 +159,17 @@ def test_held_out_prompts_come_from_the_secret_and_keep_the_prefix_structure(tmp
     assert len(carriers_a) >= 5 and carriers_a != carriers_b
 
 
-def _sessions_grown(root: Path) -> Path:
-    from infbench.serving import synthetic, workload
-
-    p = synthetic.SyntheticParams(
-        sessions=6,
-        block_size=16,
-        system_tokens=128,
-        first_user_tokens={"median": 48, "sigma": 0.3},
-        main_turns_mean=4,
-        max_main_turns=6,
-        tool_result_tokens={"median": 48, "sigma": 0.3},
-        output_tokens={"median": 8, "sigma": 0.3},
-        max_output_tokens=16,
-        think_time_s={"median": 0.1, "sigma": 0.1},
-        subagent_prob=0.3,
-        max_fanout=2,
-        subagent_turns_mean=2,
-        background_prob=0.0,
-        nominal_decode_tps=50,
-    )
-    synthetic.generate(p, 0, root / "trace.jsonl")
-    workload.prepare(
-        str(root / "trace.jsonl"),
-        "weka",
-        length_scale=1.0,
-        context_limit=1024,
-        block_size=16,
-        out_sessions=str(root / "sessions.jsonl"),
-        out_summary=str(root / "workload.json"),
-    )
-    return root / "sessions.jsonl"
+# sessions whose prompts grow turn by turn, with sub-agents
+GROWN = dict(
+    sessions=6,
+    system_tokens=128,
+    first_user_tokens={"median": 48, "sigma": 0.3},
+    tool_result_tokens={"median": 48, "sigma": 0.3},
+    output_tokens={"median": 8, "sigma": 0.3},
+    max_output_tokens=16,
+    think_time_s={"median": 0.1, "sigma": 0.1},
+    background_prob=0.0,
+)
 
 
 def test_bench_far_context_scores_each_server_as_the_check_does(tmp_path, smollm2_source):
@@ -220,7 +180,8 @@ def test_bench_far_context_scores_each_server_as_the_check_does(tmp_path, smollm
 
     tiny = vh.tiny_model(tmp_path / "tiny", smollm2_source[0] / "hf", seed=0)
     serving = ServingSettings.model_validate(vh.serving_config(1024))
-    rows = bench.measure(serving, str(_sessions_grown(tmp_path)), str(tiny), None, carriers=4, keeps=(64,))
+    sessions = vh.small_sessions(tmp_path, 1024, **GROWN)
+    rows = bench.measure(serving, str(sessions), str(tiny), None, carriers=4, keeps=(64,))
     assert len(rows) == 4 and (rows["full_missed"] == 0).all() and (rows["full_clear"] > 0).all()
     assert (rows["distance"] >= 64).all() and "last64_missed" in rows
     md = bench.table(rows).to_markdown(index=False)
