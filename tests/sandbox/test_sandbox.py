@@ -81,7 +81,9 @@ def test_writes_outside_its_private_tmp_fail(tmp_path):
         f"""
         import errno, json, os
         out = {{}}
-        for name, path in [("package", "/package/weights.bin"), ("runtime", {sys.prefix!r} + "/x"),
+        # the runtime: the standard library's directory, bound wherever the interpreter lives (a prefix under
+        # /tmp sits inside the private /tmp, whose directories above the bound ones are the sandbox's own)
+        for name, path in [("package", "/package/weights.bin"), ("runtime", os.path.dirname(os.__file__) + "/x"),
                            ("usr", "/usr/x"), ("dev", "/dev/x")]:
             try:
                 open(path, "wb").write(b"forged")
@@ -96,6 +98,7 @@ def test_writes_outside_its_private_tmp_fail(tmp_path):
     )
     assert seen == {"package": "EROFS", "runtime": "EROFS", "usr": "EROFS", "dev": "EROFS", "tmp": "mine"}
     assert target.read_bytes() == b"honest" and not Path("/tmp/scratch").exists()
+    assert not Path(os.path.dirname(os.__file__), "x").exists()
 
 
 def test_environment_is_the_allowlist(tmp_path, monkeypatch):
