@@ -66,23 +66,6 @@ def test_cluster_runs_a_job(slurm_env, tmp_path):
     assert (tmp_path / "job.out").read_text().strip() == job_id
 
 
-def test_pipeline_on_slurm_equals_the_local_run(slurm_env, tiny_run, tmp_path):
-    baseline, config = tiny_run
-    start = time.monotonic()
-    proc = run_snakemake(tmp_path, *PROFILE, TABLE_TARGET, "--configfile", str(config), env=slurm_env)
-    print(f"pipeline on SLURM: {time.monotonic() - start:.0f} s")
-    # A second run from scratch (on other processes, through sbatch) gives the same results and tables.
-    assert_same_results(baseline, tmp_path)
-    for table in (baseline / "results/tables").glob("*.csv"):
-        assert table.read_bytes() == (tmp_path / "results/tables" / table.name).read_bytes()
-    # Every job went through sbatch: one SLURM log per job, and the job's records name it.
-    logs = tmp_path / ".snakemake/slurm_logs"
-    for rule in RULES:
-        assert list((logs / f"rule_{rule}").rglob("*.log")), f"no SLURM log for {rule}\n{proc.stderr}"
-    record = json.loads((tmp_path / "results/likelihood/smollm2-135m/search/reference.json").read_text())
-    assert record["provenance"]["execution"]["slurm_job_id"].isdigit()
-
-
 def _running_job(env, rule: str, deadline: float) -> str:
     """The SLURM id of a running job of ``rule`` (the plugin puts the rule in the job comment)."""
     while time.monotonic() < deadline:
@@ -97,18 +80,14 @@ def _running_job(env, rule: str, deadline: float) -> str:
     raise AssertionError(f"no running {rule} job")
 
 
-def test_a_job_killed_by_slurm_is_reported_and_the_rerun_resumes(slurm_env, tiny_run, tmp_path):
-    """scancel stands for a job SLURM kills (time, memory, node failure)."""
+def test_pipeline_on_slurm_survives_a_killed_job_and_equals_the_local_run(slurm_env, tiny_run, tmp_path):
+    """The tiny pipeline from scratch, every job through sbatch. SLURM kills one sampling job (scancel stands
+    for time, memory or a node failure): the failure names the job and its SLURM log, the rerun plans only
+    what is not done (nothing upstream of the killed job), and the finished results equal the local run's."""
     baseline, config = tiny_run
-    for done in ["results/sources"] + [
-        f"results/likelihood/smollm2-135m/{s}/contexts.{ext}"
-        for s in ("search", "verification")
-        for ext in ("parquet", "json")
-    ]:
-        (tmp_path / done).parent.mkdir(parents=True, exist_ok=True)
-        (shutil.copytree if (baseline / done).is_dir() else shutil.copy2)(baseline / done, tmp_path / done)
     args = [*PROFILE, TABLE_TARGET, "--configfile", str(config)]
     log = tmp_path / "snakemake.out"
+    start = time.monotonic()
     with log.open("w") as out:
         proc = subprocess.Popen(
             [SNAKEMAKE, "--snakefile", str(REPO / "Snakefile"), "--directory", str(tmp_path), *args],
@@ -130,11 +109,22 @@ def test_a_job_killed_by_slurm_is_reported_and_the_rerun_resumes(slurm_env, tiny
     sets = [tmp_path / "results/likelihood/smollm2-135m" / s for s in ("search", "verification")]
     killed = [d for d in sets if not (d / "continuations.parquet").exists()]
     assert len(killed) == 1 and not (killed[0] / "sampling.json").exists()
-    # Only the killed job and what depends on it run again.
     dry = run_snakemake(tmp_path, "-n", *args, env=slurm_env)
-    assert planned_jobs(dry) == {"sample_continuations": 1, "score_reference": 1, "reference_table": 1}
+    planned = planned_jobs(dry)
+    assert planned["sample_continuations"] == 1 and planned["reference_table"] == 1, planned
+    assert set(planned) <= {"sample_continuations", "score_reference", "reference_table"}, planned
     run_snakemake(tmp_path, *args, env=slurm_env)
+    print(f"pipeline on SLURM, killed job and rerun: {time.monotonic() - start:.0f} s")
+    # From scratch on other processes, through sbatch, with a job killed on the way: the same results and tables.
     assert_same_results(baseline, tmp_path)
+    for table in (baseline / "results/tables").glob("*.csv"):
+        assert table.read_bytes() == (tmp_path / "results/tables" / table.name).read_bytes()
+    # Every job went through sbatch: one SLURM log per rule, and the job's records name it.
+    logs = tmp_path / ".snakemake/slurm_logs"
+    for rule in RULES:
+        assert list((logs / f"rule_{rule}").rglob("*.log")), f"no SLURM log for {rule}\n{output}"
+    record = json.loads((tmp_path / "results/likelihood/smollm2-135m/search/reference.json").read_text())
+    assert record["provenance"]["execution"]["slurm_job_id"].isdigit()
 
 
 def test_an_unreachable_cluster_fails_naming_the_job(slurm_env, tmp_path):
