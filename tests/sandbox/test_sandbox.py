@@ -78,9 +78,9 @@ def test_writes_outside_its_private_tmp_fail(tmp_path):
     target.write_bytes(b"honest")
     seen = run_inside(
         tmp_path,
-        f"""
+        """
         import errno, json, os
-        out = {{}}
+        out = {}
         # the runtime: the standard library's directory, bound wherever the interpreter lives (a prefix under
         # /tmp sits inside the private /tmp, whose directories above the bound ones are the sandbox's own)
         for name, path in [("package", "/package/weights.bin"), ("runtime", os.path.dirname(os.__file__) + "/x"),
