@@ -58,27 +58,31 @@ def _up(value):
     return value.float() if isinstance(value, torch.Tensor) and value.dtype == torch.bfloat16 else value
 
 
+def _in_float32(func, args, kwargs):
+    """``func`` called with its BF16 tensor arguments upcast to float32."""
+    return func(*map(_up, args), **{k: _up(v) for k, v in kwargs.items()})
+
+
 class _Float32Arithmetic(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         left = _LEFT_OPERAND.get(func)
         if left is not None and args[left].dtype == torch.bfloat16:
-            return func(*map(_up, args), **kwargs).to(torch.bfloat16)
+            return _in_float32(func, args, kwargs).to(torch.bfloat16)
         if func in _ATTENTION and args[0].dtype == torch.bfloat16:
-            output, *rest = func(*map(_up, args), **{k: _up(v) for k, v in kwargs.items()})
+            output, *rest = _in_float32(func, args, kwargs)
             return (output.to(torch.bfloat16), *rest)
         return func(*args, **kwargs)
 
 
 class _Float32Attention(TorchFunctionMode):
     """Attention (SDPA) of BF16 operands in float32, its output rounded to BF16: for the forward passes of
-    :func:`float32_weights_held`, whose products are float32 already. A function mode, not a dispatch mode: a
-    dispatch mode's Python call on each of a decoding step's ~2,500 operations cost more than the step."""
+    :func:`float32_weights_held`, whose products are float32 already (why a function mode: the module doc)."""
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if func is F.scaled_dot_product_attention and args[0].dtype == torch.bfloat16:
-            return func(*map(_up, args), **{k: _up(v) for k, v in kwargs.items()}).to(torch.bfloat16)
+            return _in_float32(func, args, kwargs).to(torch.bfloat16)
         return func(*args, **kwargs)
 
 
