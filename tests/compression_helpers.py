@@ -10,6 +10,7 @@ import yaml
 
 from infbench import operator_secret
 from infbench.compression import contexts, likelihood
+from infbench.compression.client import EmptyWorkers
 from infbench.compression.evaluation import EvaluationSettings, measure
 from infbench.config.model import CorpusSpec
 
@@ -33,6 +34,9 @@ SETTINGS = EvaluationSettings(
     sandbox={"allow_unsandboxed": False, "tmp_mb": 256},
     memory_workspace={"logits_copies": 3, "extra_mib": 256},
 )
+# One empty worker per runtime for the session's measurements, as a caller verifying several packages keeps
+# (the first measurement runs its empty worker beside the package's, as every pipeline job does)
+EMPTY_WORKERS = EmptyWorkers()
 SECRET = operator_secret.load({"env": "INFBENCH_TEST_NO_SUCH_VARIABLE", "file": None, "require": False})
 
 HONEST = """
@@ -95,7 +99,7 @@ def run(pkg: Path, src: Path, settings=SETTINGS, **kwargs):
         settings=settings,
         secret=SECRET,
         sample_temperature=1.0,
-        **kwargs,
+        **{"empty_workers": EMPTY_WORKERS, **kwargs},
     )
 
 

@@ -20,7 +20,7 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def honest(tiny_source, tmp_path_factory):
     pkg = make_package(tmp_path_factory.mktemp("honest"), tiny_source, HONEST, name="honest")
-    return pkg, run(pkg, tiny_source)
+    return pkg, run(pkg, tiny_source, empty_workers=None)  # its own empty worker, beside it (as in a job)
 
 
 def test_honest_submission_verifies_with_f_equal_one(honest):
@@ -46,6 +46,16 @@ def test_honest_submission_verifies_with_f_equal_one(honest):
     tight = verdict(record, Task(name="t", source="tiny", limit_gib=record.s_pkg_bytes / GIB * 0.9))
     assert tight.failed_check == "storage_package" and tight.score == 0.0
     assert record.decode.tps > 0 and record.s_res_bytes >= 4 * 1_500_000
+
+
+def test_an_empty_worker_kept_across_packages_charges_the_same(tiny_source, honest):
+    """The session's kept empty worker (compression_helpers.EMPTY_WORKERS, measured once for all these tests)
+    charges the honest package what its own empty worker, measured beside it, did."""
+    pkg, own = honest
+    kept = run(pkg, tiny_source)
+    assert kept.failure is None, kept.failure
+    charged = [r.resident.outside(r.resident.after_load, None) for r in (kept, own)]
+    assert abs(charged[0] - charged[1]) < 2**20, charged
 
 
 def test_a_package_over_every_limit_is_measured_but_not_checked(tiny_source, tmp_path, honest):

@@ -356,3 +356,26 @@ class SubmissionProcess:
 
     def peaks(self) -> dict[str, int]:
         return dict(self.sampler.peaks)
+
+
+class EmptyWorkers:
+    """The memory of empty workers (a runtime's modules preloaded, no package): what a package's ``S_res`` is
+    measured against (:mod:`infbench.compression.storage`), kept by the settings of the worker each stands
+    beside. A measurement makes its own by default, so its empty worker runs beside the package's; a caller
+    verifying several packages in one process can keep one for all of them, and then each runtime's empty worker
+    is measured once."""
+
+    def __init__(self) -> None:
+        self._measured: dict[tuple, tuple[meter.MemoryUse, int | None]] = {}
+
+    def memory(
+        self, *, sandbox: SandboxSettings, preload: list[str], device: str, threads: int, **process
+    ) -> tuple[meter.MemoryUse, int | None]:
+        """Host memory and (on CUDA) device memory of an empty worker with these settings; ``process``: the
+        rest of :class:`SubmissionProcess`'s arguments (its log, deadline, vocabulary), which it does not hold."""
+        key = (sandbox.model_dump_json(), tuple(preload), device, threads)
+        if key not in self._measured:
+            settings = dict(sandbox=sandbox, preload=preload, device=device, threads=threads)
+            with SubmissionProcess(None, baseline=True, **settings, **process) as empty:
+                self._measured[key] = empty.memory(), empty.device_memory()
+        return self._measured[key]

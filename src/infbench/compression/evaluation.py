@@ -25,7 +25,7 @@ import numpy as np
 
 from infbench.checks import Check, CheckFailed
 from infbench.compression import divergence, held_out, integrity, probes, scoring
-from infbench.compression.client import SubmissionProcess, WorkerFailure
+from infbench.compression.client import EmptyWorkers, SubmissionProcess, WorkerFailure
 from infbench.compression.decode import measure as measure_decode
 from infbench.compression.likelihood_files import TopLogProbs, read_continuations, read_top, stack
 from infbench.compression.records import DivergenceSummary, EvaluationRecord
@@ -128,6 +128,7 @@ def measure(
     secret: OperatorSecret | None = None,
     sample_temperature: float | None = None,
     memory_limit_gib: float | None = None,
+    empty_workers: EmptyWorkers | None = None,
 ) -> EvaluationRecord:
     """Everything about ``package`` that does not depend on a storage limit; ``kind``: reward or verification.
 
@@ -135,6 +136,8 @@ def measure(
     sampled at (``likelihood_above_source`` applies at 1). ``memory_limit_gib``: the largest storage limit the
     package is judged under, from which its sandbox's hard memory limit is set (:func:`storage.memory_cap`).
     ``reference_top``: the set's ``reference_top.npz``, for the divergence diagnostics (reported, never judged).
+    ``empty_workers``: where the empty worker that ``S_res`` is measured against comes from; by default one is
+    measured beside this package's worker.
     """
     start = time.monotonic()
     package = Path(package)
@@ -178,8 +181,7 @@ def measure(
         # until the package is loaded); its hard memory limit, which follows from the baseline, is set first.
         with SubmissionProcess(package, **process) as proc:
             with step("baseline"):
-                with SubmissionProcess(None, baseline=True, **process) as empty:
-                    baseline, device_baseline = empty.memory(), empty.device_memory()
+                baseline, device_baseline = (empty_workers or EmptyWorkers()).memory(**process)
             cap = (
                 None
                 if memory_limit_gib is None

@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from infbench import atomic
+from infbench.compression.client import EmptyWorkers
 from infbench.compression.evaluation import EvaluationSettings, measure
 from infbench.compression.records import EvaluationRecord, verdict
 from infbench.compression.tasks import Task
@@ -75,9 +76,11 @@ def reward(
     threads: int,
     log_path: Path,
     worker_log: str | None = None,
+    empty_workers: EmptyWorkers | None = None,
 ) -> EvaluationRecord:
     """Search-time reward ``10 F_s`` (0 unless it runs and both storage limits hold), logged as JSONL;
-    ``results``: the pipeline's results tree, whose search set only it reads."""
+    ``results``: the pipeline's results tree, whose search set only it reads; ``empty_workers``: kept across the
+    calls of one search, so that its runtime's empty worker is measured once (:class:`EmptyWorkers`)."""
     record = read_record(results.source_record(task.source))
     measured = measure(
         "reward",
@@ -92,6 +95,7 @@ def reward(
         settings=EvaluationSettings.for_job(settings, sandbox, threads),
         log_path=worker_log,
         memory_limit_gib=task.limit_gib,
+        empty_workers=empty_workers,
     )
     judged = verdict(measured, task)
     judged.finished_at = datetime.now(UTC)

@@ -22,6 +22,7 @@ import yaml
 from infbench import atomic
 from infbench.compression.baselines.gguf import WEIGHTS, quantize
 from infbench.compression.baselines.package import copy_tokenizer, write_package
+from infbench.compression.client import EmptyWorkers
 from infbench.compression.submission import Manifest
 from infbench.compression.tasks import Task
 from infbench.compression.verification import reward
@@ -89,6 +90,7 @@ def run(
         versions, events = tmp / "versions", _Log(tmp / "events.jsonl")
         versions.mkdir()
         best: tuple[float, str] | None = None
+        empty_workers = EmptyWorkers()  # one empty llama.cpp worker for every candidate's S_res
         for step, cand in enumerate(plan):
             version = f"v{step + 1}-{cand.name}"
             events.event(
@@ -125,6 +127,7 @@ def run(
                 threads=threads,
                 log_path=tmp / "reward_log.jsonl",
                 worker_log=worker_log,
+                empty_workers=empty_workers,
             )
             if record.reward > 0 and (best is None or record.reward > best[0]):
                 best = (record.reward, version)
