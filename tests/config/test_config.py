@@ -72,3 +72,13 @@ def test_bad_config_fails_before_any_job(tmp_path, old, new, expected):
     assert proc.returncode != 0
     assert expected in proc.stdout + proc.stderr
     assert not (tmp_path / "results").exists()
+
+
+def test_the_embedded_default_keeps_the_papers_verification_timeout():
+    """An honest package's verification includes its accuracy gate, whose answers on a weak package run to the
+    token budgets: on two CPU cores the 3-bit GPTQ baseline's gate alone took longer than 1,800 s, and a shorter
+    embedded timeout recorded it as failing ``execution`` instead of ``accuracy_gate`` (issue 20)."""
+    paper = SCHEMA["properties"]["verification"]["properties"]["timeout_s"]["default"]
+    assert paper == 3600
+    embedded = yaml.safe_load((REPO / "config/config.yaml").read_text())["verification"]
+    assert embedded.get("timeout_s", paper) >= paper
