@@ -86,6 +86,7 @@ def make_package(root: Path, source_dir: Path, code: str, **manifest) -> Path:
 
 
 def run(pkg: Path, src: Path, settings=SETTINGS, **kwargs):
+    kwargs.setdefault("empty_workers", EMPTY_WORKERS)
     return measure(
         "verification",
         pkg,
@@ -99,7 +100,7 @@ def run(pkg: Path, src: Path, settings=SETTINGS, **kwargs):
         settings=settings,
         secret=SECRET,
         sample_temperature=1.0,
-        **{"empty_workers": EMPTY_WORKERS, **kwargs},
+        **kwargs,
     )
 
 

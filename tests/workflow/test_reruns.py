@@ -8,6 +8,7 @@ import shutil
 import signal
 import subprocess
 import time
+from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
@@ -22,6 +23,7 @@ from conftest import (
 )
 
 from infbench.hashing import sha256_file
+from infbench.layout import Layout
 
 pytestmark = pytest.mark.slow
 
@@ -86,11 +88,11 @@ def _outputs_are_whole(workdir):
 def test_sigkill_mid_job_then_rerun_incomplete_gives_the_same_results(tiny_run, tmp_path):
     baseline, config = tiny_run
     shutil.copytree(baseline / "results/sources", tmp_path / "results/sources")  # start at the sampling
+    done, todo = Layout(str(baseline / "results")), Layout(str(tmp_path / "results"))
     for set_name in ("search", "verification"):
-        done, todo = (root / f"results/likelihood/smollm2-135m/{set_name}" for root in (baseline, tmp_path))
-        todo.mkdir(parents=True)
-        for name in ("contexts.parquet", "contexts.json"):
-            shutil.copy2(done / name, todo / name)
+        for path in (Layout.contexts, Layout.contexts_manifest):
+            Path(path(todo, "smollm2-135m", set_name)).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(path(done, "smollm2-135m", set_name), path(todo, "smollm2-135m", set_name))
     proc = subprocess.Popen(
         [
             SNAKEMAKE,

@@ -375,7 +375,8 @@ class EmptyWorkers:
         rest of :class:`SubmissionProcess`'s arguments (its log, deadline, vocabulary), which it does not hold."""
         key = (sandbox.model_dump_json(), tuple(preload), device, threads)
         if key not in self._measured:
-            settings = dict(sandbox=sandbox, preload=preload, device=device, threads=threads)
-            with SubmissionProcess(None, baseline=True, **settings, **process) as empty:
+            with SubmissionProcess(
+                None, baseline=True, sandbox=sandbox, preload=preload, device=device, threads=threads, **process
+            ) as empty:
                 self._measured[key] = empty.memory(), empty.device_memory()
         return self._measured[key]
