@@ -34,6 +34,7 @@ from pydantic import BaseModel
 from infbench.checks import CheckFailed
 from infbench.compression import logits_pipe
 from infbench.compression.runtimes import optional_modules
+from infbench.compression.warm_up import SourceShapes
 from infbench.compression.worker import IMPORTS
 from infbench.config.model import SandboxSettings
 from infbench.errors import InfbenchError
@@ -62,7 +63,8 @@ class SubmissionProcess:
     """A worker in its sandbox: the package copied to a fresh directory and mounted at ``/package``, its output
     copied into ``log`` (a path, opened once in append mode, or an open binary file), its memory cgroup limited
     to ``memory_limit_bytes``; ``vocab_size``: the source's vocabulary, the last dimension of every logits
-    answer."""
+    answer; ``warm_up``: the source's shapes it runs on the CPU before anything else
+    (:mod:`infbench.compression.warm_up`)."""
 
     def __init__(
         self,
@@ -77,7 +79,9 @@ class SubmissionProcess:
         baseline: bool = False,
         memory_limit_bytes: int | None = None,
         vocab_size: int | None = None,
+        warm_up: SourceShapes | None = None,
     ):
+        self.warm_up = warm_up
         self.package = Path(package).resolve() if package else None
         self.vocab_size, self._requests = vocab_size, 0
         self.sandbox_settings, self.preload, self.baseline = sandbox, list(preload), baseline
@@ -113,6 +117,8 @@ class SubmissionProcess:
             "--preload",
             ",".join(self.preload),
         ]
+        if self.warm_up is not None:
+            cmd += ["--warm-up", self.warm_up.model_dump_json()]
         return cmd + (["--baseline"] if self.baseline else ["--package", self.policy.path(PACKAGE)])
 
     def _stage(self) -> Path | None:
@@ -369,14 +375,28 @@ class EmptyWorkers:
         self._measured: dict[tuple, tuple[meter.MemoryUse, int | None]] = {}
 
     def memory(
-        self, *, sandbox: SandboxSettings, preload: list[str], device: str, threads: int, **process
+        self,
+        *,
+        sandbox: SandboxSettings,
+        preload: list[str],
+        device: str,
+        threads: int,
+        warm_up: SourceShapes | None,
+        **process,
     ) -> tuple[meter.MemoryUse, int | None]:
         """Host memory and (on CUDA) device memory of an empty worker with these settings; ``process``: the
         rest of :class:`SubmissionProcess`'s arguments (its log, deadline, vocabulary), which it does not hold."""
-        key = (sandbox.model_dump_json(), tuple(preload), device, threads)
+        key = (sandbox.model_dump_json(), tuple(preload), device, threads, warm_up and warm_up.model_dump_json())
         if key not in self._measured:
             with SubmissionProcess(
-                None, baseline=True, sandbox=sandbox, preload=preload, device=device, threads=threads, **process
+                None,
+                baseline=True,
+                sandbox=sandbox,
+                preload=preload,
+                device=device,
+                threads=threads,
+                warm_up=warm_up,
+                **process,
             ) as empty:
                 self._measured[key] = empty.memory(), empty.device_memory()
         return self._measured[key]

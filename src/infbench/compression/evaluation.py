@@ -14,6 +14,7 @@ that stops the job or other jobs.
 from __future__ import annotations
 
 import contextlib
+import json
 import time
 import traceback
 from collections.abc import Callable
@@ -32,6 +33,7 @@ from infbench.compression.records import DivergenceSummary, EvaluationRecord
 from infbench.compression.runtimes import preload_modules
 from infbench.compression.storage import ResidentMeasure, memory_cap, workspace_bytes
 from infbench.compression.submission import GIB, SubmissionError, check_tokenizer, load_manifest
+from infbench.compression.warm_up import SourceShapes
 from infbench.config.model import SandboxSettings, VerificationSettings
 from infbench.operator_secret import OperatorSecret
 from infbench.package_files import PackageFilesError, content_hash, package_bytes
@@ -85,6 +87,49 @@ class _Rows:
     sampler: np.ndarray
     reference: np.ndarray
     top: TopLogProbs
+
+
+GREEDY_PROMPT_TOKENS = 32  # the greedy check's prompt: the first tokens of the first verification row
+
+
+def _greedy_prompt(rows: _Rows) -> list[int]:
+    return np.concatenate([rows.contexts[0], rows.continuations[0]])[:GREEDY_PROMPT_TOKENS].tolist()
+
+
+def source_shapes(
+    source_checkpoint: str | Path,
+    *,
+    rows: int,
+    context_tokens: int,
+    continuation_tokens: int,
+    settings: VerificationSettings,
+) -> SourceShapes:
+    """The source's architecture and the shapes of what a measurement sends a worker: each scoring request
+    size (probes have the same), the greedy check's prompt and its teacher-forced logits, the timed decoding's
+    prompt (:mod:`infbench.compression.warm_up`)."""
+    tokens = context_tokens + continuation_tokens
+    prompt, greedy = min(GREEDY_PROMPT_TOKENS, tokens), settings.integrity.greedy_tokens
+    scoring = {(n, tokens - 1, continuation_tokens) for n in probes.request_sizes(rows, settings.score_batch_size)}
+    return SourceShapes(
+        config=json.loads((Path(source_checkpoint) / "config.json").read_text()),
+        logits=sorted(scoring | {(1, prompt + greedy - 1, greedy)}),
+        generations=[(prompt, greedy), (settings.decode.prompt_tokens, 2)],
+    )
+
+
+def _warm_up(source_checkpoint: str, rows: _Rows, settings: EvaluationSettings, preload: list[str]):
+    """The source's shapes for workers of a transformers runtime on the CPU; None elsewhere (on CUDA the worker
+    warms up on its own)."""
+    if settings.device != "cpu" or "transformers" not in preload:
+        return None
+    n, context_tokens = rows.contexts.shape
+    return source_shapes(
+        source_checkpoint,
+        rows=n,
+        context_tokens=context_tokens,
+        continuation_tokens=rows.continuations.shape[1],
+        settings=settings,
+    )
 
 
 def _read_rows(continuations: str, reference_scores: str, reference_top: str) -> _Rows:
@@ -176,6 +221,7 @@ def measure(
             timeout_s=settings.timeout_s,
             log_path=log,
             vocab_size=vocab_size,
+            warm_up=_warm_up(source_checkpoint, rows, settings, preload),
         )
         # The measured worker imports its runtime while the baseline worker is measured (both only import
         # until the package is loaded); its hard memory limit, which follows from the baseline, is set first.
@@ -369,9 +415,10 @@ def _verification_checks(
             integrity.likelihood_above_source(rows.sampler, lp, temperature=temperature, alpha=s.likelihood_alpha)
         )
         with step("greedy_matches_argmax"):
-            prompt = np.concatenate([rows.contexts[0], rows.continuations[0]])[:32].tolist()
             record.checks.append(
-                integrity.greedy_matches_argmax(logits, proc.generate, prompt, s.greedy_tokens, s.tie_margin, vocab)
+                integrity.greedy_matches_argmax(
+                    logits, proc.generate, _greedy_prompt(rows), s.greedy_tokens, s.tie_margin, vocab
+                )
             )
     if accuracy_gate is not None:
         with step("accuracy_gate", phase="accuracy"):

@@ -73,6 +73,11 @@ def _batches(n: int, batch_size: int) -> list[np.ndarray]:
     return [np.arange(start, min(n, start + batch_size)) for start in range(0, n, batch_size)]
 
 
+def request_sizes(n: int, batch_size: int) -> list[int]:
+    """The sizes (rows) of the requests :func:`plan` and :func:`plan_fresh` send for ``n`` rows."""
+    return sorted({len(rows) for rows in _batches(n, batch_size)})
+
+
 def plan(
     contexts: np.ndarray, continuations: np.ndarray, batch_size: int, probe_requests: int, seed: int
 ) -> list[Request]:

@@ -11,10 +11,11 @@ replies with the shape the runtime returned and, when it is the shape asked for,
 frame on the logits pipe (``--logits-fd``, :mod:`infbench.compression.logits_pipe`), so the pipeline computes
 log-probs from the raw logits itself.
 
-Before anything of the package is read, the worker imports its runtime's modules (``--preload``) and trims the
-heap, exactly as the baseline worker (``--baseline``: no package at all) does, so the two differ by what the
-package loads. An in-process audit hook records reads outside the package and network connections: a
-diagnostic only (a package can reach and empty it).
+Before anything of the package is read, the worker imports its runtime's modules (``--preload``), creates the
+runtime state of a first inference (:mod:`infbench.compression.warm_up`: on CUDA, and with ``--warm-up`` the
+source's shapes on the CPU) and trims the heap, exactly as the baseline worker (``--baseline``: no package at
+all) does, so the two differ by what the package loads. An in-process audit hook records reads outside the
+package and network connections: a diagnostic only (a package can reach and empty it).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from infbench.compression import inprocess_memory, logits_pipe, runtimes
+from infbench.compression import inprocess_memory, logits_pipe, runtimes, warm_up
 from infbench.compression.submission import load_manifest
 
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT
@@ -45,48 +46,6 @@ _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT
 # The distributions' modules this worker imports itself, beyond its runtime's and the standard library: its
 # sandbox binds their requirement closure (infbench.sandbox.runtime); tests/sandbox/test_sandbox.py checks the list.
 IMPORTS = ("numpy", "torch", "pydantic", "yaml")
-
-
-def warm_up_cuda(device: str) -> None:
-    """Create, in the baseline and the measured worker alike, the runtime state a model's first inference
-    would otherwise add to the package's figure (docs/gpu.md, measured on an H200: about 80 MiB of host memory
-    after the first inference of a 7.6 MiB and of a 1.24B BF16 package, and more with every new sequence
-    length):
-
-    - cuDNN's attention is switched off. It builds and keeps an execution plan per shape (about 1.3 MiB of
-      host memory for each new sequence length, and its runtime-compiled kernels on disk), state no empty
-      worker can hold in advance; SDPA's flash and memory-efficient kernels keep none.
-    - The hf runtime's own calls (logits, the block prefill, decode steps) run on one-layer Llamas of head
-      size 64 and 128 in bf16, fp16 and fp32: CUDA loads each kernel at its first launch (lazy module
-      loading), and cuBLAS creates its handles and workspaces, all of it before the package is read."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    from infbench.compression.runtimes.hf import HFRunner
-
-    class WarmUpRunner(HFRunner):
-        def __init__(self, model):
-            self.device, self.model = torch.device(device), model
-
-    torch.cuda.init()
-    torch.backends.cuda.enable_cudnn_sdp(False)
-    for dtype in (torch.bfloat16, torch.float16, torch.float32):
-        for heads in (8, 4):  # head sizes 64 and 128
-            config = LlamaConfig(
-                vocab_size=1024,
-                hidden_size=512,
-                intermediate_size=1024,
-                num_hidden_layers=1,
-                num_attention_heads=heads,
-                num_key_value_heads=2,
-                max_position_embeddings=256,
-            )
-            runner = WarmUpRunner(LlamaForCausalLM(config).to(device=device, dtype=dtype).eval())
-            runner.logits(np.ones((1, 8), dtype=np.int64), 4)
-            runner.logits(np.ones((2, 100), dtype=np.int64), 50)
-            list(runner.generate(list(range(1, 71)), 4))  # two prompt blocks, the second cropped
-            del runner
-    torch.cuda.synchronize()
-    torch.cuda.empty_cache()
 
 
 def trim_heap() -> None:
@@ -254,6 +213,7 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--preload", default="", help="comma-separated modules imported before anything else")
     p.add_argument("--baseline", action="store_true", help="import the runtime, load nothing, wait for exit")
+    p.add_argument("--warm-up", default=None, help="the source's shapes to run on the CPU first (JSON, warm_up.py)")
     return p.parse_args(argv)
 
 
@@ -266,7 +226,9 @@ def main(argv: list[str] | None = None) -> int:
         importlib.import_module(module)
     torch.set_num_threads(args.threads)
     if args.device.startswith("cuda"):
-        warm_up_cuda(args.device)
+        warm_up.cuda(args.device)
+    elif args.warm_up:
+        warm_up.source_shapes(warm_up.SourceShapes.model_validate_json(args.warm_up))
     trim_heap()
     requests = Requests()
     if args.baseline:
