@@ -166,7 +166,7 @@ def test_resident_bytes_are_the_weights_on_cuda(tmp_path, checkpoint, runtime):
     ckpt, weight_bytes = checkpoint
     r = resident(package(tmp_path / runtime, ckpt, runtime, PYTHON_RUNTIME))
     assert weight_bytes <= r["inprocess"] <= 1.05 * weight_bytes
-    # the runtime state of the first inference is the empty worker's too (worker.warm_up_cuda)
+    # the runtime state of the first inference is the empty worker's too (compression.warm_up.cuda)
     assert r["host_load"] <= ALLOWANCE and r["host_after"] <= ALLOWANCE
     # NVML counts what the caching allocator reserved: whole segments (measured on the H200: 26 MiB for these
     # 7.6 MiB of weights, after load and after inference with the cache emptied)

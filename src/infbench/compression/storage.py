@@ -18,8 +18,10 @@ runtime modules and loaded nothing. On CUDA the device memory of the sandbox's p
 (allocator caches, fragmentation, a package that skips trimming) is the package's to avoid: the worker trims the
 heap before each measurement. What could deflate it is not in the package's hands: the meter runs in the parent.
 
-Runtime state that the empty baseline cannot have, because the runtime creates it only once it has a model
-(per-layer bookkeeping at load, lazily initialised kernels and caches at the first inference), is covered by a
+Runtime state that a first inference creates (lazily loaded GPU kernels, the CPU kernels oneDNN and PyTorch
+keep for each shape of a product) is made in both workers before the package is read
+(:mod:`infbench.compression.warm_up`). What the empty baseline still cannot have, because the runtime creates it
+only once it has a model (per-layer bookkeeping at load, kernels of shapes no warm-up ran), is covered by a
 stated allowance, ``verification.runtime_allowance_mib`` (default 16 MiB). A package can therefore hide at most
 the allowance.
 
