@@ -74,8 +74,15 @@ def execution() -> dict[str, str]:
     return found
 
 
+@functools.cache
+def _module_owners() -> dict[str, list[str]]:
+    """Top-level module -> its distributions, read once per process (a scan of every installed distribution's
+    metadata: 1.7 s in the pipeline's environment)."""
+    return importlib.metadata.packages_distributions()
+
+
 def _imported_distributions() -> set[str]:
-    owners = importlib.metadata.packages_distributions()
+    owners = _module_owners()
     return {dist for module in list(sys.modules) if "." not in module for dist in owners.get(module, ())}
 
 

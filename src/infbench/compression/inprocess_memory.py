@@ -5,6 +5,7 @@ tensors and arrays, plus what a runtime holds natively. Run inside the sandboxed
 from __future__ import annotations
 
 import gc
+import itertools
 from typing import Any
 
 import numpy as np
@@ -31,16 +32,26 @@ def _storage_key(obj: Any) -> tuple[tuple, int] | None:
 
 
 def live_cpu_bytes() -> int:
-    """Bytes of every distinct CPU storage behind live tensors and arrays."""
+    """Bytes of every distinct CPU storage behind live tensors and arrays.
+
+    The candidates are every object the garbage collector tracks and everything those refer to (NumPy arrays
+    are not tracked themselves), chosen by ``type()`` in C-level passes. Testing each with ``isinstance`` (which
+    also reads a proxy's ``__class__``) took 2.2-2.5 s in a worker that imports transformers (400,000 objects,
+    2.4 million candidates); this takes about 1 s.
+    """
     gc.collect()
+    objects = gc.get_objects()
+    candidates = objects + gc.get_referents(*objects)
+    del objects
+    types = list(map(type, candidates))
+    kinds = {t for t in set(types) if issubclass(t, (torch.Tensor, np.ndarray))}
     seen: dict[tuple, int] = {}
-    for obj in gc.get_objects():
-        for candidate in (obj, *gc.get_referents(obj)):
-            found = _storage_key(candidate)
-            if found is None or found[0][0] == "cuda":
-                continue
-            key, nbytes = found
-            seen[key] = max(seen.get(key, 0), nbytes)
+    for candidate in itertools.compress(candidates, map(kinds.__contains__, types)):
+        found = _storage_key(candidate)
+        if found is None or found[0][0] == "cuda":
+            continue
+        key, nbytes = found
+        seen[key] = max(seen.get(key, 0), nbytes)
     return sum(seen.values())
 
 
