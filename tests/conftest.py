@@ -18,6 +18,24 @@ EMBEDDED_ORIGIN = {
 
 torch.set_num_threads(min(2, os.cpu_count() or 1))
 
+# pytest-xdist (pyproject's addopts: -n auto --dist loadfile --no-loadscope-reorder) hands each worker whole test
+# files, so a module fixture is built once, in collection order but for the files that each run a whole small
+# pipeline first, so that neither of them ends the suite alone. (`--dist loadgroup`, which could also keep the
+# files sharing `tiny_run` on one worker, loses its groups under pytest 9.2: xdist 3.8.0 renames items through
+# `_nodeid`, which pytest 9.2 no longer reads.)
+LONGEST_FILES = ("tests/workflow/test_pipeline.py", "tests/workflow/test_slurm.py")
+GIB_PER_WORKER = 4  # a worker running the small pipeline: its test process and one job (about 3 GiB at most)
+
+
+def pytest_xdist_auto_num_workers(config):
+    """Workers for ``-n auto``: one per core, at most one per ``GIB_PER_WORKER`` of memory."""
+    memory_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return max(1, min(len(os.sched_getaffinity(0)), int(memory_gib // GIB_PER_WORKER)))
+
+
+def pytest_collection_modifyitems(items):
+    items.sort(key=lambda item: str(item.path.relative_to(REPO)) not in LONGEST_FILES)
+
 
 @pytest.fixture(scope="session")
 def tiny_llama():
