@@ -1,3 +1,4 @@
+import fcntl
 import json
 import os
 import shutil
@@ -19,10 +20,8 @@ EMBEDDED_ORIGIN = {
 torch.set_num_threads(min(2, os.cpu_count() or 1))
 
 # pytest-xdist (pyproject's addopts: -n auto --dist loadfile --no-loadscope-reorder) hands each worker whole test
-# files, so a module fixture is built once, in collection order but for the files that each run a whole small
-# pipeline first, so that neither of them ends the suite alone. (`--dist loadgroup`, which could also keep the
-# files sharing `tiny_run` on one worker, loses its groups under pytest 9.2: xdist 3.8.0 renames items through
-# `_nodeid`, which pytest 9.2 no longer reads.)
+# files, so a module fixture is built once, in collection order except that the two files that run a whole small
+# pipeline start first, so that neither ends the suite alone. The workers share the session's `tiny_run`.
 LONGEST_FILES = ("tests/workflow/test_pipeline.py", "tests/workflow/test_slurm.py")
 GIB_PER_WORKER = 4  # a worker running the small pipeline: its test process and one job (about 3 GiB at most)
 
@@ -193,10 +192,27 @@ def tiny_config(path: Path, **likelihood) -> Path:
 @pytest.fixture(scope="session")
 def tiny_run(tmp_path_factory):
     """One local, uninterrupted run of the tiny pipeline up to the tables, shared by the
-    rerun, determinism, provenance and SLURM tests: (workdir, configfile)."""
-    workdir = tmp_path_factory.mktemp("tiny-run")
-    config = tiny_config(tmp_path_factory.mktemp("tiny-config") / "config.yaml")
-    run_snakemake(workdir, "--cores", "2", TABLE_TARGET, "--configfile", str(config))
+    rerun, determinism, provenance and SLURM tests (which only read it): (workdir, configfile).
+    Under pytest-xdist the workers share one run: the first to need it makes it in the directory their
+    own temporary directories sit in, holding a lock that the others wait on."""
+    if "PYTEST_XDIST_WORKER" not in os.environ:
+        return _tiny_run_in(tmp_path_factory.mktemp("tiny-run-shared"))
+    shared = tmp_path_factory.getbasetemp().parent / "tiny-run-shared"
+    shared.mkdir(exist_ok=True)
+    with open(shared / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _tiny_run_in(shared)
+
+
+def _tiny_run_in(root: Path) -> tuple[Path, Path]:
+    """The tiny run under ``root``, made unless an earlier call finished it there."""
+    workdir, config, done = root / "work", root / "config.yaml", root / ".done"
+    if not done.exists():
+        shutil.rmtree(workdir, ignore_errors=True)
+        workdir.mkdir()
+        tiny_config(config)
+        run_snakemake(workdir, "--cores", "2", TABLE_TARGET, "--configfile", str(config))
+        done.touch()
     return workdir, config
 
 
