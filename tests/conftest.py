@@ -23,11 +23,16 @@ torch.set_num_threads(min(2, os.cpu_count() or 1))
 # files, so a module fixture is built once, in collection order except that the two files that run a whole small
 # pipeline start first, so that neither ends the suite alone. The workers share the session's `tiny_run`.
 LONGEST_FILES = ("tests/workflow/test_pipeline.py", "tests/workflow/test_slurm.py")
-GIB_PER_WORKER = 4  # a worker running the small pipeline: its test process and one job (about 3 GiB at most)
+# a worker's tests run one pipeline job at a time beside the test process; the embedded default's largest job peaked
+# at 2.9 GB (`infbench stage-times`, max RSS of measure_candidate)
+GIB_PER_WORKER = 4
 
 
 def pytest_xdist_auto_num_workers(config):
-    """Workers for ``-n auto``: one per core, at most one per ``GIB_PER_WORKER`` of memory."""
+    """Workers for ``-n auto``: one per core, at most one per ``GIB_PER_WORKER`` of memory; xdist's own
+    ``PYTEST_XDIST_AUTO_NUM_WORKERS``, where set, decides instead."""
+    if "PYTEST_XDIST_AUTO_NUM_WORKERS" in os.environ:
+        return None
     memory_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
     return max(1, min(len(os.sched_getaffinity(0)), int(memory_gib // GIB_PER_WORKER)))
 
@@ -196,7 +201,7 @@ def tiny_run(tmp_path_factory):
     Under pytest-xdist the workers share one run: the first to need it makes it in the directory their
     own temporary directories sit in, holding a lock that the others wait on."""
     if "PYTEST_XDIST_WORKER" not in os.environ:
-        return _tiny_run_in(tmp_path_factory.mktemp("tiny-run-shared"))
+        return _tiny_run_in(tmp_path_factory.mktemp("tiny-run"))
     shared = tmp_path_factory.getbasetemp().parent / "tiny-run-shared"
     shared.mkdir(exist_ok=True)
     with open(shared / ".lock", "w") as lock:
