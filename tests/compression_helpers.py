@@ -10,8 +10,9 @@ import yaml
 
 from infbench import operator_secret
 from infbench.compression import contexts, likelihood
+from infbench.compression.accuracy import GateJob
 from infbench.compression.client import EmptyWorkers
-from infbench.compression.evaluation import EvaluationSettings, measure
+from infbench.compression.measure import EvaluationSettings, LikelihoodSet, MeasureJob, measure
 from infbench.config.model import CorpusSpec
 
 SETTINGS = EvaluationSettings(
@@ -23,14 +24,7 @@ SETTINGS = EvaluationSettings(
     bootstrap_resamples=100,
     seed=0,
     decode={"prompt_tokens": 8, "output_tokens": 4, "rounds": 1, "requests_per_round": 2, "warmup": 0},
-    integrity={
-        "probe_requests": 1,
-        "statefulness_rows": 2,
-        "tolerance": 0.05,
-        "tie_margin": 0.01,
-        "greedy_tokens": 6,
-        "likelihood_alpha": 0.001,
-    },
+    integrity={"statefulness_rows": 2, "tolerance": 0.05, "likelihood_alpha": 0.001},
     sandbox={"allow_unsandboxed": False, "tmp_mb": 256},
     memory_workspace={"logits_copies": 3, "extra_mib": 256},
 )
@@ -39,6 +33,8 @@ SETTINGS = EvaluationSettings(
 EMPTY_WORKERS = EmptyWorkers()
 SECRET = operator_secret.load({"env": "INFBENCH_TEST_NO_SUCH_VARIABLE", "file": None, "require": False})
 
+# The honest python-runtime package: each row's whole sequence through the model for every answer (no cache), so
+# obviously causal and row-independent.
 HONEST = """
 import numpy as np, torch
 from pathlib import Path
@@ -47,21 +43,25 @@ from transformers import AutoModelForCausalLM
 class Model:
     def __init__(self, package_dir, device):
         self.model = AutoModelForCausalLM.from_pretrained(Path(package_dir) / "model").eval()
+        self.rows = []
 
     @torch.inference_mode()
-    def logits(self, input_ids, n_last):
-        return self.model(input_ids=torch.as_tensor(input_ids), logits_to_keep=n_last).logits.float().numpy()
+    def last_logits(self, rows):
+        return np.stack(
+            [self.model(input_ids=torch.as_tensor([r]), logits_to_keep=1).logits[0, -1].float().numpy() for r in rows]
+        )
 
-    @torch.inference_mode()
-    def generate(self, input_ids, max_new_tokens):
-        ids = list(input_ids)
-        for _ in range(max_new_tokens):
-            tok = int(self.model(input_ids=torch.as_tensor([ids])).logits[0, -1].argmax())
-            ids.append(tok)
-            yield tok
+    def prefill(self, rows, max_new_tokens):
+        self.rows = [list(r) for r in rows]
+        return self.last_logits(self.rows)
+
+    def step(self, tokens, rows):
+        for token, row in zip(tokens, rows):
+            self.rows[row].append(int(token))
+        return self.last_logits([self.rows[row] for row in rows])
 
     def release(self):
-        pass
+        self.rows = []
 
 def load(package_dir, device):
     return Model(package_dir, device)
@@ -85,22 +85,39 @@ def make_package(root: Path, source_dir: Path, code: str, **manifest) -> Path:
     return pkg
 
 
-def run(pkg: Path, src: Path, settings=SETTINGS, **kwargs):
-    kwargs.setdefault("empty_workers", EMPTY_WORKERS)
-    return measure(
-        "verification",
-        pkg,
-        "tiny",
+def measure_job(pkg: Path, src: Path, settings=SETTINGS, **fields) -> MeasureJob:
+    """The final verification of ``pkg`` against the tiny source ``src`` (``fields``: gate, memory_limit_gib...)."""
+    return MeasureJob(
+        kind="verification",
+        package=pkg,
+        source="tiny",
         source_checkpoint=str(src / "hf"),
         n_params=1_600_000,
         vocab_size=49152,
-        continuations=str(src / "verification/continuations.parquet"),
-        reference_scores=str(src / "verification/reference_scores.parquet"),
-        reference_top=str(src / "verification/reference_top.npz"),
+        scored=LikelihoodSet(
+            continuations=str(src / "verification/continuations.parquet"),
+            reference_scores=str(src / "verification/reference_scores.parquet"),
+            reference_top=str(src / "verification/reference_top.npz"),
+        ),
         settings=settings,
         secret=SECRET,
         sample_temperature=1.0,
-        **kwargs,
+        **fields,
+    )
+
+
+def run(pkg: Path, src: Path, settings=SETTINGS, *, empty_workers=EMPTY_WORKERS, log=None, **fields):
+    """``pkg`` measured as a verification job does; by default against the session's kept empty worker."""
+    return measure(measure_job(pkg, src, settings, **fields), log=log, empty_workers=empty_workers)
+
+
+def gate_job(answers, reference_json: Path, src: Path, question_seed: int = 0) -> GateJob:
+    return GateJob(
+        answers=answers,
+        reference_json=str(reference_json),
+        source_checkpoint=str(src / "hf"),
+        label="c",
+        question_seed=question_seed,
     )
 
 

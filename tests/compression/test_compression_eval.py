@@ -8,7 +8,7 @@ import os
 import shutil
 
 import pytest
-from compression_helpers import HONEST, SETTINGS, make_package, run
+from compression_helpers import HONEST, SETTINGS, gate_job, make_package, run
 
 from infbench.compression.records import verdict
 from infbench.compression.submission import GIB
@@ -30,15 +30,8 @@ def test_honest_submission_verifies_with_f_equal_one(honest):
     assert record.f == pytest.approx(1.0, abs=1e-4)  # float32 twin of the reference
     d = record.divergence  # reported beside F: none from a float32 twin
     assert d.tokens == record.tokens_scored and d.kld_max < 1e-4 and d.same_top_p == 1.0
-    assert {
-        "logits_shape",
-        "causality",
-        "batch_invariance",
-        "determinism",
-        "statefulness",
-        "likelihood_above_source",
-        "greedy_matches_argmax",
-    } <= {c.name for c in record.checks}
+    assert [c.name for c in record.checks] == ["logits_shape", "likelihood_above_source", "statefulness"]
+    assert record.checks[-1].evidence["max_abs_logprob_diff"] == 0.0
     assert "in_process_audit" in record.diagnostics and record.sandbox.kind == "bwrap"
     assert record.secret_label == "public demo"
     judged = verdict(record, Task(name="t", source="tiny", limit_gib=1.0))
@@ -63,11 +56,8 @@ def test_a_package_over_every_limit_is_measured_but_not_checked(tiny_source, tmp
     its likelihood, memory and decode speed are reported, its integrity checks and gate are not run."""
     pkg, measured = honest
     limit_gib = measured.s_pkg_bytes / GIB * 0.5
-
-    def gate(proc):
-        raise AssertionError("the accuracy gate ran")
-
-    record = run(pkg, tiny_source, accuracy_gate=gate, memory_limit_gib=limit_gib)
+    gate = gate_job(answers_settings(), tmp_path / "no-such-reference.json", tiny_source)  # fails if it runs
+    record = run(pkg, tiny_source, gate=gate, memory_limit_gib=limit_gib)
     assert record.failure is None and record.f == pytest.approx(measured.f, abs=1e-6)
     assert [c.name for c in record.checks] == ["logits_shape"]
     assert "exceeds every storage limit" in record.diagnostics["checks_not_run"]
@@ -79,8 +69,8 @@ def test_a_package_over_every_limit_is_measured_but_not_checked(tiny_source, tmp
 
 def test_lazy_full_precision_copy_is_charged(tiny_source, tmp_path, honest):
     code = HONEST.replace(
-        "    def logits(self, input_ids, n_last):\n",
-        """    def logits(self, input_ids, n_last):
+        "    def step(self, tokens, rows):\n",
+        """    def step(self, tokens, rows):
         if not hasattr(self, "fp64_copy"):
             self.fp64_copy = [p.detach().double().clone() for p in self.model.parameters()]
 """,
@@ -93,15 +83,13 @@ def test_lazy_full_precision_copy_is_charged(tiny_source, tmp_path, honest):
 
 
 def test_scaled_logits_are_scored_as_returned(tiny_source, tmp_path, honest):
-    code = HONEST.replace(
-        "logits_to_keep=n_last).logits.float().numpy()", "logits_to_keep=n_last).logits.float().numpy() * 8.0"
-    )
+    code = HONEST.replace(".logits[0, -1].float().numpy()", ".logits[0, -1].float().numpy() * 8.0")
     record = run(make_package(tmp_path, tiny_source, code, name="scaled"), tiny_source)
     # log-softmax of the returned logits: a sharper distribution, a different (lower) F
     assert record.f < honest[1].f - 1e-3
     # the same most probable tokens, other distributions; the divergence is reported, the verdict unchanged
     assert record.divergence.same_top_p == 1.0 and record.divergence.kld_mean > 10 * honest[1].divergence.kld_mean
-    assert next(c for c in record.checks if c.name == "greedy_matches_argmax").passed
+    assert all(c.passed for c in record.checks)
 
 
 @pytest.mark.parametrize(
@@ -111,7 +99,7 @@ def test_scaled_logits_are_scored_as_returned(tiny_source, tmp_path, honest):
         (
             "crash",
             HONEST.replace(
-                "    def release(self):\n        pass", "    def release(self):\n        import os; os._exit(3)"
+                "    def release(self):\n", "    def release(self):\n        import os; os._exit(3)\n"
             ),
             "crash",
         ),
@@ -126,8 +114,8 @@ def test_broken_submissions_get_failure_records(tiny_source, tmp_path, name, cod
 
 def test_hanging_submission_times_out(tiny_source, tmp_path):
     code = HONEST.replace(
-        "    def logits(self, input_ids, n_last):\n",
-        "    def logits(self, input_ids, n_last):\n        import time; time.sleep(600)\n",
+        "    def prefill(self, rows, max_new_tokens):\n",
+        "    def prefill(self, rows, max_new_tokens):\n        import time; time.sleep(600)\n",
     )
     settings = SETTINGS.model_copy(update={"timeout_s": 25})
     record = run(make_package(tmp_path, tiny_source, code, name="hang"), tiny_source, settings)
@@ -163,58 +151,41 @@ def test_access_log_allows_reading_back_own_files_only(tmp_path):
     assert log.reads == [os.path.realpath(existing), os.path.realpath(tmp_path / "other.bin")]
 
 
-PEEKING = HONEST.replace(
-    "        return self.model(input_ids=torch.as_tensor(input_ids), logits_to_keep=n_last).logits.float().numpy()\n",
-    """        out = self.model(input_ids=torch.as_tensor(input_ids), logits_to_keep=n_last).logits.float().numpy()
-        if n_last == 8:  # only on calls shaped as scoring (n_last = M): peek at the next input token
-            nxt = input_ids[:, input_ids.shape[1] - n_last + 1:]
-            out[np.arange(len(input_ids))[:, None], np.arange(n_last - 1)[None, :], nxt] += 8.0
-        return out
-""",
-)
-
-
-def test_peeking_on_scoring_shaped_calls_fails_integrity(tiny_source, tmp_path):
-    record = run(make_package(tmp_path, tiny_source, PEEKING, name="peek"), tiny_source)
-    checks = {c.name: c for c in record.checks}
-    assert record.failure is None and record.f > 2  # the peek buys likelihood...
-    assert not checks["causality"].passed  # ...the probes hidden among scoring requests see it...
-    assert not checks["likelihood_above_source"].passed  # ...and no model beats the source on its own samples
-    evidence = checks["likelihood_above_source"].evidence
-    assert evidence["f_vs_source_samples"] > 2 and evidence["log_likelihood_ratio"] > evidence["limit"]
-    assert checks["greedy_matches_argmax"].passed and checks["determinism"].passed
-    assert verdict(record, Task(name="t", source="tiny", limit_gib=1.0)).score == 0.0
-
-
 @pytest.mark.parametrize(
     "name,code,check,cause",
     [
         (
             "short_vocab",
-            HONEST.replace(".logits.float().numpy()", ".logits.float().numpy()[..., :1000]"),
+            HONEST.replace(".logits[0, -1].float().numpy()", ".logits[0, -1].float().numpy()[:1000]"),
             "logits_shape",
             "'source_vocab': 49152",
         ),
         (
-            "one_position",
-            HONEST.replace(".logits.float().numpy()", ".logits.float().numpy()[:, :1]"),
-            "logits_shape",
-            "'expected': [4, 8, 49152]",
-        ),
-        (
-            "short_decode",
+            "positions_for_a_step",
             HONEST.replace(
-                "        for _ in range(max_new_tokens):",
-                "        for _ in range(max_new_tokens - (max_new_tokens == 4)):",
+                "        return self.last_logits([self.rows[row] for row in rows])",
+                "        return np.zeros((len(rows), 2, 49152), np.float32)",
             ),
-            "decode",
-            "ValueError: generate returned 3 tokens, asked for 4",
+            "logits_shape",
+            "'expected': [4, 49152]",
         ),
         (
-            "huge_token",
-            HONEST.replace("            yield tok", "            yield 10**6 if max_new_tokens == 6 else tok"),
-            "greedy_matches_argmax",
-            None,
+            "a_row_short",
+            HONEST.replace(
+                "        return self.last_logits([self.rows[row] for row in rows])",
+                "        return self.last_logits([self.rows[row] for row in rows])[1:]",
+            ),
+            "logits_shape",
+            "'logits_shape': [3, 49152]",
+        ),
+        (
+            "not_a_number",
+            HONEST.replace(
+                "        return self.last_logits([self.rows[row] for row in rows])",
+                "        return self.last_logits([self.rows[row] for row in rows]) * np.nan",
+            ),
+            "execution",
+            "non-finite log-probs",
         ),
     ],
 )
@@ -222,11 +193,7 @@ def test_failures_inside_measurement_are_records(tiny_source, tmp_path, name, co
     record = run(make_package(tmp_path, tiny_source, code, name=name), tiny_source)
     judged = verdict(record, Task(name="t", source="tiny", limit_gib=1.0))
     assert judged.failed_check == check and judged.score == 0.0
-    if cause:
-        assert cause in record.failure
-    else:
-        evidence = next(c for c in record.checks if c.name == check).evidence
-        assert set(evidence["token_ids_outside_vocabulary"]) == {10**6} and evidence["vocab"] == 49152
+    assert cause in record.failure
 
 
 def test_tokenizer_os_error_is_a_record(tiny_source, tmp_path):
@@ -236,25 +203,30 @@ def test_tokenizer_os_error_is_a_record(tiny_source, tmp_path):
     assert verdict(record, Task(name="t", source="tiny", limit_gib=1.0)).failed_check == "tokenizer"
 
 
-def test_accuracy_gate_against_other_questions_is_a_record(tiny_source, tmp_path):
+def answers_settings():
+    """The embedded gate, one question per benchmark and 4 new tokens each."""
     from conftest import embedded_config
 
-    from infbench.compression.accuracy import make_gate
     from infbench.config.model import AnswerSettings
-    from infbench.evaluation import driver, results
-    from infbench.evaluation.questions import load_questions
 
     cfg = embedded_config()
     for bench in ("gsm8k", "humaneval", "triviaqa"):
         cfg["answers"][bench].update(n_questions=1, max_new_tokens=4)
-    settings = AnswerSettings.model_validate(cfg["answers"])
+    return AnswerSettings.model_validate(cfg["answers"])
+
+
+def test_accuracy_gate_against_other_questions_is_a_record(tiny_source, tmp_path):
+    from infbench.evaluation import driver, results
+    from infbench.evaluation.questions import load_questions
+
+    settings = answers_settings()
     other = load_questions(settings, seed=1)
     reference = driver.evaluate(
         lambda batch, n, stop: ["42"] * len(batch), other, settings, label="source", sandbox=SETTINGS.sandbox
     )
     results.write_json(tmp_path / "reference.json", reference)
-    gate = make_gate(settings, tmp_path / "reference.json", tiny_source / "hf", label="c", question_seed=0)
-    record = run(make_package(tmp_path, tiny_source, HONEST, name="gated"), tiny_source, accuracy_gate=gate)
+    gate = gate_job(settings, tmp_path / "reference.json", tiny_source)
+    record = run(make_package(tmp_path, tiny_source, HONEST, name="gated"), tiny_source, gate=gate)
     judged = verdict(record, Task(name="t", source="tiny", limit_gib=1.0))
     assert judged.failed_check == "accuracy_gate" and "AnswerMismatchError" in record.failure
 
@@ -262,17 +234,10 @@ def test_accuracy_gate_against_other_questions_is_a_record(tiny_source, tmp_path
 def test_accuracy_gate_evidence_keeps_each_answers_outcome(tiny_source, tmp_path):
     """The candidate's own completions, judged in the sandbox: the record keeps every item's outcome and
     reason, and how HumanEval programs were isolated."""
-    from conftest import embedded_config
-
-    from infbench.compression.accuracy import make_gate
-    from infbench.config.model import AnswerSettings
     from infbench.evaluation import driver, results
     from infbench.evaluation.questions import load_questions
 
-    cfg = embedded_config()
-    for bench in ("gsm8k", "humaneval", "triviaqa"):
-        cfg["answers"][bench].update(n_questions=1, max_new_tokens=4)
-    settings = AnswerSettings.model_validate(cfg["answers"])
+    settings = answers_settings()
     reference = driver.evaluate(
         lambda batch, n, stop: ["42"] * len(batch),
         load_questions(settings, seed=0),
@@ -281,8 +246,8 @@ def test_accuracy_gate_evidence_keeps_each_answers_outcome(tiny_source, tmp_path
         sandbox=SETTINGS.sandbox,
     )
     results.write_json(tmp_path / "reference.json", reference)
-    gate = make_gate(settings, tmp_path / "reference.json", tiny_source / "hf", label="c", question_seed=0)
-    record = run(make_package(tmp_path, tiny_source, HONEST, name="gated"), tiny_source, accuracy_gate=gate)
+    gate = gate_job(settings, tmp_path / "reference.json", tiny_source)
+    record = run(make_package(tmp_path, tiny_source, HONEST, name="gated"), tiny_source, gate=gate)
     check = next(c for c in record.checks if c.name == "accuracy_gate")
     items = check.evidence["items"]
     assert [i["benchmark"] for i in items] == ["gsm8k", "humaneval", "triviaqa"]

@@ -5,9 +5,8 @@ sys.stderr = open(snakemake.log[0], "w")
 logging.basicConfig(stream=sys.stderr, level=logging.INFO)
 
 from infbench import operator_secret
-from infbench.compression import held_out
+from infbench.compression import accuracy, held_out
 from infbench.config.model import AnswerSettings, SandboxSettings
-from infbench.evaluation import reference_accuracy
 from infbench.resources import check_visible_gpus
 
 if snakemake.resources.gpu:
@@ -15,7 +14,7 @@ if snakemake.resources.gpu:
 
 answers = AnswerSettings.model_validate(dict(snakemake.params.answers))
 secret = operator_secret.for_job(snakemake.config["operator_secret"], snakemake.params.secret)
-reference_accuracy.compute_reference(
+accuracy.compute_reference(
     snakemake.wildcards.source,
     snakemake.input.checkpoint,
     answers,

@@ -8,7 +8,8 @@ sys.stderr = io.TextIOWrapper(log, write_through=True)
 
 from infbench import operator_secret
 from infbench.compression import held_out, verification
-from infbench.compression.accuracy import make_gate
+from infbench.compression.accuracy import GateJob
+from infbench.compression.measure import LikelihoodSet
 from infbench.config.model import AnswerSettings, SandboxSettings, VerificationSettings
 from infbench.resources import check_visible_gpus
 
@@ -23,9 +24,11 @@ verification.measure_for_pipeline(
     snakemake.wildcards.source,
     source_checkpoint=snakemake.input.checkpoint,
     source_record=snakemake.input.record,
-    continuations=snakemake.input.continuations,
-    reference_scores=snakemake.input.reference,
-    reference_top=snakemake.input.reference_top,
+    scored=LikelihoodSet(
+        continuations=snakemake.input.continuations,
+        reference_scores=snakemake.input.reference,
+        reference_top=snakemake.input.reference_top,
+    ),
     settings=VerificationSettings.model_validate(snakemake.params.settings),
     sandbox=SandboxSettings.model_validate(snakemake.params.sandbox),
     threads=snakemake.threads,
@@ -34,10 +37,10 @@ verification.measure_for_pipeline(
     sample_temperature=snakemake.params.temperature,
     worker_log=log,
     memory_limit_gib=snakemake.params.memory_limit_gib,
-    accuracy_gate=make_gate(
-        answers,
-        snakemake.input.answers_reference,
-        snakemake.input.checkpoint,
+    gate=GateJob(
+        answers=answers,
+        reference_json=snakemake.input.answers_reference,
+        source_checkpoint=snakemake.input.checkpoint,
         label=snakemake.wildcards.candidate,
         question_seed=held_out.question_seed(secret, answers.seed),
     ),

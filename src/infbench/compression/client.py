@@ -4,9 +4,9 @@ The worker runs under :mod:`infbench.sandbox` (bubblewrap: it sees a fresh copy 
 ``/package``, the Python runtime its modules need, a private ``/tmp`` and ``/dev/shm``; no network, its own
 PID and IPC namespaces and memory cgroup, nothing of the host it can write). Every figure a verdict uses is
 taken here, outside it: memory from its cgroup or ``/proc`` (:meth:`SubmissionProcess.memory`, a 10 ms peak
-sampler), and the arrival time of every generated token as its line crosses the pipe. Logits come over a pipe
-of their own, in exactly the shape asked for (:mod:`infbench.compression.logits_pipe`). Its output reaches the
-log through a pipe.
+sampler), and the time of every reply as its line crosses the pipe. Logits come through a shared buffer the
+pipeline owns and wipes before every memory measurement, in exactly the shape asked for
+(:mod:`infbench.compression.harness.transport`). Its output reaches the log through a pipe.
 
 Every request has a deadline; a worker that crashes, hangs or answers nonsense raises :class:`WorkerFailure`
 with the reason and the tail of its stderr, and everything in the sandbox is always killed on exit.
@@ -23,16 +23,14 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
 import numpy as np
 import torch
-from pydantic import BaseModel
 
 from infbench.checks import CheckFailed
-from infbench.compression import logits_pipe
+from infbench.compression.harness.transport import LogitsBuffer, frame_bytes
 from infbench.compression.runtimes import optional_modules
 from infbench.compression.warm_up import SourceShapes
 from infbench.compression.worker import IMPORTS
@@ -51,19 +49,12 @@ class WorkerFailure(InfbenchError):
         super().__init__(f"{cause}{': ' + detail if detail else ''}")
 
 
-class Generation(BaseModel):
-    """Greedy tokens with the parent's clock: when the request was sent and when each token arrived."""
-
-    tokens: list[int]
-    sent_at: float
-    arrivals: list[float]
-
-
 class SubmissionProcess:
     """A worker in its sandbox: the package copied to a fresh directory and mounted at ``/package``, its output
     copied into ``log`` (a path, opened once in append mode, or an open binary file), its memory cgroup limited
     to ``memory_limit_bytes``; ``vocab_size``: the source's vocabulary, the last dimension of every logits
-    answer; ``warm_up``: the source's shapes it runs on the CPU before anything else
+    answer; ``max_logits``: the most logit values one answer holds (the shared buffer is sized for them);
+    ``warm_up``: the source's shapes it runs on the CPU before anything else
     (:mod:`infbench.compression.warm_up`)."""
 
     def __init__(
@@ -79,9 +70,10 @@ class SubmissionProcess:
         baseline: bool = False,
         memory_limit_bytes: int | None = None,
         vocab_size: int | None = None,
+        max_logits: int = 1,
         warm_up: SourceShapes | None = None,
     ):
-        self.warm_up = warm_up
+        self.warm_up, self.max_logits = warm_up, max_logits
         self.package = Path(package).resolve() if package else None
         self.vocab_size, self._requests = vocab_size, 0
         self.sandbox_settings, self.preload, self.baseline = sandbox, list(preload), baseline
@@ -109,7 +101,7 @@ class SubmissionProcess:
             "-m",
             "infbench.compression.worker",
             "--logits-fd",
-            str(self._logits_w),
+            str(self._buffer.fd),
             "--device",
             self.device,
             "--threads",
@@ -130,8 +122,7 @@ class SubmissionProcess:
         return Path(shutil.copytree(self.package, Path(self._staged.name) / "package", symlinks=True))
 
     def __enter__(self) -> SubmissionProcess:
-        logits_r, self._logits_w = os.pipe()
-        self._logits = logits_pipe.Reader(logits_r)
+        self._buffer = LogitsBuffer(frame_bytes((self.max_logits,)))
         self._staged = None
         if self.log is None:
             self._log = open(os.devnull, "ab")
@@ -142,7 +133,6 @@ class SubmissionProcess:
         try:
             self.policy = self._policy(self._stage())
         except OSError as exc:
-            os.close(self._logits_w)
             self._cleanup()
             raise WorkerFailure("package", f"cannot copy the package for its sandbox: {exc}") from None
         self.box = Sandboxed(
@@ -154,15 +144,13 @@ class SubmissionProcess:
             stdout=subprocess.PIPE,
             stderr=self._log or self.log,
             memory_limit_bytes=self.memory_limit_bytes,
-            pass_fds=(self._logits_w,),
+            pass_fds=(self._buffer.fd,),
         )
         try:
             self.box.__enter__()
         except SandboxUnavailable as exc:
             self._cleanup()
             raise WorkerFailure("sandbox", str(exc)) from None
-        finally:
-            os.close(self._logits_w)  # the worker holds the write end now: its exit closes the pipe
         self._replies: queue.Queue = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
         self.sampler = meter.PeakSampler(self.box.pids).__enter__()
@@ -196,7 +184,7 @@ class SubmissionProcess:
     def _cleanup(self) -> None:
         if self._log is not None:
             self._log.close()
-        os.close(self._logits.fd)
+        self._buffer.close()
         if self._staged is not None:
             self._staged.cleanup()
 
@@ -270,68 +258,46 @@ class SubmissionProcess:
     def load(self) -> dict:
         return self.request("load")
 
-    def logits(self, input_ids: np.ndarray, n_last: int) -> np.ndarray:
-        """Raw logits ``(sequences, n_last, vocab_size)``. The worker must say that shape (else
-        ``logits_shape``: every asked position, each over the source's whole vocabulary, as a smaller one would
-        concentrate mass), then send exactly that frame on the logits pipe before the deadline (else
-        ``logits_transport``)."""
-        ids = np.asarray(input_ids)
-        expected = [len(ids), int(n_last), int(self.vocab_size)]
+    def _logits(self, cmd: str, expected: list[int], **args) -> torch.Tensor:
+        """Raw logits of ``expected`` shape (the last dimension the source's vocabulary). The worker must say
+        that shape (else ``logits_shape``: every asked position, each over the source's whole vocabulary, as a
+        smaller one would concentrate mass), then have exactly that frame in the buffer (else
+        ``logits_transport``). :attr:`replied_at`: when the reply arrived (this process's clock)."""
         self._requests += 1
-        reply = self.request("logits", ids=ids.tolist(), n_last=int(n_last), request=self._requests, shape=expected)
+        self.wait_started()
+        self.sampler.phase(cmd)
+        self._send((json.dumps({"cmd": cmd, **args, "request": self._requests, "shape": expected}) + "\n").encode())
+        self.replied_at, reply = self._line(cmd)
+        if not reply.get("ok"):
+            raise WorkerFailure(f"{cmd} failed", str(reply.get("error", "")) + "\n" + str(reply.get("traceback", "")))
         if reply.get("shape") != expected:
             raise CheckFailed(
                 "logits_shape",
-                {"logits_shape": reply.get("shape"), "expected": expected, "source_vocab": self.vocab_size},
+                {
+                    "request": cmd,
+                    "logits_shape": reply.get("shape"),
+                    "expected": expected,
+                    "source_vocab": self.vocab_size,
+                },
             )
-        return self._logits.read(self._requests, expected, self.deadline)
+        return self._buffer.read(self._requests, expected)
 
-    def logits_fn(self):
-        """A scorer-compatible ``logits_fn`` backed by this process."""
+    def prefill(self, rows: list[np.ndarray], max_new_tokens: int) -> torch.Tensor:
+        """A new batch of ``rows``: the logits of each row's last position, ``(rows, vocab)``."""
+        ids = [np.asarray(row).tolist() for row in rows]
+        return self._logits("prefill", [len(ids), int(self.vocab_size)], rows=ids, max_new_tokens=int(max_new_tokens))
 
-        def fn(input_ids: torch.Tensor, n_last: int) -> torch.Tensor:
-            return torch.from_numpy(self.logits(input_ids.cpu().numpy(), n_last))
+    def step(self, tokens: np.ndarray, rows: np.ndarray) -> torch.Tensor:
+        """``rows`` of the batch, each one ``tokens`` longer: their logits at the new position."""
+        rows = np.asarray(rows).tolist()
+        return self._logits("step", [len(rows), int(self.vocab_size)], tokens=np.asarray(tokens).tolist(), rows=rows)
 
-        return fn
-
-    def stream(
-        self, input_ids: list[int], max_new_tokens: int, stop: Callable[[list[int]], bool] | None = None
-    ) -> Generation:
-        """Greedy tokens, each stamped by this process as it arrives; ``stop(tokens)`` ends it early."""
-        self.wait_started()
-        self.sampler.phase("prefill")
-        sent_at = time.perf_counter()
-        self._send(
-            (
-                json.dumps(
-                    {"cmd": "generate", "ids": [int(t) for t in input_ids], "max_new_tokens": int(max_new_tokens)}
-                )
-                + "\n"
-            ).encode()
+    def score(self, ids: np.ndarray, n_last: int) -> torch.Tensor:
+        """One-pass teacher-forced logits ``(sequences, n_last, vocab)`` (the pipeline's own runtimes only)."""
+        ids = np.asarray(ids)
+        return self._logits(
+            "score", [len(ids), int(n_last), int(self.vocab_size)], ids=ids.tolist(), n_last=int(n_last)
         )
-        tokens, arrivals, stopping = [], [], False
-        while True:
-            stamp, reply = self._line("generate")
-            if "token" in reply and not reply.keys() - {"token"}:
-                if not isinstance(reply["token"], int) or len(tokens) >= max_new_tokens:
-                    raise WorkerFailure("protocol", f"generate sent {reply!r} after {len(tokens)} tokens")
-                self.sampler.phase("decode")
-                tokens.append(reply["token"])
-                arrivals.append(stamp)
-                if not stopping and stop is not None and stop(tokens):
-                    stopping = True
-                    self._send(b"stop\n")
-                continue
-            if not reply.get("ok"):
-                raise WorkerFailure(
-                    "generate failed", str(reply.get("error", "")) + "\n" + str(reply.get("traceback", ""))
-                )
-            return Generation(tokens=tokens, sent_at=sent_at, arrivals=arrivals)
-
-    def generate(self, input_ids: list[int], max_new_tokens: int) -> tuple[list[int], list[float]]:
-        """Greedy tokens and their arrival times (this process's clock), no early stop."""
-        g = self.stream(input_ids, max_new_tokens)
-        return g.tokens, g.arrivals
 
     def release(self) -> dict:
         return self.request("release")
@@ -341,8 +307,10 @@ class SubmissionProcess:
 
     # -- measurements from outside -----------------------------------------------------------------------
     def memory(self) -> meter.MemoryUse:
-        """Memory of the sandbox now: its cgroup's charge and mapped package files, or what /proc shows."""
+        """Memory of the sandbox now: its cgroup's charge and mapped package files, or what /proc shows; the
+        logits buffer wiped first, so nothing parked there is missed."""
         self.wait_started()
+        self._buffer.wipe()
         return meter.measure(
             self.box.pids(),
             list(self.policy.read_only),

@@ -109,8 +109,8 @@ def token_divergence(
 
 
 class Accumulator:
-    """Collects :func:`token_divergence` of every scoring request (an ``observe`` of
-    :func:`infbench.compression.probes.run`)."""
+    """Collects :func:`token_divergence` of every scored position (an ``observe`` of
+    :func:`infbench.compression.harness.likelihood.teacher_forced`)."""
 
     def __init__(self, top: TopLogProbs):
         self.top = top
@@ -119,9 +119,10 @@ class Accumulator:
         self.same = np.zeros((n, m), dtype=bool)
         self.p_rest = np.full((n, m), np.nan)
 
-    def __call__(self, rows: np.ndarray, logits: torch.Tensor) -> None:
-        kl, same, p_rest = token_divergence(logits, self.top.ids[rows], self.top.logprobs[rows])
-        self.kl[rows], self.same[rows], self.p_rest[rows] = kl, same, p_rest
+    def __call__(self, rows: np.ndarray, logits: torch.Tensor, at: slice = slice(None)) -> None:
+        """``logits [b, positions, V]`` of ``rows`` at the positions ``at``."""
+        kl, same, p_rest = token_divergence(logits, self.top.ids[rows, at], self.top.logprobs[rows, at])
+        self.kl[rows, at], self.same[rows, at], self.p_rest[rows, at] = kl, same, p_rest
 
     def summary(
         self, source_lp: np.ndarray, candidate_lp: np.ndarray, *, n_resamples: int, seed: int

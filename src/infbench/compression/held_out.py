@@ -41,11 +41,6 @@ def question_seed(secret: OperatorSecret, seed: int) -> int:
     return secret.seed("accuracy gate questions", seed)
 
 
-def probe_seed(secret: OperatorSecret, source: str, seed: int) -> int:
-    """Seed of the integrity probes: which rows, where they split and where they go among the scoring requests."""
-    return secret.seed("integrity probes", source, seed)
-
-
 def fresh_process_seed(secret: OperatorSecret, source: str, seed: int) -> int:
-    """Seed of the rows, donors, splits and order a second, fresh worker is asked (check ``statefulness``)."""
+    """Seed of the rows a second, fresh worker scores again (check ``statefulness``)."""
     return secret.seed("statefulness probes", source, seed)

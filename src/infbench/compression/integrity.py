@@ -1,64 +1,30 @@
-"""Integrity checks of a submission's forward pass (PROTOCOL A5.3, issues 3 and 17).
+"""Integrity checks of a package's forward pass (PROTOCOL A5.3) that construction leaves to check.
 
-Each check returns a named pass/fail with its evidence:
+The pipeline drives the package as a causal next-token function (:mod:`infbench.compression.package_api`): a
+token is revealed only after its position is scored and every generated token is the argmax of the package's
+logits. So no probe looks for a look-ahead or compares a separate generation with the logits: neither exists.
+Two checks remain, each for what construction cannot rule out:
 
-- ``causality``, ``batch_invariance``, ``determinism``: probes hidden among the
-  scoring requests, and ``statefulness``: rows asked again of a second, fresh
-  process (:mod:`infbench.compression.probes`);
-- ``greedy_matches_argmax``: greedy generation equals the argmax of the scored
-  logits on the same sequence (near-ties within ``tie_margin`` excepted);
-- ``batch_invariance``: a sequence's log-probs alone and inside a batch agree;
-- ``determinism``: the same call twice gives the same log-probs;
-- ``likelihood_above_source``: no causal model is likely to beat, on the source's own samples, the
-  distribution they were drawn from by a large likelihood ratio (Markov's inequality on that ratio, whose
-  expectation is at most 1), so a candidate whose ratio exceeds ``1 / alpha`` is not scoring with a causal
-  forward pass; an honest package fails with probability at most ``alpha``.
+- ``likelihood_above_source``: no causal model is likely to beat, on the source's own samples, the distribution
+  they were drawn from by a large likelihood ratio (Markov's inequality on that ratio, whose expectation is at
+  most 1), so a candidate whose ratio exceeds ``1 / alpha`` is not a causal forward pass of its weights (for the
+  pipeline's own runtimes, which score in one pass, this is the check of that pass); an honest package fails
+  with probability at most ``alpha``;
+- ``statefulness`` (runtime ``python``, whose code is the package's): a second, fresh worker scores rows of the
+  set again, and must give the first process's log-probs. A package whose answers depend on what it has seen
+  before (adapting to earlier rows' revealed tokens, such as a model trained while it is scored, with or
+  without a memo of its answers) scores them otherwise. The two sandboxes share nothing a package could write
+  (:mod:`infbench.sandbox`).
 
-What the package can read, write or reach is not checked here but made impossible by the sandbox
-(:mod:`infbench.sandbox`).
+What the package can read, write or reach is not checked here but made impossible by the sandbox.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import numpy as np
-import torch
 
 from infbench.checks import Check
 from infbench.compression.scoring import ppl_ratio
-
-
-def _log_probs(logits: np.ndarray) -> np.ndarray:
-    return torch.log_softmax(torch.from_numpy(logits).double(), -1).numpy()
-
-
-def greedy_matches_argmax(
-    logits: Callable, generate: Callable, prompt: list[int], n_new: int, tie_margin: float, vocab: int
-) -> Check:
-    tokens, _ = generate(prompt, n_new)
-    outside = [t for t in tokens if not isinstance(t, int) or not 0 <= t < vocab]
-    if outside:
-        return Check(
-            name="greedy_matches_argmax",
-            passed=False,
-            evidence={"generated": len(tokens), "token_ids_outside_vocabulary": outside[:5], "vocab": vocab},
-        )
-    mismatches = []
-    if tokens:
-        seq = np.asarray([prompt + tokens], dtype=np.int64)
-        lp = _log_probs(logits(seq[:, :-1], len(tokens)))[0]
-        for j, tok in enumerate(tokens):
-            best = int(np.argmax(lp[j]))
-            if best != tok and lp[j, best] - lp[j, tok] > tie_margin:
-                mismatches.append(
-                    {"position": j, "generated": tok, "argmax": best, "gap": float(lp[j, best] - lp[j, tok])}
-                )
-    return Check(
-        name="greedy_matches_argmax",
-        passed=not mismatches and len(tokens) == n_new,
-        evidence={"generated": len(tokens), "mismatches": mismatches[:5], "tie_margin": tie_margin},
-    )
 
 
 def likelihood_above_source(
@@ -72,10 +38,9 @@ def likelihood_above_source(
     ``E[q(y_i | h_i) / p(y_i | h_i) | h_i] = sum over y with p(y) > 0 of q(y | h_i) <= 1``, and by the tower
     property the product of these ratios over every token of every row, ``exp(sum(log q - log p))``, has
     expectation at most 1: it exceeds ``1 / alpha`` with probability at most ``alpha`` (Markov), however
-    close to or far from the source the candidate is and whatever the floating-point noise of its forward
-    pass. With ``N`` tokens the limit is a PPL ratio against the sampler of ``alpha ** (-1 / N)``. A package
-    that looks at the token it is asked to predict is not causal and lands above it once its gain exceeds
-    ``log(1 / alpha)`` nats in all.
+    close to or far from the source the candidate is, whatever it saw before and whatever the floating-point
+    noise of its forward pass. With ``N`` tokens the limit is a PPL ratio against the sampler of
+    ``alpha ** (-1 / N)``.
 
     The bound holds for samples drawn at temperature 1 (the protocol's): at another temperature the stored
     log-probs are not those of the sampling distribution, and the check passes, saying it does not apply.
@@ -103,3 +68,23 @@ def likelihood_above_source(
             },
         )
     return Check(name="likelihood_above_source", passed=log_ratio <= limit, evidence={**evidence, "applies": True})
+
+
+def statefulness(first: np.ndarray, fresh: np.ndarray, rows: np.ndarray, tolerance: float) -> Check:
+    """``fresh`` (a second worker's log-probs of ``rows``, NaN elsewhere) against ``first``, the measured
+    process's scores of the same rows."""
+    diff = np.abs(fresh[rows].astype(np.float64) - first[rows].astype(np.float64))
+    diff[~np.isfinite(diff)] = np.inf
+    row, position = np.unravel_index(int(np.argmax(diff)), diff.shape)
+    worst = float(diff.max())
+    return Check(
+        name="statefulness",
+        passed=worst <= tolerance,
+        evidence={
+            "process": "a second, fresh worker of the package",
+            "rows_compared": len(rows),
+            "max_abs_logprob_diff": worst if np.isfinite(worst) else str(worst),
+            "tolerance": tolerance,
+            "worst": {"row": int(rows[row]), "position": int(position)},
+        },
+    )

@@ -1,6 +1,6 @@
 """The records of a CompressionBench evaluation and the verdict under a task (PROTOCOL A5).
 
-A measurement (:func:`infbench.compression.evaluation.measure`) does not depend on a storage limit; the
+A measurement (:func:`infbench.compression.measure.measure`) does not depend on a storage limit; the
 verdict applies one task's limit to it: both storage checks, the failing check, the reward or the score.
 Records and verdicts need only pydantic, so the many per-task ``verify`` jobs and the tables start in a
 second, without the torch stack.
@@ -16,13 +16,24 @@ from pydantic import BaseModel
 
 from infbench import atomic
 from infbench.checks import Check
-from infbench.compression.decode import DecodeTiming
 from infbench.compression.storage import ResidentMeasure
 from infbench.compression.submission import GIB
 from infbench.compression.tasks import Task
 from infbench.operator_secret import OperatorSecret
 from infbench.provenance import Provenance
 from infbench.sandbox.launch import SandboxRecord
+
+
+class DecodeTiming(BaseModel):
+    """Decode speed at batch 1 (:mod:`infbench.compression.harness.decode`); reported, never scored."""
+
+    prompt_tokens: int
+    output_tokens: int
+    rounds: int
+    requests_per_round: int
+    round_means_s: list[float]
+    latency_s: float
+    tps: float
 
 
 class DivergenceSummary(BaseModel):

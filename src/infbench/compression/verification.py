@@ -15,8 +15,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from infbench import atomic
+from infbench.compression.accuracy import GateJob
 from infbench.compression.client import EmptyWorkers
-from infbench.compression.evaluation import EvaluationSettings, measure
+from infbench.compression.measure import EvaluationSettings, LikelihoodSet, MeasureJob, measure
 from infbench.compression.records import EvaluationRecord, verdict
 from infbench.compression.tasks import Task
 from infbench.config.model import SandboxSettings, VerificationSettings
@@ -31,37 +32,33 @@ def measure_for_pipeline(
     *,
     source_checkpoint: str,
     source_record: str,
-    continuations: str,
-    reference_scores: str,
-    reference_top: str,
+    scored: LikelihoodSet,
     settings: VerificationSettings,
     sandbox: SandboxSettings,
     threads: int,
     out: str,
     secret: OperatorSecret,
     sample_temperature: float,
-    worker_log=None,
-    accuracy_gate=None,
+    gate: GateJob | None,
     memory_limit_gib: float | None = None,
+    worker_log=None,
 ) -> EvaluationRecord:
     record = read_record(source_record)
-    measured = measure(
-        "verification",
-        package,
-        source,
+    job = MeasureJob(
+        kind="verification",
+        package=Path(package),
+        source=source,
         source_checkpoint=source_checkpoint,
         n_params=record.n_params,
         vocab_size=record.vocab_size,
-        continuations=continuations,
-        reference_scores=reference_scores,
-        reference_top=reference_top,
+        scored=scored,
         settings=EvaluationSettings.for_job(settings, sandbox, threads),
-        accuracy_gate=accuracy_gate,
-        log_path=worker_log,
         secret=secret,
         sample_temperature=sample_temperature,
         memory_limit_gib=memory_limit_gib,
+        gate=gate,
     )
+    measured = measure(job, log=worker_log)
     atomic.write_json(out, measured.model_dump(mode="json"))
     return measured
 
@@ -82,22 +79,22 @@ def reward(
     ``results``: the pipeline's results tree, whose search set only it reads; ``empty_workers``: kept across the
     calls of one search, so that its runtime's empty worker is measured once (:class:`EmptyWorkers`)."""
     record = read_record(results.source_record(task.source))
-    measured = measure(
-        "reward",
-        package,
-        task.source,
+    job = MeasureJob(
+        kind="reward",
+        package=Path(package),
+        source=task.source,
         source_checkpoint=results.checkpoint(task.source),
         n_params=record.n_params,
         vocab_size=record.vocab_size,
-        continuations=results.continuations(task.source, "search"),
-        reference_scores=results.reference_scores(task.source, "search"),
-        reference_top=results.reference_top(task.source, "search"),
+        scored=LikelihoodSet(
+            continuations=results.continuations(task.source, "search"),
+            reference_scores=results.reference_scores(task.source, "search"),
+            reference_top=results.reference_top(task.source, "search"),
+        ),
         settings=EvaluationSettings.for_job(settings, sandbox, threads),
-        log_path=worker_log,
         memory_limit_gib=task.limit_gib,
-        empty_workers=empty_workers,
     )
-    judged = verdict(measured, task)
+    judged = verdict(measure(job, log=worker_log, empty_workers=empty_workers), task)
     judged.finished_at = datetime.now(UTC)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "a") as log:

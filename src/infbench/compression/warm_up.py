@@ -11,8 +11,9 @@ both workers create before the package is read cancels out. Two warm-ups, run by
   its own per shape: about 3.6 MiB for each new request shape of SmolLM2 and 8 MiB for its first generation,
   measured after ``malloc_trim``. The 4-bit GPTQ SmolLM2 package held 109 MiB of tensors and was charged
   32 MiB beyond them after a verification, over the 16 MiB allowance; with the warm-up, 13 MiB. So a one-layer
-  twin of the source (its architecture from the source's ``config.json``, random weights) answers each logits
-  shape the verification sends and generates from each prompt length it times, once with ``nn.Linear``'s
+  twin of the source (its architecture from the source's ``config.json``, random weights) answers each one-pass
+  scoring shape the verification sends and runs each batch of generation it drives (a prefill, then steps with
+  one row fewer each time, down to one row), once with ``nn.Linear``'s
   ``(out, in)`` weights and once multiplying by ``(in, out)`` matrices (``x @ w``, as GPTQModel's CPU kernel
   multiplies by its dequantized weights), which oneDNN keys apart. A package whose runtime uses other shapes
   gains nothing from it: the twin's state is in both workers.
@@ -33,15 +34,17 @@ class SourceShapes(BaseModel):
     """What :func:`source_shapes` runs: the source's architecture and the shapes of the pipeline's requests."""
 
     config: dict  # the source's transformers config.json
-    logits: list[tuple[int, int, int]]  # (sequences, tokens, n_last) of each logits request shape
-    generations: list[tuple[int, int]]  # (prompt tokens, new tokens) of the generations whose shapes matter
+    scores: list[tuple[int, int, int]]  # (sequences, tokens, n_last) of each one-pass scoring shape
+    generations: list[tuple[int, int, int]]  # (rows, prompt tokens, steps) of the batches of generation
 
 
-class _Runner(HFRunner):
-    """The hf runtime's calls on a model built here."""
-
-    def __init__(self, model: torch.nn.Module, device: str):
-        self.device, self.model = torch.device(device), model
+def _generate(runner: HFRunner, rows: int, prompt: int, steps: int) -> None:
+    """A batch of ``rows`` prompts, then ``steps`` steps, one row fewer each step from the second on."""
+    runner.prefill([np.arange(1, prompt + 1)] * rows, steps)
+    live = np.arange(rows)
+    for _ in range(steps):
+        runner.step(np.ones(len(live), dtype=np.int64), live)
+        live = live[:-1] if len(live) > 1 else live
 
 
 def _twin(config: dict) -> torch.nn.Module:
@@ -64,22 +67,23 @@ def _times_matrix(matrix: torch.Tensor, bias: torch.Tensor | None, x: torch.Tens
     return out if bias is None else out + bias
 
 
-def _run(runner: _Runner, spec: SourceShapes) -> None:
-    for sequences, tokens, n_last in spec.logits:
-        runner.logits(np.ones((sequences, tokens), dtype=np.int64), n_last)
-    for prompt, new in spec.generations:
-        list(runner.generate(list(range(1, prompt + 1)), new))
+def _run(runner: HFRunner, spec: SourceShapes) -> None:
+    for sequences, tokens, n_last in spec.scores:
+        runner.score(np.ones((sequences, tokens), dtype=np.int64), n_last)
+    for rows, prompt, steps in spec.generations:
+        _generate(runner, rows, prompt, steps)
+    runner.release()
 
 
 def source_shapes(spec: SourceShapes) -> None:
     """Run the pipeline's request shapes on a one-layer twin of the source, on the CPU (module docstring)."""
     model = _twin(spec.config)
-    _run(_Runner(model, "cpu"), spec)
+    _run(HFRunner.of(model), spec)
     head = model.get_output_embeddings()
     for module in model.modules():
         if isinstance(module, torch.nn.Linear) and module is not head:
             module.forward = functools.partial(_times_matrix, module.weight.t().contiguous(), module.bias)
-    _run(_Runner(model, "cpu"), spec)
+    _run(HFRunner.of(model), spec)
 
 
 def cuda(device: str) -> None:
@@ -91,7 +95,7 @@ def cuda(device: str) -> None:
     - cuDNN's attention is switched off. It builds and keeps an execution plan per shape (about 1.3 MiB of
       host memory for each new sequence length, and its runtime-compiled kernels on disk), state no empty
       worker can hold in advance; SDPA's flash and memory-efficient kernels keep none.
-    - The hf runtime's own calls (logits, the block prefill, decode steps) run on one-layer Llamas of head
+    - The hf runtime's own calls (one-pass scoring, the block prefill, steps) run on one-layer Llamas of head
       size 64 and 128 in bf16, fp16 and fp32: CUDA loads each kernel at its first launch (lazy module
       loading), and cuBLAS creates its handles and workspaces, all of it before the package is read."""
     from transformers import LlamaConfig, LlamaForCausalLM
@@ -109,10 +113,11 @@ def cuda(device: str) -> None:
                 num_key_value_heads=2,
                 max_position_embeddings=256,
             )
-            runner = _Runner(LlamaForCausalLM(config).to(device=device, dtype=dtype).eval(), device)
-            runner.logits(np.ones((1, 8), dtype=np.int64), 4)
-            runner.logits(np.ones((2, 100), dtype=np.int64), 50)
-            list(runner.generate(list(range(1, 71)), 4))  # two prompt blocks, the second cropped
+            runner = HFRunner.of(LlamaForCausalLM(config).to(device=device, dtype=dtype).eval())
+            runner.score(np.ones((1, 8), dtype=np.int64), 4)
+            runner.score(np.ones((2, 100), dtype=np.int64), 50)
+            _generate(runner, 2, 70, 4)  # two prompt blocks, then steps of two rows and of one
+            runner.release()
             del runner
     torch.cuda.synchronize()
     torch.cuda.empty_cache()

@@ -1,15 +1,15 @@
 """The process a submission runs in, inside the sandbox: ``python -m infbench.compression.worker ...``.
 
 Nothing this process says about itself is part of a verdict: the pipeline measures its memory from outside
-(:mod:`infbench.sandbox.meter`) and stamps every generated token as it arrives on the pipe. The process
-only runs the package's forward pass and passes on what it returns.
+(:mod:`infbench.sandbox.meter`), times the steps and computes every log-probability and argmax from the raw
+logits. The process only runs the package's forward pass and passes on what it returns.
 
-Protocol: one JSON request per line on stdin; replies on a private copy of stdout (the submission's own prints
-go to stderr). ``generate`` replies with one ``{"token": id}`` line per token as the runtime yields it, then a
-final reply; the pipeline ends a generation early by writing ``stop`` (a line) while it runs. ``logits``
-replies with the shape the runtime returned and, when it is the shape asked for, then sends the values as one
-frame on the logits pipe (``--logits-fd``, :mod:`infbench.compression.logits_pipe`), so the pipeline computes
-log-probs from the raw logits itself.
+Protocol: one JSON request per line on stdin; one reply per request on a private copy of stdout (the
+submission's own prints go to stderr). ``prefill``, ``step`` and (runtimes of :data:`package_api.TRUSTED` only)
+``score`` call the runner (:mod:`infbench.compression.package_api`) and reply with the shape it returned; when
+that is the shape asked for, the logits are in the shared buffer (``--logits-fd``,
+:mod:`infbench.compression.harness.transport`) before the reply is written. The pipeline sends the next request
+only after reading a reply, so the package never holds a token it has not yet scored.
 
 Before anything of the package is read, the worker imports its runtime's modules (``--preload``), creates the
 runtime state of a first inference (:mod:`infbench.compression.warm_up`: on CUDA, and with ``--warm-up`` the
@@ -27,7 +27,6 @@ import gc
 import importlib
 import json
 import os
-import select
 import sys
 import time
 import traceback
@@ -38,7 +37,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from infbench.compression import inprocess_memory, logits_pipe, runtimes, warm_up
+from infbench.compression import inprocess_memory, runtimes, warm_up
+from infbench.compression.harness.transport import FrameWriter
+from infbench.compression.package_api import TRUSTED
 from infbench.compression.submission import load_manifest
 
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT
@@ -113,55 +114,36 @@ def allowed_roots(package: Path) -> list[Path]:
 
 
 class Requests:
-    """Lines from stdin, read unbuffered so a ``stop`` can be polled for while a generation runs."""
+    """Request lines from stdin."""
 
     def __init__(self, fd: int = 0):
-        self.fd, self._buffer = fd, b""
-
-    def _line(self) -> bytes | None:
-        if b"\n" in self._buffer:
-            line, self._buffer = self._buffer.split(b"\n", 1)
-            return line
-        return None
+        self.lines = os.fdopen(fd, "rb", buffering=1 << 16)
 
     def next(self) -> dict | None:
-        while (line := self._line()) is None:
-            chunk = os.read(self.fd, 1 << 16)
-            if not chunk:
-                return None
-            self._buffer += chunk
-        return json.loads(line) if line.strip() not in (b"stop", b"") else {"cmd": "stop"}
-
-    def stop_requested(self) -> bool:
-        """True if a ``stop`` line is waiting (consumed); never blocks."""
-        while select.select([self.fd], [], [], 0)[0]:
-            chunk = os.read(self.fd, 1 << 16)
-            if not chunk:
-                return True
-            self._buffer += chunk
-        line = self._line()
-        if line is None:
-            return False
-        if line.strip() == b"stop":
-            return True
-        self._buffer = line + b"\n" + self._buffer  # not ours: leave it for the next request
-        return False
+        for line in self.lines:
+            if line.strip():
+                return json.loads(line)
+        return None
 
 
 class Worker:
-    def __init__(
-        self, package: Path, logits_fd: int, device: str, threads: int, access: AccessLog, protocol, requests: Requests
-    ):
-        self.package, self.logits_fd, self.device, self.threads = package, logits_fd, device, threads
-        self.access, self.protocol, self.requests = access, protocol, requests
+    def __init__(self, package: Path, frames: FrameWriter, device: str, threads: int, access: AccessLog):
+        self.package, self.frames, self.device, self.threads, self.access = package, frames, device, threads, access
         self.runner = None
         self.runtime = None
-        self.after_reply = None  # what is sent once the reply is out (a logits frame)
 
     def _inprocess_resident(self) -> int:
         """The package's live tensors and arrays, counted in this process: a second figure only."""
         native = getattr(self.runner, "native_resident_bytes", None)
         return inprocess_memory.resident_bytes(self.device, int(native()) if native else 0)
+
+    def _frame(self, req, logits) -> dict:
+        """The logits in the shared buffer when they have the shape the pipeline asked for (else it fails
+        ``logits_shape`` and reads nothing); the reply names their shape."""
+        shape = [int(n) for n in getattr(logits, "shape", ())]
+        if shape == req["shape"]:
+            self.frames.write(int(req["request"]), logits)
+        return {"shape": shape}
 
     def cmd_load(self, req):
         manifest = load_manifest(self.package)
@@ -173,27 +155,18 @@ class Worker:
         trim_heap()
         return {"load_s": load_s, "inprocess_resident_bytes": inprocess}
 
-    def cmd_logits(self, req):
-        ids = np.asarray(req["ids"], dtype=np.int64)
-        logits = np.asarray(self.runner.logits(ids, int(req["n_last"])))
-        if list(logits.shape) == req["shape"]:  # else the pipeline fails logits_shape and reads nothing
-            self.after_reply = lambda: logits_pipe.write(self.logits_fd, int(req["request"]), logits)
-        return {"shape": list(logits.shape)}
+    def cmd_prefill(self, req):
+        rows = [np.asarray(row, dtype=np.int64) for row in req["rows"]]
+        return self._frame(req, self.runner.prefill(rows, int(req["max_new_tokens"])))
 
-    def cmd_generate(self, req):
-        n_max = int(req["max_new_tokens"])
-        n = 0
-        stream = self.runner.generate([int(t) for t in req["ids"]], n_max)
-        try:
-            for token in stream:
-                self.protocol.write(json.dumps({"token": int(token)}) + "\n")
-                n += 1
-                if n >= n_max or self.requests.stop_requested():
-                    break
-        finally:  # a generator stopped early runs its clean-up now, before anything is measured
-            if hasattr(stream, "close"):
-                stream.close()
-        return {"done": True, "generated": n}
+    def cmd_step(self, req):
+        tokens, rows = np.asarray(req["tokens"], dtype=np.int64), np.asarray(req["rows"], dtype=np.int64)
+        return self._frame(req, self.runner.step(tokens, rows))
+
+    def cmd_score(self, req):
+        if self.runtime not in TRUSTED:
+            raise PermissionError(f"one-pass scoring is for the pipeline's own runtimes, not '{self.runtime}'")
+        return self._frame(req, self.runner.score(np.asarray(req["ids"], dtype=np.int64), int(req["n_last"])))
 
     def cmd_release(self, req):
         self.runner.release()
@@ -208,7 +181,7 @@ class Worker:
 def _parse(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m infbench.compression.worker")
     p.add_argument("--package", type=Path)
-    p.add_argument("--logits-fd", type=int, required=True, help="the write end of the logits pipe")
+    p.add_argument("--logits-fd", type=int, required=True, help="the shared logits buffer (a memfd)")
     p.add_argument("--device", default="cpu")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--preload", default="", help="comma-separated modules imported before anything else")
@@ -239,19 +212,14 @@ def main(argv: list[str] | None = None) -> int:
     package = args.package.resolve()
     access = AccessLog(allowed_roots(package))
     sys.addaudithook(access)
-    worker = Worker(package, args.logits_fd, args.device, args.threads, access, protocol, requests)
+    worker = Worker(package, FrameWriter(args.logits_fd), args.device, args.threads, access)
     protocol.write(json.dumps({"ok": True, "ready": True}) + "\n")
     while (req := requests.next()) is not None:
-        if req["cmd"] == "stop":  # a stop that arrived after its generation had ended
-            continue
         try:
             reply = {"ok": True, **getattr(worker, f"cmd_{req['cmd']}")(req)}
         except Exception as exc:  # reported to the pipeline, which writes the failure record
             reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
         protocol.write(json.dumps(reply) + "\n")
-        send, worker.after_reply = worker.after_reply, None
-        if send is not None:
-            send()
     return 0
 
 

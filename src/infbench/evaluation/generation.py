@@ -8,9 +8,8 @@
   EOS, special tokens skipped (:func:`completion_text`). The driver cuts completions at the first stop
   sequence in any case, so stopping early only saves time.
 - :func:`greedy`: transformers' ``generate`` on a batch (left padding), greedy (``do_sample=False``,
-  one beam, no repetition penalty or other processors); :func:`hf_generate_fn` over prompts as text
-  (tokenized as the tokenizer does by default: SmolLM2 adds no BOS), :func:`stream_generate_fn` over a
-  package worker's token stream, stopped by the pipeline.
+  one beam, no repetition penalty or other processors): ServerBench's reference answers. CompressionBench's
+  ``A(p)`` and accuracy gate drive the model themselves (:mod:`infbench.compression.accuracy`).
 """
 
 from __future__ import annotations
@@ -22,7 +21,6 @@ import torch
 from transformers import GenerationConfig, StoppingCriteria, StoppingCriteriaList
 
 from infbench.bf16_on_cpu import float32_weights_held
-from infbench.hf_loading import load_causal_lm
 
 # What the driver asks of a runtime (:mod:`.driver`): greedy completions of text prompts, given the token
 # budget and the stop sequences
@@ -96,38 +94,3 @@ def greedy(
     with float32_weights_held(model):
         out = model.generate(**inputs, generation_config=config, stopping_criteria=stopping)
     return [completion_text(tokenizer, row, eos) for row in out[:, prompt_len:].tolist()]
-
-
-def hf_generate_fn(model, tokenizer) -> GenerateFn:
-    """``generate_fn`` for a loaded causal LM and its tokenizer; each call is one padded batch."""
-    tokenizer.padding_side = "left"
-    eos = eos_ids(tokenizer, model.generation_config)
-    device = next(model.parameters()).device
-
-    def generate(prompts: list[str], max_new_tokens: int, stop: list[str]) -> list[str]:
-        inputs = tokenizer(prompts, return_tensors="pt", padding=True).to(device)
-        return greedy(model, tokenizer, inputs, max_new_tokens, stop, eos)
-
-    return generate
-
-
-def load_hf_generate_fn(checkpoint: str, dtype: str, device: str) -> GenerateFn:
-    from transformers import AutoTokenizer
-
-    model = load_causal_lm(checkpoint, dtype, device)
-    return hf_generate_fn(model, AutoTokenizer.from_pretrained(checkpoint))
-
-
-def stream_generate_fn(proc, tokenizer, eos: list[int]) -> GenerateFn:
-    """``generate_fn`` over anything with the package worker's ``stream(ids, max_new_tokens, stop)`` (a
-    :class:`~infbench.compression.client.SubmissionProcess`): one prompt at a time, stopped by the caller."""
-
-    def generate(prompts: list[str], max_new_tokens: int, stop: list[str]) -> list[str]:
-        done = stopped(tokenizer, stop, eos)
-        completions = []
-        for prompt in prompts:
-            tokens = proc.stream(tokenizer(prompt)["input_ids"], max_new_tokens, stop=done).tokens
-            completions.append(completion_text(tokenizer, tokens, eos))
-        return completions
-
-    return generate

@@ -1,14 +1,9 @@
 """Runtimes that run a submission inside the worker process.
 
-Every runtime returns a *runner* with the interface of docs/submission.md:
-
-- ``logits(input_ids: np.ndarray[int64, (b, T)], n_last: int) -> np.ndarray[float32, (b, n_last, V)]``:
-  raw, unscaled logits of the last ``n_last`` positions;
-- ``generate(input_ids: list[int], max_new_tokens: int) -> Iterator[int]``: greedy
-  decoding, one token at a time, EOS not stopping it;
-- ``release() -> None``: drop KV caches and other per-request state;
-- optionally ``native_resident_bytes() -> int``: model bytes held outside Python
-  objects (llama.cpp's tensors), added to the live-tensor count;
+Every runtime returns a *runner* with the package interface (:mod:`infbench.compression.package_api`:
+``prefill``, ``step``, ``release``; the pipeline's own runtimes also ``score``), and optionally
+``native_resident_bytes() -> int``: model bytes held outside Python objects (llama.cpp's tensors), added to the
+live-tensor count.
 """
 
 from __future__ import annotations
