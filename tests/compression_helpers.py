@@ -111,6 +111,35 @@ def run(pkg: Path, src: Path, settings=SETTINGS, *, empty_workers=EMPTY_WORKERS,
     return measure(measure_job(pkg, src, settings, **fields), log=log, empty_workers=empty_workers)
 
 
+def answers_settings(**max_new_tokens):
+    """The embedded gate with one question per benchmark and 4 new tokens each (``max_new_tokens``: per
+    benchmark instead)."""
+    from conftest import embedded_config
+
+    from infbench.config.model import AnswerSettings
+
+    cfg = embedded_config()
+    for bench in ("gsm8k", "humaneval", "triviaqa"):
+        cfg["answers"][bench].update(n_questions=1, max_new_tokens=max_new_tokens.get(bench, 4))
+    return AnswerSettings.model_validate(cfg["answers"])
+
+
+def reference_answers(settings, path: Path, answer: str = "42") -> Path:
+    """A stand-in ``A(p)`` file: every question of ``settings`` answered ``answer``."""
+    from infbench.evaluation import driver, results
+    from infbench.evaluation.questions import load_questions
+
+    reference = driver.evaluate(
+        lambda batch, n, stop: [answer] * len(batch),
+        load_questions(settings, seed=0),
+        settings,
+        label="source",
+        sandbox=SETTINGS.sandbox,
+    )
+    results.write_json(path, reference)
+    return path
+
+
 def gate_job(answers, reference_json: Path, src: Path, question_seed: int = 0) -> GateJob:
     return GateJob(
         answers=answers,

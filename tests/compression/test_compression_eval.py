@@ -8,7 +8,7 @@ import os
 import shutil
 
 import pytest
-from compression_helpers import HONEST, SETTINGS, gate_job, make_package, run
+from compression_helpers import HONEST, SETTINGS, answers_settings, gate_job, make_package, reference_answers, run
 
 from infbench.compression.records import verdict
 from infbench.compression.submission import GIB
@@ -203,18 +203,6 @@ def test_tokenizer_os_error_is_a_record(tiny_source, tmp_path):
     assert verdict(record, Task(name="t", source="tiny", limit_gib=1.0)).failed_check == "tokenizer"
 
 
-def answers_settings():
-    """The embedded gate, one question per benchmark and 4 new tokens each."""
-    from conftest import embedded_config
-
-    from infbench.config.model import AnswerSettings
-
-    cfg = embedded_config()
-    for bench in ("gsm8k", "humaneval", "triviaqa"):
-        cfg["answers"][bench].update(n_questions=1, max_new_tokens=4)
-    return AnswerSettings.model_validate(cfg["answers"])
-
-
 def test_accuracy_gate_against_other_questions_is_a_record(tiny_source, tmp_path):
     from infbench.evaluation import driver, results
     from infbench.evaluation.questions import load_questions
@@ -234,19 +222,8 @@ def test_accuracy_gate_against_other_questions_is_a_record(tiny_source, tmp_path
 def test_accuracy_gate_evidence_keeps_each_answers_outcome(tiny_source, tmp_path):
     """The candidate's own completions, judged in the sandbox: the record keeps every item's outcome and
     reason, and how HumanEval programs were isolated."""
-    from infbench.evaluation import driver, results
-    from infbench.evaluation.questions import load_questions
-
     settings = answers_settings()
-    reference = driver.evaluate(
-        lambda batch, n, stop: ["42"] * len(batch),
-        load_questions(settings, seed=0),
-        settings,
-        label="source",
-        sandbox=SETTINGS.sandbox,
-    )
-    results.write_json(tmp_path / "reference.json", reference)
-    gate = gate_job(settings, tmp_path / "reference.json", tiny_source)
+    gate = gate_job(settings, reference_answers(settings, tmp_path / "reference.json"), tiny_source)
     record = run(make_package(tmp_path, tiny_source, HONEST, name="gated"), tiny_source, gate=gate)
     check = next(c for c in record.checks if c.name == "accuracy_gate")
     items = check.evidence["items"]

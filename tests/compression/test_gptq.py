@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from infbench.compression.baselines import gptq
+from infbench.compression.harness.greedy import greedy
 from infbench.compression.runtimes.hf import HFRunner
 from infbench.compression.submission import GIB, load_manifest
 from infbench.config.model import CorpusSpec
@@ -105,8 +106,8 @@ def test_the_output_head_is_quantized_only_when_the_limit_needs_it(untied, conte
     assert config["quantization_config"]["lm_head"] is True
     runner = HFRunner(tmp_path / "pkg" / "model", "cpu")
     assert type(runner.model.lm_head).__name__ != "Linear"  # a GPTQ kernel, not a BF16 matrix
-    logits = runner.logits(np.arange(100, 108, dtype=np.int64)[None], 2)
-    assert logits.shape == (1, 2, 49152) and np.isfinite(logits).all()
+    logits = runner.score(np.arange(100, 108, dtype=np.int64)[None], 2)
+    assert logits.shape == (1, 2, 49152) and logits.float().isfinite().all()
 
 
 def test_quantized_package_fits_and_runs(smollm2_source, contexts_file, tmp_path):
@@ -141,14 +142,14 @@ def test_quantized_package_fits_and_runs(smollm2_source, contexts_file, tmp_path
     assert config["quantization_config"]["bits"] == 4
     runner = HFRunner(tmp_path / "pkg" / manifest.weights, "cpu")
     ids = np.arange(100, 112, dtype=np.int64)[None]
-    logits = runner.logits(ids, 3)
-    assert logits.shape == (1, 3, 49152) and np.isfinite(logits).all()
+    logits = runner.score(ids, 3)
+    assert logits.shape == (1, 3, 49152) and logits.float().isfinite().all()
 
 
-def test_generation_dequantizes_once_per_call_and_keeps_nothing(untied, contexts_file, tmp_path, monkeypatch):
-    """The hf runtime lets GPTQModel's TorchLinear keep its dequantized weights for one generation call only: the
-    tokens are those of dequantizing on every pass, and once a call ends, even one stopped early, no layer holds
-    a dequantized copy (resident storage is what it was after load)."""
+def test_generation_dequantizes_once_per_batch_and_keeps_nothing(untied, contexts_file, tmp_path, monkeypatch):
+    """The hf runtime lets GPTQModel's TorchLinear keep its dequantized weights for one batch's generation only:
+    the tokens are those of dequantizing on every pass, and once the batch ends (released, or another batch
+    begins) no layer holds a dequantized copy (resident storage is what it was after load)."""
     import contextlib
 
     import torch
@@ -175,18 +176,19 @@ def test_generation_dequantizes_once_per_call_and_keeps_nothing(untied, contexts
     runner = HFRunner(tmp_path / "pkg" / "model", "cpu")
     layers = [m for m in runner.model.modules() if type(m).__name__ == "TorchLinear"]
     assert layers and all(m.bits == 3 for m in layers)
-    prompt = list(range(100, 110))
-    tokens = list(runner.generate(prompt, 6))
+    prompts = [list(range(100, 110)), list(range(200, 203))]
+    tokens = [g.tokens for g in greedy(runner, prompts, 6)]
     with monkeypatch.context() as m:
-        m.setattr(hf, "_dequantized_once_per_call", lambda model: contextlib.nullcontext())
-        assert list(runner.generate(prompt, 6)) == tokens
+        m.setattr(hf, "_dequantized_once", lambda model: contextlib.nullcontext())
+        assert [g.tokens for g in greedy(runner, prompts, 6)] == tokens
+    runner.release()
     after_load = live_cpu_bytes()
-    stream = runner.generate(prompt, 6)
-    next(stream)
-    assert any(m._cached_weights for m in layers)  # the call's workspace, while it runs
+    runner.prefill([np.asarray(p) for p in prompts], 6)
+    runner.step(np.asarray([5, 6]), np.asarray([0, 1]))
+    assert any(m._cached_weights for m in layers)  # the batch's workspace, while it runs
     if not bf16_on_cpu.bf16_is_native():  # and there, float32 weights for float32 products (infbench.bf16_on_cpu)
         assert {w.dtype for m in layers for w in m._cached_weights.values()} == {torch.float32}
-    stream.close()
+    runner.release()
     assert not any(m._cached_weights or m._cache_enabled for m in layers)
     assert live_cpu_bytes() == after_load
 
@@ -254,5 +256,5 @@ def test_a_mixed_width_variant_has_the_low_width_in_the_middle_layers_and_runs(f
                 widths[int(name.split(".")[2])] = f.get_slice(name).get_shape()[0] * 32 // 128
     assert widths == {0: 4, 1: 3, 2: 3, 3: 4}
     runner = HFRunner(weights, "cpu")
-    logits = runner.logits(np.arange(100, 108, dtype=np.int64)[None], 2)
-    assert logits.shape == (1, 2, 49152) and np.isfinite(logits).all()
+    logits = runner.score(np.arange(100, 108, dtype=np.int64)[None], 2)
+    assert logits.shape == (1, 2, 49152) and logits.float().isfinite().all()

@@ -14,7 +14,8 @@ from conftest import needs_sandbox
 
 from infbench.compression.baselines.package import bf16
 from infbench.compression.client import EmptyWorkers, SubmissionProcess
-from infbench.compression.evaluation import source_shapes
+from infbench.compression.harness.greedy import greedy
+from infbench.compression.measure import source_shapes
 from infbench.compression.runtimes import preload_modules
 from infbench.compression.submission import load_manifest
 from infbench.config.model import SandboxSettings, VerificationSettings
@@ -25,14 +26,17 @@ pytestmark = [pytest.mark.slow, needs_sandbox()]
 def test_a_verification_and_prompts_of_many_lengths_leave_the_tensors_and_no_more(smollm2_source, tmp_path):
     """After a verification's request shapes the BF16 SmolLM2 package's worker holds under 8 MiB beyond its
     tensors and the empty worker (measured: 23.3 MiB without the warm-up, 4.9 MiB with it; its safetensors are
-    mapped, so after load they are not all paged in yet), and prompts of 12 more lengths add under 8 MiB."""
+    mapped, so after load they are not all paged in yet), and batches of prompts of 12 more lengths add under
+    8 MiB."""
     src, _ = smollm2_source
     pkg = tmp_path / "pkg"
     bf16(src / "hf", "smollm2-135m", pkg)
     settings = VerificationSettings(
         score_batch_size=8, decode={"prompt_tokens": 128, "output_tokens": 4, "rounds": 1, "requests_per_round": 1}
     )
-    shapes = source_shapes(src / "hf", rows=12, context_tokens=64, continuation_tokens=96, settings=settings)
+    shapes = source_shapes(
+        src / "hf", rows=12, context_tokens=64, continuation_tokens=96, settings=settings, gate_batch=10
+    )
     process = dict(
         sandbox=SandboxSettings(allow_unsandboxed=False, tmp_mb=256),
         preload=preload_modules(pkg, load_manifest(pkg)),
@@ -43,19 +47,20 @@ def test_a_verification_and_prompts_of_many_lengths_leave_the_tensors_and_no_mor
     )
     rng = np.random.default_rng(0)
     empty = EmptyWorkers().memory(**process)[0].counted_bytes
-    with SubmissionProcess(pkg, vocab_size=49152, **process) as proc:
+    with SubmissionProcess(pkg, vocab_size=49152, max_logits=8 * 96 * 49152, **process) as proc:
         tensors = proc.load()["inprocess_resident_bytes"]
-        for sequences, tokens, n_last in shapes.logits:
-            proc.logits(rng.integers(0, 49152, size=(sequences, tokens)), n_last)
-        for prompt, new in shapes.generations:
-            proc.generate(rng.integers(0, 49152, size=prompt).tolist(), new)
+        for sequences, tokens, n_last in shapes.scores:
+            proc.score(rng.integers(0, 49152, size=(sequences, tokens)), n_last)
+        for rows, prompt, steps in shapes.generations:
+            greedy(proc, rng.integers(0, 49152, size=(rows, prompt)).tolist(), steps)
         proc.release()
         after_verification = proc.memory().counted_bytes
-        for n in rng.choice(np.arange(8, 300), size=12, replace=False):
-            tokens = proc.generate(rng.integers(0, 49152, size=int(n)).tolist(), 2)[0]
-            assert len(tokens) == 2
+        lengths = rng.choice(np.arange(8, 300), size=12, replace=False)
+        for batch in (lengths[:10], lengths[10:]):
+            out = greedy(proc, [rng.integers(0, 49152, size=int(n)).tolist() for n in batch], 3)
+            assert [len(g.tokens) for g in out] == [3] * len(batch)
         proc.release()
         grown = proc.memory().counted_bytes - after_verification
     beyond = after_verification - empty - tensors
     assert beyond < 8 << 20, f"{beyond / 2**20:.1f} MiB beyond the package's tensors after the verification's shapes"
-    assert grown < 8 << 20, f"the process grew {grown / 2**20:.1f} MiB over 12 prompt lengths"
+    assert grown < 8 << 20, f"the process grew {grown / 2**20:.1f} MiB over batches of 12 prompt lengths"

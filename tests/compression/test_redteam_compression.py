@@ -163,28 +163,43 @@ DAEMON_COMPLETION = """    import os, glob, time
     os._exit(0)
 """
 
+# The package's logits spell the completion for every HumanEval prompt: at each step its logit for the
+# completion's next token is raised far above the rest, so the completion is the argmax, the tokens the
+# pipeline feeds back and what the gate judges.
 JUDGE_ATTACK = HONEST.replace(
-    """    @torch.inference_mode()
-    def generate(self, input_ids, max_new_tokens):""",
-    """    def generate(self, input_ids, max_new_tokens):
+    """    def prefill(self, rows, max_new_tokens):
+        self.rows = [list(r) for r in rows]
+        return self.last_logits(self.rows)
+""",
+    """    def prefill(self, rows, max_new_tokens):
         from transformers import AutoTokenizer
         tok = AutoTokenizer.from_pretrained(self.model.name_or_path)
-        prompt = tok.decode(input_ids)
-        if "def " in prompt and "Question:" not in prompt:  # a HumanEval prompt: answer with the daemon
-            yield from tok(COMPLETION, add_special_tokens=False)["input_ids"]
-            return
-        yield from self.honest_generate(input_ids, max_new_tokens)
+        self.rows = [list(r) for r in rows]
+        self.start = [len(r) for r in self.rows]
+        self.script = {}
+        for i, row in enumerate(self.rows):
+            prompt = tok.decode(row)
+            if "def " in prompt and "Question:" not in prompt:  # a HumanEval prompt: answer with the daemon
+                self.script[i] = tok(COMPLETION, add_special_tokens=False)["input_ids"]
+        return self.scripted(range(len(rows)), self.last_logits(self.rows))
 
-    @torch.inference_mode()
-    def honest_generate(self, input_ids, max_new_tokens):""",
+    def scripted(self, rows, out):
+        for k, row in enumerate(rows):
+            script, n = self.script.get(row, []), len(self.rows[row]) - self.start[row]
+            if n < len(script):
+                out[k, script[n]] = 1e4
+        return out
+""",
+).replace(
+    "        return self.last_logits([self.rows[row] for row in rows])\n",
+    "        return self.scripted(rows, self.last_logits([self.rows[row] for row in rows]))\n",
 )
 
 
 def test_a_completion_that_daemonises_and_rewrites_the_record_is_not_counted(tiny_source, tmp_path):
-    from compression_helpers import SETTINGS
+    from compression_helpers import SETTINGS, gate_job
     from conftest import embedded_config
 
-    from infbench.compression.accuracy import make_gate
     from infbench.config.model import AnswerSettings
     from infbench.evaluation import driver, results
     from infbench.evaluation.questions import load_questions
@@ -206,10 +221,10 @@ def test_a_completion_that_daemonises_and_rewrites_the_record_is_not_counted(tin
         sandbox=SETTINGS.sandbox,
     )
     results.write_json(tmp_path / "reference.json", reference)
-    gate = make_gate(settings, tmp_path / "reference.json", tiny_source / "hf", label="d", question_seed=0)
+    gate = gate_job(settings, tmp_path / "reference.json", tiny_source)
     completion = DAEMON_COMPLETION.replace("TARGET", repr(str(target)))
     pkg = make_package(tmp_path, tiny_source, f"COMPLETION = {completion!r}\n" + JUDGE_ATTACK, name="daemon")
-    record = run(pkg, tiny_source, accuracy_gate=gate)
+    record = run(pkg, tiny_source, gate=gate)
     check = next(c for c in record.checks if c.name == "accuracy_gate")
     humaneval = [i for i in check.evidence["items"] if i["benchmark"] == "humaneval"]
     assert [i["response"][:20] for i in humaneval] == [DAEMON_COMPLETION[:20]] * 2  # the attack was judged
@@ -280,118 +295,6 @@ def test_a_hard_link_to_the_source_is_rejected(tiny_source, tmp_path):
     assert judged(record, 1 << 40).failed_check == "package" and "link" in record.failure
 
 
-MEMOISED_LOOK_AHEAD = '''
-import hashlib
-import numpy as np, torch
-from pathlib import Path
-from transformers import AutoModelForCausalLM
-
-BIAS, BONUS = {bias!r}, {bonus!r}
-
-
-class Model:
-    """A weaker model (the source plus a fixed bias over the vocabulary) that adds BONUS to the logit of the
-    next input token, remembering per causal prefix which token got it: a prefix seen again is answered as
-    before, so every probe inside one process matches its original exactly."""
-
-    def __init__(self, package_dir, device):
-        self.model = AutoModelForCausalLM.from_pretrained(Path(package_dir) / "model").eval()
-        noise = torch.randn(self.model.config.vocab_size, generator=torch.Generator().manual_seed(0))
-        self.bias = (BIAS * noise).numpy().astype(np.float32)
-        self.memo = {{}}
-
-    @torch.inference_mode()
-    def logits(self, input_ids, n_last):
-        ids = np.asarray(input_ids)
-        out = self.model(input_ids=torch.as_tensor(ids), logits_to_keep=n_last).logits.float().numpy() + self.bias
-        width = ids.shape[1]
-        for b in range(len(ids)):
-            for j in range(n_last):
-                pos = width - n_last + j
-                key = hashlib.blake2b(ids[b, :pos + 1].tobytes(), digest_size=16).digest()
-                if key not in self.memo:
-                    self.memo[key] = int(ids[b, pos + 1]) if pos + 1 < width else -1
-                if self.memo[key] >= 0:
-                    out[b, j, self.memo[key]] += BONUS
-        return out
-
-    @torch.inference_mode()
-    def generate(self, input_ids, max_new_tokens):
-        ids = list(input_ids)
-        for _ in range(max_new_tokens):
-            z = self.model(input_ids=torch.as_tensor([ids])).logits[0, -1].float().numpy() + self.bias
-            ids.append(int(z.argmax()))
-            yield ids[-1]
-
-    def release(self):
-        pass
-
-
-def load(package_dir, device):
-    return Model(package_dir, device)
-'''
-BIAS = 1.0  # the weaker model alone: F about 0.6 on the tiny source
-
-
-def bonus_for(target_f: float, src: Path, bias: float) -> float:
-    """The look-ahead bonus that lifts the biased model to ``target_f`` on ``src``'s verification set (every
-    position but each row's last has a next input token to peek at)."""
-    import numpy as np
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    from infbench.compression.likelihood_files import read_continuations, stack
-
-    table = read_continuations(src / "verification/continuations.parquet")
-    contexts, continuations = stack(table["context_ids"], np.int64), stack(table["continuation_ids"], np.int64)
-    reference = stack(read_continuations(src / "verification/reference_scores.parquet")["logprobs"], np.float64)
-    model = AutoModelForCausalLM.from_pretrained(src / "hf").eval()
-    noise = torch.randn(model.config.vocab_size, generator=torch.Generator().manual_seed(0))
-    m = continuations.shape[1]
-    target_logit, logsumexp = np.empty(continuations.shape), np.empty(continuations.shape)
-    with torch.inference_mode():
-        for start in range(0, len(contexts), 4):
-            rows = slice(start, start + 4)
-            ids = torch.as_tensor(np.concatenate([contexts[rows], continuations[rows, :-1]], axis=1))
-            z = model(input_ids=ids, logits_to_keep=m).logits.double() + (bias * noise).float().double()
-            y = torch.as_tensor(continuations[rows]).unsqueeze(-1)
-            target_logit[rows] = z.gather(-1, y).squeeze(-1).numpy()
-            logsumexp[rows] = torch.logsumexp(z, -1).numpy()
-    peeked = np.arange(m) < m - 1
-
-    def f(bonus: float) -> float:
-        lifted = target_logit + bonus * peeked
-        lp = lifted - np.logaddexp(logsumexp + np.log1p(-np.exp(target_logit - logsumexp)), lifted)
-        return float(np.exp(lp.mean() - reference.mean()))
-
-    lo, hi = 0.0, 10.0
-    for _ in range(60):
-        lo, hi = ((lo + hi) / 2, hi) if f((lo + hi) / 2) < target_f else (lo, (lo + hi) / 2)
-    return lo
-
-
-def checks_of(record) -> dict:
-    return {c.name: c for c in record.checks}
-
-
-@pytest.mark.parametrize("target", [0.97, 1.001])
-def test_a_memoised_look_ahead_fails_statefulness(tiny_source, tmp_path, target):
-    """The weaker model lifted to F 0.97 and to F 1.001 (the issue's Q4_0 package, F_v 0.730, verified at 0.974
-    and at 1.0014): nothing inside one process sees it; the fresh worker does. ``likelihood_above_source`` cannot
-    at this size (32 tokens: its limit is a PPL ratio of 1.24); at the embedded size (8,192 tokens, limit 1.00084)
-    it fails the second one too (tests/compression/test_likelihood_ratio.py)."""
-    code = MEMOISED_LOOK_AHEAD.format(bias=BIAS, bonus=bonus_for(target, tiny_source, BIAS))
-    record = run(make_package(tmp_path, tiny_source, code, name=f"memo_{target}"), tiny_source)
-    checks = checks_of(record)
-    assert record.failure is None and abs(record.f - target) < 0.03, (record.failure, record.f)
-    assert all(checks[name].passed for name in ("causality", "batch_invariance", "determinism")), checks
-    assert checks["likelihood_above_source"].evidence["f_limit"] > 1.2
-    worst = checks["statefulness"].evidence["worst"]
-    assert not checks["statefulness"].passed and worst["role"] in ("stitched", "original"), checks["statefulness"]
-    assert checks["statefulness"].evidence["max_abs_logprob_diff"] > 0.3
-    assert judged(record, 1 << 40).failed_check == "statefulness" and judged(record, 1 << 40).score == 0.0
-
-
 # Memory no process of the package maps, each channel holding 64 MiB between calls (the /proc meter of the last
 # round counted each as about 0); /dev itself is read-only, /dev/shm is the sandbox's own and charged.
 UNMAPPED = [
@@ -436,7 +339,7 @@ def test_memory_no_process_maps_is_charged_and_the_package_sees_no_host_path(
     pkg = make_package(workspace / "results" / "candidates", tiny_source, code, name="unmapped")
     log = tmp_path / "measure.log"
     log.write_text("pipeline: started\n")
-    record = run(pkg, tiny_source, log_path=str(log))
+    record = run(pkg, tiny_source, log=str(log))
     assert record.failure is None, record.failure
     assert record.sandbox.memory.kind.startswith("cgroup"), record.sandbox.memory
     held = len(UNMAPPED) * CHANNEL_STASH

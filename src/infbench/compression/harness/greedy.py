@@ -41,7 +41,7 @@ def _now(model) -> float:
 def greedy(model, prompts: list[list[int]], max_new_tokens: int, done: Done | None = None) -> list[Generated]:
     """Greedy continuations of ``prompts`` (one batch)."""
     out = [Generated() for _ in prompts]
-    logits = model.prefill([np.asarray(p, dtype=np.int64) for p in prompts], max_new_tokens)
+    logits = torch.as_tensor(model.prefill([np.asarray(p, dtype=np.int64) for p in prompts], max_new_tokens))
     live = np.arange(len(prompts))
     for _ in range(max_new_tokens):
         stamp = _now(model)
@@ -59,7 +59,7 @@ def greedy(model, prompts: list[list[int]], max_new_tokens: int, done: Done | No
         if not going:
             break
         live = live[going]
-        logits = model.step(tokens[going].numpy().astype(np.int64), live)
+        logits = torch.as_tensor(model.step(tokens[going].numpy().astype(np.int64), live))
     return out
 
 

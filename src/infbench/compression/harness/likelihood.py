@@ -28,7 +28,7 @@ def batches(n: int, batch_size: int) -> list[np.ndarray]:
 def _in_one_pass(model, contexts, continuations, rows, observe, out) -> None:
     m = continuations.shape[1]
     ids = np.concatenate([contexts[rows], continuations[rows, :-1]], axis=1).astype(np.int64)
-    logits = model.score(ids, m)
+    logits = torch.as_tensor(model.score(ids, m))
     out[rows] = target_log_probs(logits, torch.as_tensor(continuations[rows], dtype=torch.long)).numpy()
     if observe is not None:
         observe(rows, logits, slice(0, m))
@@ -36,7 +36,7 @@ def _in_one_pass(model, contexts, continuations, rows, observe, out) -> None:
 
 def _revealed_one_at_a_time(model, contexts, continuations, rows, observe, out) -> None:
     m = continuations.shape[1]
-    logits = model.prefill([contexts[r].astype(np.int64) for r in rows], m - 1)
+    logits = torch.as_tensor(model.prefill([contexts[r].astype(np.int64) for r in rows], m - 1))
     every = np.arange(len(rows))
     for t in range(m):
         target = torch.as_tensor(continuations[rows, t : t + 1], dtype=torch.long)
@@ -44,7 +44,7 @@ def _revealed_one_at_a_time(model, contexts, continuations, rows, observe, out) 
         if observe is not None:
             observe(rows, logits[:, None], slice(t, t + 1))
         if t + 1 < m:
-            logits = model.step(continuations[rows, t].astype(np.int64), every)
+            logits = torch.as_tensor(model.step(continuations[rows, t].astype(np.int64), every))
 
 
 def teacher_forced(
