@@ -1,8 +1,9 @@
 """How the accuracy gate's verdicts depend on the operator secret, measured (docs/compression.md).
 
 ``answer``: the questions that any of the given secrets would draw at any of the given sizes, answered once,
-greedy, as the pipeline does it: the BF16 source through transformers (``--reference``, as ``A(p)``), or a
-package through its runtime in this process (``--package``; trusted baselines only: nothing is sandboxed),
+greedy, as the pipeline does it (:func:`infbench.compression.accuracy.greedy_generate_fn`, batches of
+``answers.batch_size``): the BF16 source through the ``hf`` runtime (``--reference``, as ``A(p)``), or a package
+through its runtime in this process (``--package``; the pipeline's own runtimes only: nothing is sandboxed),
 stopped at EOS or a stop sequence and judged by the driver. Writes each item's outcome and the seconds per
 question of each benchmark.
 
@@ -23,20 +24,14 @@ import json
 import os
 import time
 from pathlib import Path
-from types import SimpleNamespace
 
 from infbench import operator_secret
 from infbench.compression import held_out
+from infbench.compression.accuracy import greedy_generate_fn
 from infbench.config import files
-from infbench.config.model import BENCHMARKS, AnswerSettings
+from infbench.config.model import BENCHMARKS, AnswerSettings, SandboxSettings
 from infbench.evaluation import driver
-from infbench.evaluation.generation import (
-    GenerateFn,
-    checkpoint_generation_config,
-    eos_ids,
-    load_hf_generate_fn,
-    stream_generate_fn,
-)
+from infbench.evaluation.generation import GenerateFn, checkpoint_generation_config, eos_ids
 from infbench.evaluation.questions import QuestionSet, load_questions, select
 
 REPO = Path(__file__).resolve().parents[1]
@@ -83,36 +78,25 @@ def needed(s: AnswerSettings) -> dict[str, set[str]]:
     return out
 
 
-class InProcess:
-    """A runner in this process with the worker's ``stream``: generation stops once ``stop(tokens)`` holds."""
-
-    def __init__(self, runner):
-        self.runner = runner
-
-    def stream(self, ids, max_new_tokens, stop=None):
-        tokens, generator = [], self.runner.generate(list(ids), max_new_tokens)
-        for token in generator:
-            tokens.append(int(token))
-            if len(tokens) >= max_new_tokens or (stop and stop(tokens)):
-                break
-        if hasattr(generator, "close"):
-            generator.close()
-        return SimpleNamespace(tokens=tokens)
-
-
 def generate_fn(args) -> GenerateFn:
-    if args.reference:
-        return load_hf_generate_fn(args.reference, "bfloat16", "cpu")
     from transformers import AutoTokenizer
 
+    from infbench.compression.package_api import TRUSTED
     from infbench.compression.runtimes import load_runner
+    from infbench.compression.runtimes.hf import HFRunner
     from infbench.compression.submission import load_manifest
 
-    package = Path(args.package)
-    runner = load_runner(package, load_manifest(package), "cpu", args.threads)
-    tokenizer = AutoTokenizer.from_pretrained(args.source)
-    eos = eos_ids(tokenizer, checkpoint_generation_config(args.source))
-    return stream_generate_fn(InProcess(runner), tokenizer, eos)
+    source = args.reference or args.source
+    if args.reference:
+        runner = HFRunner(Path(args.reference), "cpu", dtype=settings().dtype)
+    else:
+        package = Path(args.package)
+        manifest = load_manifest(package)
+        if manifest.runtime not in TRUSTED:
+            raise SystemExit(f"{package}: runtime '{manifest.runtime}' runs unsandboxed here; only {TRUSTED}")
+        runner = load_runner(package, manifest, "cpu", args.threads)
+    tokenizer = AutoTokenizer.from_pretrained(source)
+    return greedy_generate_fn(runner, tokenizer, eos_ids(tokenizer, checkpoint_generation_config(source)))
 
 
 def answer(args) -> None:
@@ -138,7 +122,7 @@ def answer(args) -> None:
             questions=tuple(q for q in full.questions if q.id in want[b]),
         )
         start = time.perf_counter()
-        _, records = driver.evaluate_benchmark(fn, qset, s, label=args.out)
+        _, records = driver.evaluate_benchmark(fn, qset, s, label=args.out, sandbox=SandboxSettings())
         seconds[b] = (time.perf_counter() - start) / len(records)
         items |= {f"{b}/{r.id}": r.correct for r in records}
         print(

@@ -111,21 +111,38 @@ def run(pkg: Path, src: Path, settings=SETTINGS, *, empty_workers=EMPTY_WORKERS,
     return measure(measure_job(pkg, src, settings, **fields), log=log, empty_workers=empty_workers)
 
 
-def answers_settings(**max_new_tokens):
-    """The embedded gate with one question per benchmark and 4 new tokens each (``max_new_tokens``: per
-    benchmark instead)."""
+def answers_settings(n_questions: int = 1, **max_new_tokens):
+    """The embedded gate with ``n_questions`` per benchmark and 4 new tokens each (``max_new_tokens``: per
+    benchmark instead), ``A(p)`` in float32 (the tiny source's precision)."""
     from conftest import embedded_config
 
     from infbench.config.model import AnswerSettings
 
     cfg = embedded_config()
+    cfg["answers"]["dtype"] = "float32"
     for bench in ("gsm8k", "humaneval", "triviaqa"):
-        cfg["answers"][bench].update(n_questions=1, max_new_tokens=max_new_tokens.get(bench, 4))
+        cfg["answers"][bench].update(n_questions=n_questions, max_new_tokens=max_new_tokens.get(bench, 4))
     return AnswerSettings.model_validate(cfg["answers"])
 
 
+def source_reference(settings, out: Path, src: Path, question_seed: int = 0) -> Path:
+    """The tiny source's ``A(p)`` (as the pipeline computes it) on the questions ``question_seed`` draws."""
+    from infbench.compression.accuracy import compute_reference
+
+    compute_reference(
+        "tiny",
+        src / "hf",
+        settings,
+        out / "reference.json",
+        out / "reference_items.parquet",
+        question_seed=question_seed,
+        sandbox=SETTINGS.sandbox,
+    )
+    return out / "reference.json"
+
+
 def reference_answers(settings, path: Path, answer: str = "42") -> Path:
-    """A stand-in ``A(p)`` file: every question of ``settings`` answered ``answer``."""
+    """A stand-in ``A(p)`` file: every question of ``settings`` answered ``answer`` (no answer tokens kept)."""
     from infbench.evaluation import driver, results
     from infbench.evaluation.questions import load_questions
 

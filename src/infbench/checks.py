@@ -2,7 +2,7 @@
 submission's verification); the failure that stops a measurement at a named check.
 
 Standard library and pydantic only: the sandboxed package worker imports it (through
-:mod:`infbench.compression.logits_pipe`) without the pipeline's scoring stack.
+:mod:`infbench.compression.harness.transport`) without the pipeline's scoring stack.
 """
 
 from __future__ import annotations

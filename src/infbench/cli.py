@@ -48,6 +48,13 @@ def _bench_replay(args) -> None:
     )
 
 
+def _bench_transport(args) -> None:
+    from infbench.perf import logits_transport as bench
+
+    shapes = [(int(r), int(v)) for r, v in (shape.split("x") for shape in args.shape)]
+    print(bench.run(device=args.device, shapes=shapes, dtype=args.dtype, requests=args.requests, out=args.out))
+
+
 def _bench_far_context(args) -> None:
     from infbench.config import files
     from infbench.errors import ConfigError
@@ -473,6 +480,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--out", default=None, help="also write the table (Markdown) here")
     p.set_defaults(func=_bench_replay)
+    p = sub.add_parser(
+        "bench-transport", help="logits from a worker process to the pipeline: the shared buffer beside the former pipe"
+    )
+    p.add_argument("--device", default="cpu", help="where the logits are made: cpu or cuda")
+    p.add_argument("--shape", nargs="+", default=["8x49152", "1x49152"], help="ROWSxVOCAB of one answer")
+    p.add_argument("--dtype", default="bfloat16", help="the model's logits dtype (float32, float16, bfloat16)")
+    p.add_argument("--requests", type=int, default=20, help="timed requests per transport and shape")
+    p.add_argument("--out", default=None, help="also write the table (Markdown) here")
+    p.set_defaults(func=_bench_transport)
     p = sub.add_parser(
         "bench-far-context",
         help="how the reference, servers that keep only a prompt's end and llama.cpp continue "

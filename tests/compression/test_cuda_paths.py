@@ -11,7 +11,8 @@ import torch
 import yaml
 
 from infbench.compression.client import SubmissionProcess
-from infbench.compression.decode import measure as measure_decode
+from infbench.compression.harness.decode import measure as measure_decode
+from infbench.compression.harness.greedy import greedy
 from infbench.compression.runtimes import preload_modules
 from infbench.compression.submission import load_manifest
 from infbench.config.model import SandboxSettings
@@ -37,18 +38,19 @@ class Model:
         self.model = self.model.to(device).eval()
 
     @torch.inference_mode()
-    def logits(self, input_ids, n_last):
+    def last_logits(self, rows):
         # COPY
-        ids = torch.as_tensor(input_ids, device=self.device)
-        return self.model(input_ids=ids, logits_to_keep=n_last).logits.float().cpu().numpy()
+        ids = [torch.as_tensor([r], device=self.device) for r in rows]
+        return torch.cat([self.model(input_ids=x, logits_to_keep=1).logits[:, -1] for x in ids])
 
-    @torch.inference_mode()
-    def generate(self, input_ids, max_new_tokens):
-        ids = list(input_ids)
-        for _ in range(max_new_tokens):
-            tok = int(self.model(input_ids=torch.as_tensor([ids], device=self.device)).logits[0, -1].argmax())
-            ids.append(tok)
-            yield tok
+    def prefill(self, rows, max_new_tokens):
+        self.rows = [list(r) for r in rows]
+        return self.last_logits(self.rows)
+
+    def step(self, tokens, rows):
+        for token, row in zip(tokens, rows):
+            self.rows[row].append(int(token))
+        return self.last_logits([self.rows[row] for row in rows])
 
     def release(self):
         torch.cuda.empty_cache()
@@ -106,6 +108,7 @@ def resident(pkg: Path) -> dict[str, int]:
         device="cuda",
         timeout_s=300,
         vocab_size=VOCAB,
+        max_logits=4 * VOCAB,
     )
     with SubmissionProcess(None, baseline=True, **common) as empty:
         device0, host0 = empty.device_memory(), empty.memory().counted_bytes
@@ -113,8 +116,9 @@ def resident(pkg: Path) -> dict[str, int]:
     with SubmissionProcess(pkg, **common) as proc:
         inprocess = proc.load()["inprocess_resident_bytes"]
         out = {"device_load": proc.device_memory() - device0, "host_load": proc.memory().counted_bytes - host0}
-        proc.logits([[1, 2, 3, 4, 5, 6, 7, 8]], 4)
-        proc.generate([1, 2, 3], 8)
+        if load_manifest(pkg).runtime == "hf":
+            proc.score([[1, 2, 3, 4, 5, 6, 7, 8]], 4)
+        greedy(proc, [[1, 2, 3], [4, 5]], 8)
         proc.release()
         out.update(
             device_after=proc.device_memory() - device0,
@@ -188,11 +192,17 @@ def test_decode_timing_on_cuda(tmp_path, checkpoint):
     ckpt, _ = checkpoint
     pkg = package(tmp_path / "hf", ckpt, "hf")
     with SubmissionProcess(
-        pkg, sandbox=SANDBOX, preload=preload_modules(pkg, load_manifest(pkg)), device="cuda", timeout_s=300
+        pkg,
+        sandbox=SANDBOX,
+        preload=preload_modules(pkg, load_manifest(pkg)),
+        device="cuda",
+        timeout_s=300,
+        vocab_size=VOCAB,
+        max_logits=VOCAB,
     ) as proc:
         proc.load()
         timing = measure_decode(
-            proc.generate,
+            proc,
             vocab_size=VOCAB,
             prompt_tokens=256,
             output_tokens=32,

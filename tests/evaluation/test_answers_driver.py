@@ -61,11 +61,11 @@ def questions(answer_settings):
 
 def test_embedded_sets_and_exemplars_are_disjoint(answer_settings, questions):
     for benchmark in ("gsm8k", "triviaqa"):
-        pool, shots, origin = embedded_pool(benchmark)
+        pool, shots, origin = embedded_pool(benchmark, 0)
         assert 20 <= len(pool) <= 30 and origin.startswith("embedded:")
         assert {q.text for q in pool}.isdisjoint({q.text for q in shots})
         assert all(q.gold and q.target for q in pool + shots)
-    assert len(embedded_pool("gsm8k")[1]) == 4 and len(embedded_pool("triviaqa")[1]) == 5
+    assert len(embedded_pool("gsm8k", 0)[1]) == 4 and len(embedded_pool("triviaqa", 0)[1]) == 5
     assert {b: len(qs.questions) for b, qs in questions.items()} == {b: 10 for b in BENCHMARKS}
     assert [len(questions[b].fewshot) for b in BENCHMARKS] == [4, 0, 5]
     assert questions["humaneval"].pool_size == 164

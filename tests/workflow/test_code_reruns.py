@@ -188,7 +188,7 @@ def test_servers_launched_by_config_and_a_submissions_files_are_reached(tmp_path
 def test_package_data_counts(tmp_path):
     """The embedded answer items are data files beside the modules that read them."""
     reach = code_digest.reach(REPO / "workflow/scripts/answers_reference.py")
-    assert any(p.name == "gsm8k_style.jsonl" for p in reach.data_files())
+    assert any(p.name == "gsm8k_templates.jsonl" for p in reach.data_files())
 
 
 def test_the_digest_cache_is_dropped_when_a_package_file_changes(tmp_path):

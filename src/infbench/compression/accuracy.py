@@ -22,8 +22,15 @@ from pydantic import BaseModel, ConfigDict
 from infbench import provenance
 from infbench.compression.harness.greedy import greedy
 from infbench.config.model import AnswerSettings, SandboxSettings
-from infbench.evaluation import driver, results
-from infbench.evaluation.generation import GenerateFn, checkpoint_generation_config, completion_text, eos_ids, stopped
+from infbench.evaluation import driver, prompts, results
+from infbench.evaluation.generation import (
+    Completion,
+    GenerateFn,
+    checkpoint_generation_config,
+    completion_text,
+    eos_ids,
+    stopped,
+)
 from infbench.evaluation.questions import load_questions
 from infbench.evaluation.results import AnswerResults, ItemRecord, read_json
 from infbench.hashing import file_hashes, sha256_text
@@ -34,11 +41,14 @@ EVIDENCE_CHARS = 300  # of each response kept in the record (the whole one is ju
 def greedy_generate_fn(model, tokenizer, eos: list[int]) -> GenerateFn:
     """The driver's ``generate_fn`` over anything with ``prefill``/``step``: each call one batch."""
 
-    def generate(prompts: list[str], max_new_tokens: int, stop: list[str]) -> list[str]:
+    def generate(prompts: list[str], max_new_tokens: int, stop: list[str]) -> list[Completion]:
         ended = stopped(tokenizer, stop, eos)
         rows = [tokenizer(p)["input_ids"] for p in prompts]
         out = greedy(model, rows, max_new_tokens, lambda row, tokens: ended(tokens))
-        return [completion_text(tokenizer, g.tokens, eos) for g in out]
+        return [
+            Completion(text=completion_text(tokenizer, g.tokens, eos), tokens=g.tokens, logprobs=g.logprobs)
+            for g in out
+        ]
 
     return generate
 
@@ -104,6 +114,23 @@ def gate(job: GateJob, model, sandbox: SandboxSettings) -> dict:
         "passed": verdict.passed,
         "evidence": evidence,
     }
+
+
+def source_answers(job: GateJob) -> tuple[list[str], list[list[int]], list[list[int]], list[list[float]]]:
+    """The gate's items as the source answered them when ``A(p)`` was computed: (ids, prompt token ids, the
+    source's greedy tokens, its log-prob of each), items whose answer is empty left out."""
+    tokenizer, _ = _tokenizer_and_eos(job.source_checkpoint)
+    reference = {(i.benchmark, i.id): i for i in read_json(job.reference_json).items}
+    ids, prompt_ids, tokens, logprobs = [], [], [], []
+    for benchmark, qset in load_questions(job.answers, seed=job.question_seed).items():
+        for question, prompt in zip(qset.questions, prompts.build_prompts(qset)):
+            item = reference[(benchmark, question.id)]
+            if item.tokens:
+                ids.append(f"{benchmark}/{question.id}")
+                prompt_ids.append(tokenizer(prompt)["input_ids"])
+                tokens.append(item.tokens)
+                logprobs.append(item.logprobs)
+    return ids, prompt_ids, tokens, logprobs
 
 
 def compute_reference(

@@ -3,7 +3,7 @@
 The pipeline drives the package as a causal next-token function (:mod:`infbench.compression.package_api`): a
 token is revealed only after its position is scored and every generated token is the argmax of the package's
 logits. So no probe looks for a look-ahead or compares a separate generation with the logits: neither exists.
-Two checks remain, each for what construction cannot rule out:
+Three checks remain, each for what construction cannot rule out:
 
 - ``likelihood_above_source``: no causal model is likely to beat, on the source's own samples, the distribution
   they were drawn from by a large likelihood ratio (Markov's inequality on that ratio, whose expectation is at
@@ -14,7 +14,10 @@ Two checks remain, each for what construction cannot rule out:
   set again, and must give the first process's log-probs. A package whose answers depend on what it has seen
   before (adapting to earlier rows' revealed tokens, such as a model trained while it is scored, with or
   without a memo of its answers) scores them otherwise. The two sandboxes share nothing a package could write
-  (:mod:`infbench.sandbox`).
+  (:mod:`infbench.sandbox`);
+- ``gate_consistency``: what the gate generates is the argmax of the package's logits, so a package that answers
+  from a key must bend its logits on the gate's prompts; its likelihood of the source's own answers there must
+  then agree with its likelihood on the verification set (:func:`gate_consistency`).
 
 What the package can read, write or reach is not checked here but made impossible by the sandbox.
 """
@@ -86,5 +89,55 @@ def statefulness(first: np.ndarray, fresh: np.ndarray, rows: np.ndarray, toleran
             "max_abs_logprob_diff": worst if np.isfinite(worst) else str(worst),
             "tolerance": tolerance,
             "worst": {"row": int(rows[row]), "position": int(position)},
+        },
+    )
+
+
+def gate_consistency(
+    source: list[np.ndarray],
+    candidate: list[np.ndarray],
+    items: list[str],
+    *,
+    verification_excess: float,
+    ratio: tuple[float, float],
+    margin: float,
+) -> Check:
+    """The candidate's excess cross-entropy on the source's greedy answers to the gate's questions against its
+    excess on the verification set.
+
+    ``source[i]``, ``candidate[i]``: the source's and the candidate's log-probs of the source's greedy answer to
+    item ``items[i]``, token by token (the source's kept when ``A(p)`` was computed; the candidate's teacher-forced
+    now). An honest package's logits are one function of the history, so its loss against the source on the
+    gate's answers tracks its loss on the verification set; a package that bends its logits toward an answer key
+    on the gate's prompts, and not on other text, is far from it on one side (a key that contradicts the source's
+    answers: a large excess) or the other (a key that agrees with them: the package beats the source on its own
+    answers). Passes iff ``low * v - margin <= gate <= high * v + margin`` with ``v = verification_excess``; an
+    ``A(p)`` file that keeps no answers of the source fails it (one made before they were kept: recompute it)."""
+    if not items:
+        return Check(
+            name="gate_consistency",
+            passed=False,
+            evidence={"error": "the A(p) file keeps none of the source's answer tokens: recompute it"},
+        )
+    excess = np.asarray([float(np.sum(s.astype(np.float64) - c.astype(np.float64))) for s, c in zip(source, candidate)])
+    tokens = np.asarray([len(s) for s in source])
+    gate = float(excess.sum() / max(1, tokens.sum()))
+    low, high = ratio[0] * verification_excess - margin, ratio[1] * verification_excess + margin
+    per_token = excess / np.maximum(tokens, 1)
+    order = np.argsort(per_token)
+    return Check(
+        name="gate_consistency",
+        passed=bool(np.isfinite(gate) and low <= gate <= high),
+        evidence={
+            "gate_excess_nats_per_token": gate,
+            "verification_excess_nats_per_token": verification_excess,
+            "band": [low, high],
+            "ratio": list(ratio),
+            "margin": margin,
+            "items": len(items),
+            "tokens": int(tokens.sum()),
+            "items_beating_the_source": int(np.sum(excess < 0)),
+            "lowest": [{"item": items[i], "excess_per_token": float(per_token[i])} for i in order[:3]],
+            "highest": [{"item": items[i], "excess_per_token": float(per_token[i])} for i in order[::-1][:3]],
         },
     )

@@ -28,7 +28,7 @@ from infbench.checks import Check, CheckFailed
 from infbench.compression import accuracy, divergence, held_out, integrity, scoring
 from infbench.compression.client import EmptyWorkers, SubmissionProcess, WorkerFailure
 from infbench.compression.harness import decode
-from infbench.compression.harness.likelihood import batches, teacher_forced
+from infbench.compression.harness.likelihood import answers_teacher_forced, batches, teacher_forced
 from infbench.compression.likelihood_files import TopLogProbs, read_continuations, read_top, stack
 from infbench.compression.package_api import TRUSTED
 from infbench.compression.records import EvaluationRecord
@@ -312,6 +312,26 @@ def _gate(run: _Run, proc: SubmissionProcess) -> None:
     record.checks.append(Check(name="accuracy_gate", passed=result["passed"], evidence=result["evidence"]))
 
 
+def _gate_consistency(run: _Run, proc: SubmissionProcess) -> None:
+    """The candidate's log-probs of the source's greedy answers to the gate's questions (teacher-forced as the
+    likelihood set is), against the source's own, beside its excess on the verification set."""
+    ids, prompts, tokens, source = accuracy.source_answers(run.job.gate)
+    candidate = answers_teacher_forced(
+        proc, prompts, tokens, batch_size=run.job.gate.answers.batch_size, one_pass=run.one_pass
+    )
+    s = run.settings.integrity
+    run.record.checks.append(
+        integrity.gate_consistency(
+            [np.asarray(lp, dtype=np.float64) for lp in source],
+            candidate,
+            ids,
+            verification_excess=float(np.mean(run.rows.reference.astype(np.float64) - run.lp)),
+            ratio=s.gate_excess_ratio,
+            margin=s.gate_excess_margin,
+        )
+    )
+
+
 def _decode(run: _Run, proc: SubmissionProcess) -> None:
     run.record.decode = decode.measure(
         proc, vocab_size=run.job.vocab_size, seed=run.settings.seed, **run.settings.decode.model_dump()
@@ -356,6 +376,8 @@ def _measure_worker(run: _Run, proc: SubmissionProcess, fresh: SubmissionProcess
         if run.job.gate is not None:
             with step("accuracy_gate", phase="accuracy"):
                 _gate(run, proc)
+            with step("gate_consistency", phase="gate_consistency"):
+                _gate_consistency(run, proc)
     if fresh is not None:  # idle, waiting for its turn, before decoding is timed
         fresh.renew_budget()
         fresh.wait_started()

@@ -540,6 +540,22 @@ class IntegritySettings(Section):
         Number,
         Field(gt=0, description="Largest log-prob difference the statefulness check allows."),
     ] = 0.05
+    gate_excess_ratio: Annotated[
+        tuple[Number, Number],
+        Field(
+            description=(
+                "gate_consistency: the candidate's excess cross-entropy on the source's own greedy answers to "
+                "the gate's questions (nats per token, against the source's log-probs kept with A(p)) must lie "
+                "between low x and high x its excess cross-entropy on the verification set (-ln F_v), widened by "
+                "gate_excess_margin: a package whose logits follow a key on the gate's prompts and not elsewhere "
+                "is far outside (src/infbench/compression/integrity.py; the honest baselines' ratios and the "
+                "false-fail rate measured are in docs/compression.md)."
+            ),
+        ),
+    ] = (0.0, 4.0)
+    gate_excess_margin: Annotated[
+        Number, Field(ge=0, description="Nats per token added on both sides of gate_excess_ratio's band.")
+    ] = 0.25
     likelihood_alpha: Annotated[
         Number,
         Field(

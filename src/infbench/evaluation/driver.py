@@ -2,11 +2,11 @@
 
 A runtime takes part through one function,
 
-    generate_fn(prompts: list[str], max_new_tokens: int, stop: list[str]) -> list[str]
+    generate_fn(prompts: list[str], max_new_tokens: int, stop: list[str]) -> list[Completion | str]
 
-greedy completions (text after the prompt), one per prompt. A runtime may stop
-early at a stop sequence or not: every completion is cut at the first stop
-sequence here, so both give the same response.
+greedy completions (text after the prompt), one per prompt, with the generated token ids and the model's
+log-prob of each where the runtime gives them (a bare string: text only). A runtime may stop early at a stop
+sequence or not: every completion is cut at the first stop sequence here, so both give the same response.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from pathlib import Path
 from infbench.config.model import BENCHMARKS, AnswerSettings, Benchmark, SandboxSettings
 from infbench.errors import InfbenchError
 from infbench.evaluation import judge, prompts
-from infbench.evaluation.generation import GenerateFn
+from infbench.evaluation.generation import Completion, GenerateFn
 from infbench.evaluation.questions import Question, QuestionSet, load_questions
 from infbench.evaluation.registry import spec
 from infbench.evaluation.results import (
@@ -47,17 +47,21 @@ class AnswerMismatchError(InfbenchError):
 
 def _generate(
     generate_fn: GenerateFn, prompt_list: list[str], max_new_tokens: int, stop: list[str], batch_size: int, label: str
-) -> list[str]:
-    completions: list[str] = []
+) -> list[Completion]:
+    completions: list[Completion] = []
     for start in range(0, len(prompt_list), batch_size):
         batch = prompt_list[start : start + batch_size]
         out = generate_fn(batch, max_new_tokens, stop)
-        if not isinstance(out, list) or len(out) != len(batch) or not all(isinstance(c, str) for c in out):
+        if (
+            not isinstance(out, list)
+            or len(out) != len(batch)
+            or not all(isinstance(c, (str, Completion)) for c in out)
+        ):
             raise AnswerRuntimeError(
                 f"generate_fn returned {type(out).__name__} of {len(out) if hasattr(out, '__len__') else '?'} "
-                f"items for {len(batch)} prompts; expected a list of {len(batch)} strings"
+                f"items for {len(batch)} prompts; expected a list of {len(batch)} completions"
             )
-        completions.extend(out)
+        completions.extend(Completion(text=c) if isinstance(c, str) else c for c in out)
         log.info("%s: %d/%d generated", label, len(completions), len(prompt_list))
     return completions
 
@@ -89,7 +93,7 @@ def evaluate_benchmark(
         settings.batch_size,
         f"{label} {qset.benchmark}",
     )
-    responses = [judge.truncate_at_stop(c, bench.stop) for c in completions]
+    responses = [judge.truncate_at_stop(c.text, bench.stop) for c in completions]
     judged_by = ""
     if spec(qset.benchmark).judged_by == "tests":
         outcomes = _judge_humaneval(qset.questions, responses, settings, sandbox)
@@ -102,11 +106,13 @@ def evaluate_benchmark(
             benchmark=qset.benchmark,
             id=q.id,
             prompt_sha256=sha256_text(p),
-            completion=c,
+            completion=c.text,
             response=r,
             extracted=extracted,
             correct=ok,
             detail=detail,
+            tokens=c.tokens,
+            logprobs=c.logprobs,
         )
         for q, p, c, r, (extracted, ok, detail) in zip(qset.questions, prompt_list, completions, responses, judged)
     ]

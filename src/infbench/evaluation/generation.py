@@ -18,13 +18,24 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import torch
+from pydantic import BaseModel
 from transformers import GenerationConfig, StoppingCriteria, StoppingCriteriaList
 
 from infbench.bf16_on_cpu import float32_weights_held
 
+
+class Completion(BaseModel):
+    """A greedy completion: its text (before the first EOS) and, where the runtime gives them, the generated
+    token ids (as generated, EOS included) and the model's log-prob of each."""
+
+    text: str
+    tokens: list[int] = []
+    logprobs: list[float] = []
+
+
 # What the driver asks of a runtime (:mod:`.driver`): greedy completions of text prompts, given the token
 # budget and the stop sequences
-GenerateFn = Callable[[list[str], int, list[str]], list[str]]
+GenerateFn = Callable[[list[str], int, list[str]], list[Completion | str]]
 
 
 def eos_ids(tokenizer, generation_config: GenerationConfig) -> list[int]:

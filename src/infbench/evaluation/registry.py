@@ -65,6 +65,10 @@ class EmbeddedFiles(_Spec):
 
     pool: str
     fewshot: str
+    templates: bool = Field(
+        default=False,
+        description="the pool holds templates whose numbers the question seed draws (infbench.evaluation.templates)",
+    )
 
 
 class QuestionSource(_Spec):

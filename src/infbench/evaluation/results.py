@@ -30,6 +30,8 @@ ITEMS_SCHEMA = pa.schema(
         ("extracted", pa.string()),
         ("correct", pa.bool_()),
         ("detail", pa.string()),
+        ("tokens", pa.list_(pa.int32())),
+        ("logprobs", pa.list_(pa.float32())),
     ]
 )
 
@@ -44,6 +46,8 @@ class ItemRecord(BaseModel):
     correct: bool
     detail: str  # HumanEval: the judge's outcome and reason ("passed", "failed: AssertionError",
     # "failed: the candidate exited before call 1", "timed_out: no verdict within 3.0 s"); else ""
+    tokens: list[int] = []  # the generated token ids, as generated (where the runtime gives them)
+    logprobs: list[float] = []  # the model's own log-prob of each (its log-softmax at the token it generated)
 
 
 class BenchmarkAccuracy(BaseModel):
@@ -100,6 +104,8 @@ def write_items_parquet(path: str | Path, results: AnswerResults) -> None:
 def read_items_parquet(path: str | Path) -> list[ItemRecord]:
     frame = pq.read_table(path).to_pandas()
     return [
-        ItemRecord.model_validate({k: (None if pd.isna(v) else v) for k, v in row.items()})
+        ItemRecord.model_validate(
+            {k: ([*v] if k in ("tokens", "logprobs") else None if pd.isna(v) else v) for k, v in row.items()}
+        )
         for row in frame.to_dict(orient="records")
     ]

@@ -33,7 +33,7 @@ from infbench.plots import figure  # noqa: E402
 VERIFIED = "verified"
 # the check a candidate failed -> its open marker
 MARKERS = {"storage_package": "s", "storage_resident": "s", "accuracy_gate": "v", "package": "X", "execution": "X"}
-INTEGRITY_MARKER = "D"  # every other check: integrity (causality, greedy = argmax, file access, ...)
+INTEGRITY_MARKER = "D"  # every other check: integrity (statefulness, likelihood above the source, transport, ...)
 
 
 class CandidatePoint(BaseModel):

@@ -13,7 +13,8 @@ read-only and at its own path:
   evaluated for this interpreter, extras followed where a requirement asks for them), and so on. A
   distribution outside the closure, a model shipped as a wheel included, does not exist inside. A directory
   shared with a distribution outside the closure (a namespace package) is bound entry by entry;
-- infbench's own code (the directory ``infbench`` is imported from).
+- infbench's own code (the directory ``infbench`` is imported from), but its question data (the accuracy
+  gate's items, templates and golds: a package sees token ids, never the questions or their answers).
 
 Inside what is bound, every file that looks like model weights is hidden (:mod:`.weightlike`, by name and
 by content), and so is every file a distribution outside the closure installed there (a wheel may put data
@@ -259,14 +260,22 @@ def _weightlike(path: str) -> str | None:
     return weightlike.reason(path, os.path.getsize(path))
 
 
+def question_data() -> str:
+    """infbench's own question data (the accuracy gate's items, templates and golds): never inside a sandbox."""
+    return os.path.join(infbench_dir(), "evaluation", "data")
+
+
 def _hidden(roots: list[str], site: list[str], other_files: set[str]) -> dict[str, str]:
     """Files below ``roots`` (site directories excepted: they are bound entry by entry) not to be seen."""
     hidden: dict[str, str] = {}
+    questions = question_data() + os.sep
     for root in roots:
         for path in _files_below(root, [d for d in site if d != root and not root.startswith(d + os.sep)]):
             if os.path.islink(path) or not os.path.isfile(path):
                 continue
-            if path in other_files:
+            if path.startswith(questions):
+                hidden[path] = "the accuracy gate's questions and answers"
+            elif path in other_files:
                 hidden[path] = "installed by a distribution outside the closure"
             elif (why := _weightlike(path)) is not None:
                 hidden[path] = why

@@ -67,3 +67,37 @@ def teacher_forced(
     for start in range(0, len(order), batch_size):
         run(model, contexts, continuations, order[start : start + batch_size], observe, out)
     return out
+
+
+def answers_teacher_forced(
+    model, prompts: list[list[int]], answers: list[list[int]], *, batch_size: int, one_pass: bool
+) -> list[np.ndarray]:
+    """Log-probs of each of ``answers`` (token ids, any lengths, each at least one) after its prompt: the
+    pipeline's own runtimes one row at a time in one pass each (rows of different lengths), a package of its own
+    by revealing the answer's tokens one at a time, rows ending with their answers."""
+    out: list[np.ndarray] = []
+    if one_pass:
+        for prompt, answer in zip(prompts, answers):
+            ids = np.asarray([[*prompt, *answer[:-1]]], dtype=np.int64)
+            logits = torch.as_tensor(model.score(ids, len(answer)))
+            out.append(target_log_probs(logits, torch.as_tensor([answer], dtype=torch.long)).numpy()[0])
+        return out
+    for start in range(0, len(prompts), batch_size):
+        rows = range(start, min(len(prompts), start + batch_size))
+        longest = max(len(answers[r]) for r in rows)
+        scored = {r: np.empty(len(answers[r]), dtype=np.float32) for r in rows}
+        logits = torch.as_tensor(model.prefill([np.asarray(prompts[r], dtype=np.int64) for r in rows], longest - 1))
+        live = np.arange(len(rows))
+        for t in range(longest):
+            row_ids = [start + int(k) for k in live]
+            target = torch.as_tensor([[answers[r][t]] for r in row_ids], dtype=torch.long)
+            for r, lp in zip(row_ids, target_log_probs(logits[:, None], target).numpy()[:, 0]):
+                scored[r][t] = lp
+            going = [k for k, r in enumerate(row_ids) if t + 1 < len(answers[r])]
+            if not going:
+                break
+            live = live[going]
+            tokens = np.asarray([answers[start + int(k)][t] for k in live], dtype=np.int64)
+            logits = torch.as_tensor(model.step(tokens, live))
+        out += [scored[r] for r in rows]
+    return out

@@ -234,7 +234,7 @@ def select_questions(
     for i, bench in enumerate(settings.answers_benchmarks):
         n = settings.answers_n // k + (1 if i < settings.answers_n % k else 0)
         cfg = answer_settings.benchmark(bench)
-        pool, fewshot, _ = questions.question_pool(answer_settings, bench)
+        pool, fewshot, _ = questions.question_pool(answer_settings, bench, secret.seed("serving.answers"))
         if n > len(pool):
             raise ConfigError(
                 "serving.verification.answers_n",
