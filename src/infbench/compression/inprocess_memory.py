@@ -6,14 +6,20 @@ from __future__ import annotations
 
 import gc
 import itertools
+import sys
 from typing import Any
 
 import numpy as np
-import torch
+
+
+def _torch():
+    """torch where the runtime imported it (a llama.cpp worker never does): its tensors are counted too."""
+    return sys.modules.get("torch")
 
 
 def _storage_key(obj: Any) -> tuple[tuple, int] | None:
-    if isinstance(obj, torch.Tensor):
+    torch = _torch()
+    if torch is not None and isinstance(obj, torch.Tensor):
         if obj.device.type == "meta":
             return None
         try:
@@ -44,7 +50,9 @@ def live_cpu_bytes() -> int:
     candidates = objects + gc.get_referents(*objects)
     del objects
     types = list(map(type, candidates))
-    kinds = {t for t in set(types) if issubclass(t, (torch.Tensor, np.ndarray))}
+    torch = _torch()
+    counted = (np.ndarray,) if torch is None else (torch.Tensor, np.ndarray)
+    kinds = {t for t in set(types) if issubclass(t, counted)}
     seen: dict[tuple, int] = {}
     for candidate in itertools.compress(candidates, map(kinds.__contains__, types)):
         found = _storage_key(candidate)
@@ -64,6 +72,8 @@ def resident_bytes(device: str, native_bytes: int = 0) -> int:
     """
     host = live_cpu_bytes() + native_bytes
     if device.startswith("cuda"):
+        import torch
+
         for i in range(torch.cuda.device_count()):
             torch.cuda.synchronize(i)
         # cuBLAS keeps its matmul workspaces (32 MiB per handle by default) in the caching allocator:

@@ -32,12 +32,12 @@ import time
 import traceback
 from pathlib import Path
 
-# The worker's own imports, made in the baseline worker too (so neither side is charged for them): numpy and
-# torch through the in-process storage count, the manifest and runtime loaders.
+# The worker's own imports, made in the baseline worker too (so neither side is charged for them): numpy through
+# the in-process storage count and the frames, the manifest and runtime loaders. torch only where the runtime
+# imports it (--preload): a llama.cpp worker imports llama.cpp, not torch.
 import numpy as np
-import torch
 
-from infbench.compression import inprocess_memory, runtimes, warm_up
+from infbench.compression import inprocess_memory, runtimes
 from infbench.compression.harness.transport import FrameWriter
 from infbench.compression.package_api import TRUSTED
 from infbench.compression.submission import load_manifest
@@ -46,7 +46,7 @@ _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT
 
 # The distributions' modules this worker imports itself, beyond its runtime's and the standard library: its
 # sandbox binds their requirement closure (infbench.sandbox.runtime); tests/sandbox/test_sandbox.py checks the list.
-IMPORTS = ("numpy", "torch", "pydantic", "yaml")
+IMPORTS = ("numpy", "pydantic", "yaml")
 
 
 def trim_heap() -> None:
@@ -197,11 +197,15 @@ def main(argv: list[str] | None = None) -> int:
     sys.stdout = sys.stderr
     for module in filter(None, args.preload.split(",")):
         importlib.import_module(module)
-    torch.set_num_threads(args.threads)
-    if args.device.startswith("cuda"):
-        warm_up.cuda(args.device)
-    elif args.warm_up:
-        warm_up.source_shapes(warm_up.SourceShapes.model_validate_json(args.warm_up))
+    if "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(args.threads)
+    if args.device.startswith("cuda") or args.warm_up:
+        from infbench.compression import warm_up
+
+        if args.device.startswith("cuda"):
+            warm_up.cuda(args.device)
+        else:
+            warm_up.source_shapes(warm_up.SourceShapes.model_validate_json(args.warm_up))
     trim_heap()
     requests = Requests()
     if args.baseline:
