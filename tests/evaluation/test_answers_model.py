@@ -7,7 +7,7 @@ from conftest import REPO, planned_jobs, run_snakemake
 
 from infbench.config.model import SandboxSettings
 from infbench.evaluation import driver, judge, results
-from infbench.evaluation.reference_accuracy import compute_reference
+from infbench.compression.accuracy import compute_reference
 
 SANDBOX = SandboxSettings(allow_unsandboxed=True, tmp_mb=64)  # bubblewrap where it works
 
@@ -36,38 +36,25 @@ def test_eos_ids_are_the_tokenizers_and_the_generation_configs():
 
 @pytest.mark.slow
 def test_every_runtime_generates_alike(smollm2_source, tmp_path):
-    """One greedy generation: the source's batch (A(p)), a token-id prompt (the serving reference) and a
-    worker's stream stopped by the pipeline (a candidate) stop at the same EOS and stop sequences and give
-    the same completions, on a model whose greedy decoding reaches EOS."""
-    from types import SimpleNamespace
-
-    import torch
+    """One greedy generation: a batch driven by the pipeline's greedy harness (the source's A(p) and every
+    candidate, here the source through the hf runtime's runner) and a token-id prompt through transformers'
+    generate (the serving reference) stop at the same EOS and stop sequences and give the same completions, on
+    a model whose greedy decoding reaches EOS."""
     import verify_helpers as vh
-    from transformers import AutoTokenizer
 
+    from infbench.compression.accuracy import greedy_generate_fn
+    from infbench.compression.runtimes.hf import HFRunner
     from infbench.evaluation import generation
     from infbench.serving.verify.reference import greedy_text, load_model
 
     model, tokenizer = load_model(vh.tiny_model(tmp_path / "tiny", smollm2_source[0] / "hf", seed=0), "float32")
     eos = generation.eos_ids(tokenizer, model.generation_config)
-
-    class Worker:  # the worker's stream: greedy tokens until the caller's test says stop
-        def stream(self, ids, max_new_tokens, stop):
-            tokens = []
-            while len(tokens) < max_new_tokens and not (tokens and stop(tokens)):
-                logits = model(input_ids=torch.tensor([list(ids) + tokens])).logits
-                tokens.append(int(logits[0, -1].argmax()))
-            return SimpleNamespace(tokens=tokens)
-
     prompts = ["Question: What is 2+3?\nAnswer:", "Question: Who wrote Hamlet?\nAnswer:", "def f(x):\n"]
-    batched = generation.hf_generate_fn(model, AutoTokenizer.from_pretrained(tmp_path / "tiny"))
-    streamed = generation.stream_generate_fn(Worker(), tokenizer, eos)
+    batched = greedy_generate_fn(HFRunner.of(model), tokenizer, eos)
     completions = []
     for stop in (["Question:", "\n\n"], ["e"], []):
-        with torch.inference_mode():
-            expected = streamed(prompts, 16, stop)
-        assert batched(prompts, 16, stop) == expected
-        assert [greedy_text(model, tokenizer, tokenizer(p)["input_ids"], 16, stop) for p in prompts] == expected
+        expected = [greedy_text(model, tokenizer, tokenizer(p)["input_ids"], 16, stop) for p in prompts]
+        assert [c.text for c in batched(prompts, 16, stop)] == expected
         completions.append(expected)
     assert completions[1] != completions[2]  # the stop sequence "e" ended some generation early
 
@@ -99,6 +86,8 @@ def test_smollm2_reference_end_to_end(smollm2_source, answer_settings, tmp_path)
     gsm = [i for i in ref.items if i.benchmark == "gsm8k"]
     assert all(i.extracted is not None for i in gsm)
     assert all(i.detail.startswith(("passed", "failed", "timed_out")) for i in ref.items if i.benchmark == "humaneval")
+    # the source's answers as generated, with its log-prob of each token (gate_consistency reads them)
+    assert all(i.tokens and len(i.logprobs) == len(i.tokens) and max(i.logprobs) <= 0 for i in ref.items)
 
     frozen = results.read_json(tmp_path / "reference.json")
     assert frozen.items == ref.items and frozen.provenance.params["source"] == "smollm2-135m"

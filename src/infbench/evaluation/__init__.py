@@ -10,7 +10,8 @@ a candidate passes iff ``A(a) >= rho * A(p)``. ServerBench's held-out answers
 
 Modules: :mod:`.registry` (what each benchmark is: ``specs/<name>.yaml``), :mod:`.questions`
 (question sets, ``data/``, the seeded selection), :mod:`.prompts`, :mod:`.judge` (extraction and
-normalisation, the HumanEval case), :mod:`.generation` (greedy generation with stop sequences, the EOS
-ids), :mod:`.driver` (``evaluate``, ``gate``), :mod:`.results` (records and files),
-:mod:`.reference_accuracy` (the frozen ``A(p)`` of a source).
+normalisation, the HumanEval case), :mod:`.templates` (GSM8K-style problems drawn by a seed),
+:mod:`.generation` (stop sequences, the EOS ids, transformers' greedy generation), :mod:`.driver`
+(``evaluate``, ``gate``), :mod:`.results` (records and files). CompressionBench's ``A(p)`` and gate drive the
+model themselves (:mod:`infbench.compression.accuracy`).
 """
