@@ -84,9 +84,9 @@ def tiny_source(tmp_path_factory, smollm2_source):
 def needs_sandbox():
     """Skip where bubblewrap cannot make a sandbox, except where INFBENCH_REQUIRE_SANDBOX=1 (CI, .ci/run): there
     the tests run and fail."""
-    from infbench.sandbox import bwrap
+    from infbench.sandbox import bwrap, seccomp
 
-    reason = bwrap.unavailable_reason()
+    reason = bwrap.unavailable_reason() or seccomp.unavailable_reason()
     return pytest.mark.skipif(
         reason is not None and os.environ.get("INFBENCH_REQUIRE_SANDBOX") != "1", reason=f"no sandbox here: {reason}"
     )
