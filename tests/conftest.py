@@ -252,3 +252,21 @@ def assert_same_results(expected: Path, actual: Path) -> None:
             assert _without_provenance(json.loads(a.read_text())) == _without_provenance(json.loads(b.read_text())), rel
         else:
             assert a.read_bytes() == b.read_bytes(), rel
+
+
+@pytest.fixture
+def every_call_allowed(monkeypatch):
+    """Sandboxes started in the test get a seccomp filter that allows every call (to test the meter, or an
+    attack, without the allowlist)."""
+    import tempfile
+
+    import pyseccomp
+
+    from infbench.sandbox import seccomp
+
+    permissive = pyseccomp.SyscallFilter(pyseccomp.ALLOW)
+    with tempfile.TemporaryFile() as out:
+        permissive.export_bpf(out)
+        out.seek(0)
+        code = out.read()
+    monkeypatch.setattr(seccomp, "program", lambda profile: code)

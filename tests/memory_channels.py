@@ -19,6 +19,20 @@ def _checked(call: str, what: str) -> str:
     return f"r = {call}\nif r < 0:\n    raise OSError(ctypes.get_errno(), {what!r})\n"
 
 
+def _sockets_filled(connect: str) -> str:
+    """Connected pairs made by ``connect`` (into ``a``, ``b``), ``a``'s send buffer filled, until STASH is queued."""
+    return f"""import socket
+pairs, held = [], 0
+while held < STASH:
+    {connect}
+    a.setblocking(False); pairs.append((a, b))
+    try:
+        while held < STASH:
+            held += a.send(os.urandom(1 << 16))
+    except BlockingIOError:
+        pass"""
+
+
 HOLD = {
     "bytes": "blob = os.urandom(STASH)",
     "child_process": "r, w = os.pipe()\nif os.fork() == 0:\n    blob = os.urandom(STASH); os.write(w, b'x'); "
@@ -44,17 +58,9 @@ while held < STASH:
             held += os.write(w, os.urandom(1 << 16))
     except BlockingIOError:
         pass""",
-    "socketpair_buffers": """
-import socket
-pairs, held = [], 0
-while held < STASH:
-    a, b = socket.socketpair(); a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
-    a.setblocking(False); pairs.append((a, b))
-    try:
-        while held < STASH:
-            held += a.send(os.urandom(1 << 16))
-    except BlockingIOError:
-        pass""",
+    "socketpair_buffers": _sockets_filled(
+        "a, b = socket.socketpair(); a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)"
+    ),
     # kernel memory that holds data: names of files in the private /tmp (a tmpfs: its dentries and inodes
     # are the files themselves, never reclaimed); 255 bytes of name a file
     "tmpfs_file_names": """
@@ -146,17 +152,8 @@ buf = (ctypes.c_char * STASH).from_buffer(m)
     # TCP buffers on its own loopback: not charged to a cgroup v1 memory controller (a package worker opens Unix
     # sockets only)
     "tcp_loopback_buffers": (
-        """import socket
-srv = socket.socket(); srv.bind(('127.0.0.1', 0)); srv.listen()
-pairs, held = [], 0
-while held < STASH:
-    a = socket.create_connection(srv.getsockname()); b, _ = srv.accept()
-    a.setblocking(False); pairs.append((a, b))
-    try:
-        while held < STASH:
-            held += a.send(os.urandom(1 << 16))
-    except BlockingIOError:
-        pass""",
+        "import socket\nsrv = socket.socket(); srv.bind(('127.0.0.1', 0)); srv.listen()\n"
+        + _sockets_filled("a = socket.create_connection(srv.getsockname()); b, _ = srv.accept()"),
         "EPERM",
     ),
     "kernel_keyring": (
@@ -178,3 +175,25 @@ def holder(names: list[str]) -> str:
         lines += ["        " + line for line in code.strip().splitlines()]
         lines += ["        return dict(locals())", f"    kept.append(channel_{i}())"]
     return "\n".join([*lines, "    return kept"])
+
+
+# An honest program that touches every file it can see: it opens and reads each, and looks up a name beside each
+# that is not there, as an import system does (the token makes the names new to the kernel on every run): the
+# page cache of the read-only files and the dentries and inodes of all it looked at, none of which holds data.
+READ_EVERY_FILE = """
+token = os.urandom(6).hex()
+files_read = 0
+for directory, dirs, files in os.walk('/'):
+    if directory.startswith(('/proc', '/sys', '/dev')):
+        dirs[:] = []
+        continue
+    for name in files:
+        path = os.path.join(directory, name)
+        try:
+            with open(path, 'rb') as f:
+                f.read(4096)
+            files_read += 1
+        except OSError:
+            pass
+        os.path.exists(path + '.' + token)
+"""

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from compression_helpers import HONEST, make_package, run
 from conftest import needs_sandbox
-from memory_channels import REFUSED, holder
+from memory_channels import READ_EVERY_FILE, REFUSED, holder
 
 from infbench.compression.records import verdict
 from infbench.compression.submission import GIB
@@ -588,45 +588,15 @@ def test_a_dense_twin_in_secret_memory_cannot_be_made(tiny_source, tmp_path):
 
 
 def test_a_dense_twin_in_secret_memory_is_charged_where_a_filter_lets_it_through(
-    tiny_source, tmp_path, honest_record, limit, monkeypatch
+    tiny_source, tmp_path, honest_record, limit, every_call_allowed
 ):
     """The meter alone catches it: with a filter that allows every call, the twin is made and charged (the last
     meter subtracted cache - shmem, and secret memory is cache that is not shared memory: 0.014 GiB charged for
     at least 0.33 GiB held)."""
-    import tempfile
-
-    import pyseccomp
-
-    from infbench.sandbox import seccomp
-
-    permissive = pyseccomp.SyscallFilter(pyseccomp.ALLOW)
-    with tempfile.TemporaryFile() as out:
-        permissive.export_bpf(out)
-        out.seek(0)
-        code = out.read()
-    monkeypatch.setattr(seccomp, "program", lambda profile: code)
     record = run(secret_twin_package(tmp_path, tiny_source), tiny_source)
     assert record.failure is None, record.failure
     assert record.s_res_bytes >= honest_record.s_res_bytes + STASH - (16 << 20), record.resident
     assert judged(record, limit).failed_check == "storage_resident"
-
-
-READ_EVERY_FILE = """
-import os
-token = os.urandom(6).hex()  # names no earlier run looked up
-for directory, dirs, files in os.walk("/"):
-    if directory.startswith(("/proc", "/sys", "/dev")):
-        dirs[:] = []
-        continue
-    for name in files:
-        path = os.path.join(directory, name)
-        try:
-            with open(path, "rb") as f:
-                f.read(4096)
-        except OSError:
-            pass
-        os.path.exists(path + "." + token)  # a name that is not there, as an import looks for one
-"""
 
 
 def test_a_package_that_reads_every_file_it_sees_is_not_charged_for_it(tiny_source, tmp_path, honest_record, limit):
@@ -635,7 +605,9 @@ def test_a_package_that_reads_every_file_it_sees_is_not_charged_for_it(tiny_sour
     the kernel memory its own even where another run warmed the caches) fills the kernel's caches and the page
     cache of the read-only files: none of it holds data, the reclaim before each reading frees it, and the
     package passes at the red team's limit (the last meter charged it 21 MiB over the honest package)."""
-    record = run(make_package(tmp_path, tiny_source, attack(READ_EVERY_FILE), name="survey"), tiny_source)
+    record = run(
+        make_package(tmp_path, tiny_source, attack("import os\n" + READ_EVERY_FILE), name="survey"), tiny_source
+    )
     assert record.failure is None, record.failure
     assert record.resident.after_load.cgroup.reclaimed_bytes > 20 << 20, record.resident.after_load.cgroup
     assert record.s_res_bytes <= honest_record.s_res_bytes + (4 << 20), record.resident

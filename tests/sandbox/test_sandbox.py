@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from conftest import needs_sandbox
-from memory_channels import CHARGED_UNFILTERED, HOLD, PROC_SEES, REFUSED
+from memory_channels import CHARGED_UNFILTERED, HOLD, PROC_SEES, READ_EVERY_FILE, REFUSED
 
 from infbench.sandbox import cgroup, meter
 from infbench.sandbox.launch import Sandboxed
@@ -406,26 +406,11 @@ def test_each_way_to_hold_memory_outside_the_count_is_refused(tmp_path, how):
     assert seen == expected
 
 
-def allow_every_call(monkeypatch) -> None:
-    """Sandboxes started from now on get a filter that allows every call (to test the meter on its own)."""
-    import pyseccomp
-
-    from infbench.sandbox import seccomp
-
-    permissive = pyseccomp.SyscallFilter(pyseccomp.ALLOW)
-    with tempfile.TemporaryFile() as out:
-        permissive.export_bpf(out)
-        out.seek(0)
-        code = out.read()
-    monkeypatch.setattr(seccomp, "program", lambda profile: code)
-
-
 @pytest.mark.parametrize("how", sorted(CHARGED_UNFILTERED))
-def test_without_the_filter_the_meter_still_charges_secret_memory_and_sysv_ipc(tmp_path, monkeypatch, how):
+def test_without_the_filter_the_meter_still_charges_secret_memory_and_sysv_ipc(tmp_path, every_call_allowed, how):
     """The meter subtracts nothing: memory the filter refuses is charged where a filter let it through. Secret
     memory is page cache that is not shared memory; the last meter (usage - (cache - shmem)) charged 64 MiB of
     it as 0.3 MiB (the issue's dense twin in memfd_secret)."""
-    allow_every_call(monkeypatch)
     held, before, after, _ = _held_and_measured(tmp_path, REFUSED[how][0])
     assert held >= STASH * 0.98
     assert after.counted_bytes - before.counted_bytes >= held * 0.98, (before, after)
@@ -439,33 +424,13 @@ def old_charge(use: meter.MemoryUse) -> int:
     return c.usage_bytes - (c.file_bytes - c.shmem_bytes) + c.swap_bytes + use.mounted_file_bytes
 
 
-WALK = """
-token = os.urandom(6).hex()  # names no earlier run looked up
-n = 0
-for directory, dirs, files in os.walk('/'):
-    if directory.startswith(('/proc', '/sys', '/dev')):
-        dirs[:] = []
-        continue
-    for name in files:
-        path = os.path.join(directory, name)
-        try:
-            with open(path, 'rb') as f:
-                f.read(4096)
-            n += 1
-        except OSError:
-            pass
-        os.path.exists(path + '.' + token)  # a name that is not there, as an import looks for one
-held = n
-"""
-
-
 def test_what_the_kernel_can_reclaim_is_not_charged(tmp_path):
     """A program that opens and reads every file it can see, and looks up a name beside each that is not there,
     fills the kernel's dentry and inode caches and the page cache of the read-only files (tens of MB of kernel
     memory charged to its cgroup): none of it can hold data, the reclaim before each reading frees it, and the
     figure does not grow (the issue's survey package was charged 155 MB). Names of files in its own /tmp, which
     hold data, are charged (test_the_meter_counts_what_the_sandbox_holds[tmpfs_file_names])."""
-    files, before, after, box = _held_and_measured(tmp_path, WALK, peek=True)
+    files, before, after, box = _held_and_measured(tmp_path, READ_EVERY_FILE + "held = files_read", peek=True)
     assert files > 20_000
     assert box.peeked.kernel_bytes > 20 << 20, box.peeked  # what the walk left charged before the reclaim
     assert after.counted_bytes - before.counted_bytes < 4 << 20, (before, after)
@@ -573,10 +538,9 @@ def test_the_page_cache_channel_between_sandboxes_is_closed(tmp_path):
     assert seen == {"mincore": "EPERM", "cachestat": "EPERM", "preadv2_nowait": "EPERM"}
 
 
-def test_the_page_cache_channel_is_real_where_a_filter_lets_it_through(tmp_path, monkeypatch):
+def test_the_page_cache_channel_is_real_where_a_filter_lets_it_through(tmp_path, every_call_allowed):
     """The same two sandboxes with a filter that allows every call: the receiver reads every bit (the issue's
     attack, reproduced: the test above is not passing by accident)."""
-    allow_every_call(monkeypatch)
     bits, seen = _page_cache_channel(tmp_path)
     assert seen["mincore"] == bits and seen["cachestat"] == bits
 
