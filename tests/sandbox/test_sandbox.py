@@ -338,20 +338,23 @@ def test_every_refused_call_fails(tmp_path):
 
 
 def test_a_package_worker_has_unix_sockets_only(tmp_path):
-    """A package worker opens no IPv4 or IPv6 socket (on cgroup v1 their buffers are not charged); a server can."""
+    """A package worker opens no IPv4, IPv6 or netlink socket (on cgroup v1 TCP buffers are not charged); a
+    server can, netlink for routes only (the C library's getaddrinfo asks for addresses that way)."""
     code = """
         import errno, json, socket
         out = []
-        for family in (socket.AF_UNIX, socket.AF_INET, socket.AF_INET6):
+        for family, kind, protocol in ((socket.AF_UNIX, socket.SOCK_STREAM, 0), (socket.AF_INET, socket.SOCK_STREAM, 0),
+                                       (socket.AF_INET6, socket.SOCK_DGRAM, 0), (socket.AF_NETLINK, socket.SOCK_RAW, 0),
+                                       (socket.AF_NETLINK, socket.SOCK_RAW, 15)):  # NETLINK_KOBJECT_UEVENT
             try:
-                socket.socket(family, socket.SOCK_STREAM).close()
+                socket.socket(family, kind, protocol).close()
                 out.append("allowed")
             except OSError as exc:
                 out.append(errno.errorcode[exc.errno])
         print(json.dumps(out))
     """
-    assert run_inside(tmp_path, code) == ["allowed", "EPERM", "EPERM"]
-    assert run_inside(tmp_path, code, profile="server") == ["allowed", "allowed", "allowed"]
+    assert run_inside(tmp_path, code) == ["allowed", "EPERM", "EPERM", "EPERM", "EPERM"]
+    assert run_inside(tmp_path, code, profile="server") == ["allowed", "allowed", "allowed", "allowed", "EPERM"]
 
 
 STASH = 64 << 20

@@ -12,7 +12,8 @@ charged to this cgroup and frees only what it can drop without losing anything: 
 files a sandbox can read from disk are those bound into it read-only: the runtime, the system libraries, the
 package), the dentry and inode caches of the files it looked at, pages given back with ``MADV_FREE``. What it
 cannot drop is held: anonymous memory, tmpfs and shared memory (it does not swap them: ``memory.swappiness`` 0
-on v1), memfds, secret memory, ``ramfs``, mlocked pages, pipe and socket buffers, message queues, page tables.
+on v1, ``memory.swap.max`` 0 on v2), memfds, secret memory, ``ramfs``, mlocked pages, pipe and socket buffers,
+message queues, page tables.
 The charge is then everything the cgroup holds (:attr:`CgroupMemory.charged_bytes`, usage plus swap): nothing is
 subtracted, so nothing can be hidden in what would be. Package files a sandboxed process maps are counted by the
 meter from its ``smaps`` (:mod:`.meter`), read before the reclaim (their pages are usually the pipeline's, which
@@ -269,9 +270,10 @@ def create() -> MemoryCgroup:
         path.mkdir()
     except OSError as exc:
         raise CgroupUnavailable(f"cannot create a cgroup under {base}: {exc.strerror}") from None
-    if version == 1:  # reclaim drops page cache, never swaps anonymous or shared memory out
-        with contextlib.suppress(OSError):
-            (path / "memory.swappiness").write_text("0")
+    # the reclaim before each reading drops page cache, and must not swap anonymous or shared memory out
+    name, value = ("memory.swappiness", "0") if version == 1 else ("memory.swap.max", "0")
+    with contextlib.suppress(OSError):
+        (path / name).write_text(value)
     return MemoryCgroup(path, version)
 
 

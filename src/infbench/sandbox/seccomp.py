@@ -4,11 +4,11 @@ Everything not listed fails with ``EPERM`` (Docker's and Podman's default profil
 with ``ENOSYS`` so that the C library falls back to ``clone``, whose flags the filter can read). The list is
 what the runtimes the pipeline runs need: CPython with torch and transformers (the ``hf`` and ``python``
 runtimes, GPTQModel), llama.cpp through llama-cpp-python, the servers (uvicorn with uvloop and httptools, the
-relay), the HumanEval judge's standard-library interpreter, and on CUDA the NVIDIA driver's user-space library
-(``ioctl`` and ``mmap`` on the device files). It was built by running each of them under this filter with the
-default action set to *log* (``SCMP_ACT_LOG``) and adding what the kernel logged; ``docs/sandbox.md`` has the
-table. To admit a new runtime (vLLM's CPU engine), run its honest tests that way and add what it needs to the
-group it belongs to, with who needs it.
+relay) and the HumanEval judge's standard-library interpreter; on CUDA the NVIDIA driver's library needs
+``ioctl`` and ``mmap`` on its device files (not yet run under the filter). It was built by running each of them
+under this filter with the default action set to *log* (``SCMP_ACT_LOG``; ``tests/seccomp_log.py``) and adding
+what the kernel logged; ``docs/sandbox.md`` has the table. To admit a new runtime (vLLM's CPU engine), run its
+honest tests that way and add what it needs to the group it belongs to, with who needs it.
 
 What is left out on purpose (:data:`REFUSED`) is every way to hold memory outside the sandbox's memory cgroup
 or its count, and every way to read state that other sandboxes share:
@@ -19,7 +19,8 @@ or its count, and every way to read state that other sandboxes share:
   and mounts (a ``ramfs`` in a user namespace of its own is page cache that no reclaim can drop), KSM merging;
 - ``mincore``, ``cachestat``, ``readahead``, ``preadv2(RWF_NOWAIT)``, ``posix_fadvise(WILLNEED|DONTNEED)`` and
   ``madvise(WILLNEED|COLD|PAGEOUT)``: the page cache of the read-only runtime files is the host's, shared with
-  every other sandbox; these read or reset which of its pages are resident, a channel between sandboxes;
+  every other sandbox; these read or reset which of its pages are resident, a channel between sandboxes (one
+  that slower probes still reach: a fault on a file mapping, the time of a read; ``docs/sandbox.md``);
   ``inotify``/``fanotify``, whose events on a shared file are every reader's;
 - a package worker opens Unix sockets only: on cgroup v1, TCP buffers are not charged to the memory cgroup
   (64 MiB queued on a loopback connection inside a sandbox were charged nothing), and a worker has no use for
@@ -397,26 +398,31 @@ REFUSED: dict[str, str] = {
 
 @dataclass(frozen=True)
 class Only:
-    """An allowed call, only where argument ``arg`` has one of ``values``, or has the bits ``clear`` unset."""
+    """An allowed call, only where argument ``arg`` has one of ``values``, or has the bits ``clear`` unset; and,
+    with ``then``, where argument ``then[0]`` is ``then[1]`` too."""
 
     arg: int
     values: tuple[int, ...] = ()
     clear: int = 0
+    then: tuple[int, int] | None = None
 
 
-def conditions(profile: Profile) -> dict[str, Only]:
-    families = (AF_UNIX,) if profile == "worker" else (AF_UNIX, AF_INET, AF_INET6, AF_NETLINK)
+def conditions(profile: Profile) -> dict[str, list[Only]]:
+    """The argument filters: a call listed here is allowed where one of its rules holds."""
+    sockets = [Only(0, values=(AF_UNIX,))]
+    if profile == "server":
+        sockets += [Only(0, values=(AF_INET, AF_INET6)), Only(0, values=(AF_NETLINK,), then=(2, NETLINK_ROUTE))]
     return {
-        "mmap": Only(3, clear=MAP_HUGETLB),
-        "memfd_create": Only(1, clear=MFD_HUGETLB),
-        "clone": Only(0, clear=CLONE_NEW_NAMESPACES),
-        "madvise": Only(2, values=tuple(MADVISE_ALLOWED.values())),
-        "fadvise64": Only(3, values=tuple(FADVISE_ALLOWED.values())),
-        "preadv2": Only(5, clear=RWF_NOWAIT),
-        "pwritev2": Only(5, clear=RWF_NOWAIT),
-        "socket": Only(0, values=families),
-        "socketpair": Only(0, values=(AF_UNIX,)),
-        "personality": Only(0, values=PERSONALITY_ALLOWED),
+        "mmap": [Only(3, clear=MAP_HUGETLB)],
+        "memfd_create": [Only(1, clear=MFD_HUGETLB)],
+        "clone": [Only(0, clear=CLONE_NEW_NAMESPACES)],
+        "madvise": [Only(2, values=tuple(MADVISE_ALLOWED.values()))],
+        "fadvise64": [Only(3, values=tuple(FADVISE_ALLOWED.values()))],
+        "preadv2": [Only(5, clear=RWF_NOWAIT)],
+        "pwritev2": [Only(5, clear=RWF_NOWAIT)],
+        "socket": sockets,
+        "socketpair": [Only(0, values=(AF_UNIX,))],
+        "personality": [Only(0, values=PERSONALITY_ALLOWED)],
     }
 
 
@@ -448,14 +454,15 @@ def program(profile: Profile, default: int | None = None) -> bytes:
         number = sc.resolve_syscall(sc.Arch.NATIVE, call)
         if number < 0:
             continue  # not a call of this architecture (aarch64 has no open, stat, fork...)
-        rule = only.get(call)
-        if rule is None:
+        if call not in only:
             f.add_rule(sc.ALLOW, number)
-        elif rule.values:
-            for value in rule.values:
-                f.add_rule(sc.ALLOW, number, sc.Arg(rule.arg, sc.EQ, value))
-        else:
-            f.add_rule(sc.ALLOW, number, sc.Arg(rule.arg, sc.MASKED_EQ, rule.clear, 0))
+        for rule in only.get(call, []):
+            also = [sc.Arg(rule.then[0], sc.EQ, rule.then[1])] if rule.then else []
+            if rule.values:
+                for value in rule.values:
+                    f.add_rule(sc.ALLOW, number, sc.Arg(rule.arg, sc.EQ, value), *also)
+            else:
+                f.add_rule(sc.ALLOW, number, sc.Arg(rule.arg, sc.MASKED_EQ, rule.clear, 0), *also)
     f.add_rule(sc.ERRNO(errno.ENOSYS), "clone3")
     with tempfile.TemporaryFile() as out:
         f.export_bpf(out)
