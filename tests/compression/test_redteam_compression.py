@@ -2,6 +2,7 @@
 verification for real (sandboxed worker, outside meter). Every one must fail with the named check, and leave
 nothing it could reach changed; the honest package beside them passes."""
 
+import errno
 import http.server
 import os
 import threading
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 from compression_helpers import HONEST, make_package, run
 from conftest import needs_sandbox
-from memory_channels import holder
+from memory_channels import READ_EVERY_FILE, REFUSED, holder
 
 from infbench.compression.records import verdict
 from infbench.compression.submission import GIB
@@ -296,13 +297,12 @@ def test_a_hard_link_to_the_source_is_rejected(tiny_source, tmp_path):
 
 
 # Memory no process of the package maps, each channel holding 64 MiB between calls (the /proc meter of the last
-# round counted each as about 0); /dev itself is read-only, /dev/shm is the sandbox's own and charged.
+# round counted each as about 0); /dev itself is read-only, /dev/shm is the sandbox's own and charged. SysV shared
+# memory and message queues, charged as well, are refused now (test_memory_outside_the_count_cannot_be_held).
 UNMAPPED = [
     "unmapped_memfd",
     "deleted_tmp_file",
     "dev_shm_file",
-    "sysv_shm_after_shmdt",
-    "sysv_message_queues",
     "pipe_buffers",
     "socketpair_buffers",
 ]
@@ -443,3 +443,85 @@ def test_a_model_installed_in_parts_cannot_be_reached(tiny_source, tmp_path, mod
             all(h.endswith(("part00", "part01", "part02", "part03")) for h in record.sandbox.hidden if "tiny_twin" in h)
             and len([h for h in record.sandbox.hidden if "tiny_twin" in h]) == 4
         )
+
+
+@pytest.mark.parametrize("how", sorted(REFUSED))
+def test_memory_outside_the_count_cannot_be_held(tiny_source, tmp_path, how):
+    """A package that keeps a 64 MiB stash in each memory class the sandbox refuses (secret memory, hugetlb pages
+    mapped or in a memfd, memory locked beyond RLIMIT_MEMLOCK, SysV shared memory and message queues, POSIX
+    message queues, a ramfs in a namespace of its own, TCP buffers on its own loopback, the kernel keyrings)
+    cannot be started: its load fails with the errno of the layer that refuses it."""
+    _, errno_name = REFUSED[how]
+    keep = f"import os, time\nSTASH = {CHANNEL_STASH}\n{holder([how])}\nself.kept = hold()"
+    record = run(make_package(tmp_path, tiny_source, attack(keep=keep), name=how), tiny_source)
+    assert judged(record, 1 << 40).failed_check == "execution", record.checks
+    assert f"[Errno {getattr(errno, errno_name)}]" in record.failure, record.failure
+
+
+TWIN_IN_SECRET_MEMORY = """
+import ctypes, mmap, os, torch
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+twin = b"".join(p.detach().to(torch.bfloat16).view(torch.uint8).numpy().tobytes() for p in self.model.parameters())
+twin = (twin * (STASH // len(twin) + 1))[:STASH]  # a dense BF16 twin, as large as a model 16 times the tiny one
+fd = libc.syscall(MEMFD_SECRET, 0)
+if fd < 0:
+    raise OSError(ctypes.get_errno(), "memfd_secret")
+os.ftruncate(fd, STASH)
+piece = 64 << 10  # each mapping of secret memory is locked memory: RLIMIT_MEMLOCK bounds one at a time
+for offset in range(0, STASH, piece):
+    m = mmap.mmap(fd, piece, offset=offset)
+    m.write(twin[offset : offset + piece])
+    m.close()
+self.secret = fd
+"""
+
+
+def secret_twin_package(tmp_path, tiny_source) -> Path:
+    from memory_channels import MEMFD_SECRET
+
+    keep = f"STASH = {STASH}\nMEMFD_SECRET = {MEMFD_SECRET}\n{TWIN_IN_SECRET_MEMORY}"
+    return make_package(tmp_path, tiny_source, attack(keep=keep), name="secret_twin")
+
+
+def test_a_dense_twin_in_secret_memory_cannot_be_made(tiny_source, tmp_path):
+    """The issue's attack (a dense BF16 twin in memfd_secret, verified at both limits last round): refused."""
+    record = run(secret_twin_package(tmp_path, tiny_source), tiny_source)
+    assert judged(record, 1 << 40).failed_check == "execution" and "memfd_secret" in record.failure, record.failure
+
+
+def test_a_dense_twin_in_secret_memory_is_charged_where_a_filter_lets_it_through(
+    tiny_source, tmp_path, honest_record, limit, every_call_allowed
+):
+    """The meter alone catches it: with a filter that allows every call, the twin is made and charged (the last
+    meter subtracted cache - shmem, and secret memory is cache that is not shared memory: 0.014 GiB charged for
+    at least 0.33 GiB held)."""
+    record = run(secret_twin_package(tmp_path, tiny_source), tiny_source)
+    assert record.failure is None, record.failure
+    assert record.s_res_bytes >= honest_record.s_res_bytes + STASH - (16 << 20), record.resident
+    assert judged(record, limit).failed_check == "storage_resident"
+
+
+def test_a_package_that_reads_every_file_it_sees_is_not_charged_for_it(tiny_source, tmp_path, honest_record, limit):
+    """An honest package that opens and reads every file it can see and looks up a name beside each that is not
+    there (the issue's survey package: 155 MB of dentries and inodes charged as model storage; the names make
+    the kernel memory its own even where another run warmed the caches) fills the kernel's caches and the page
+    cache of the read-only files: none of it holds data, the reclaim before each reading frees it, and the
+    package passes at the red team's limit (the last meter charged it 21 MiB over the honest package)."""
+    record = run(
+        make_package(tmp_path, tiny_source, attack("import os\n" + READ_EVERY_FILE), name="survey"), tiny_source
+    )
+    assert record.failure is None, record.failure
+    assert record.resident.after_load.cgroup.reclaimed_bytes > 20 << 20, record.resident.after_load.cgroup
+    assert record.s_res_bytes <= honest_record.s_res_bytes + (4 << 20), record.resident
+    assert judged(record, limit).failed_check is None
+
+
+def test_data_in_the_names_of_files_is_charged(tiny_source, tmp_path, honest_record, limit):
+    """Kernel memory that holds data stays charged: 16 MiB written as names of empty files in its /tmp (their
+    dentries and inodes are the files themselves: nothing can reclaim them)."""
+    keep = f"import os, time\nSTASH = {16 << 20}\n{holder(['tmpfs_file_names'])}\nself.kept = hold()"
+    record = run(make_package(tmp_path, tiny_source, attack(keep=keep), name="names"), tiny_source)
+    assert record.failure is None, record.failure
+    assert record.s_res_bytes >= honest_record.s_res_bytes + (16 << 20), record.resident
+    assert judged(record, limit).failed_check == "storage_resident"

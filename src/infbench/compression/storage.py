@@ -4,13 +4,14 @@
 
 ``S_res`` is the model storage still held after loading and after inference with caches released, measured by
 the pipeline from outside the sandboxed worker (:mod:`infbench.sandbox.meter`). Each worker runs in its own
-memory cgroup (:mod:`infbench.sandbox.cgroup`): the figure is everything the kernel charged it (anonymous
-memory, tmpfs and shared memory, memfds, kernel memory such as pipe and socket buffers and message queues,
-swap) but disk-backed page cache, plus the PSS of the package files its processes map (an mmapped GGUF is
-file-backed pages: counted while mapped, as before). Page cache of files only read (a safetensors file copied
-into tensors, the runtime's libraries) is the kernel's cache of storage the package already pays for as
-``S_pkg``, reclaimable at any time, so it is not counted. Where no cgroup can be made the figure comes from
-``/proc`` (PSS, files written, memfds, deleted files, pipes) and the record says why.
+memory cgroup (:mod:`infbench.sandbox.cgroup`): the figure is everything the kernel charges it once it has
+reclaimed what it can of it (anonymous memory, tmpfs and shared memory, memfds, secret memory, kernel memory
+that holds data such as pipe and socket buffers, swap; nothing subtracted), plus the PSS of the package files
+its processes map (an mmapped GGUF is file-backed pages: counted while mapped, as before). The page cache of
+the read-only files it read (a safetensors file copied into tensors, the runtime's libraries) and the dentries
+and inodes of the files it looked at are what the reclaim frees: storage the package already pays for as
+``S_pkg``, or the kernel's caches, which hold nothing a package can keep. Where no cgroup can be made the figure
+comes from ``/proc`` (PSS, files written, memfds, deleted files, pipes) and the record says why.
 
 From that the same figure of a baseline worker started in the same job is subtracted: it imported the same
 runtime modules and loaded nothing. On CUDA the device memory of the sandbox's processes (NVML,

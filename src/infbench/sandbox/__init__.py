@@ -5,7 +5,7 @@
 - :mod:`.runtime`: the Python runtime as an allowlist (the requirement closure of the modules a program
   needs), with :mod:`.weightlike` leaving out weight-like files inside it;
 - :mod:`.bwrap`: the bubblewrap command line for a policy, and whether bubblewrap works here;
-- :mod:`.seccomp`: the system calls refused inside (the kernel keyrings);
+- :mod:`.seccomp`: the system calls allowed inside (an allowlist; everything else fails);
 - :mod:`.launch`: start a command under a policy in its own memory cgroup; the record says ``bwrap`` or
   ``none`` (and why), and how memory was accounted;
 - :mod:`.cgroup`: a memory cgroup per sandbox (v1 or v2): what the kernel charges it, a hard limit;

@@ -2,7 +2,7 @@
 
 New mount, PID, network, IPC, UTS and cgroup namespaces (``--unshare-all``; the network namespace holds only
 its own loopback), no capabilities, a new session (no terminal to inject into), killed with its parent, an
-environment of exactly ``policy.env``, the kernel keyring calls refused (:mod:`.seccomp`). Read-only binds are
+environment of exactly ``policy.env``, the system calls of an allowlist (:mod:`.seccomp`). Read-only binds are
 mount-level read-only: writes fail with ``EROFS``.
 """
 
@@ -87,10 +87,17 @@ def argv(policy: Policy, command: list[str], *, info_fd: int | None = None, secc
     for key, value in sorted(policy.env.items()):
         args += ["--setenv", key, value]
     size = ["--size", str(policy.tmp_bytes)] if policy.tmp_bytes else []
-    # /dev: bubblewrap's minimal one (null, zero, random, tty, pts), read-only, with a private /dev/shm
-    # (POSIX shared memory and semaphores need one) as size-capped as /tmp and metered the same way
-    args += ["--proc", "/proc", "--dev", "/dev", *size, "--tmpfs", "/dev/shm", "--remount-ro", "/dev"]
+    # /dev: bubblewrap's minimal one (null, zero, random, tty, pts) with a private /dev/shm (POSIX shared memory
+    # and semaphores need one) as size-capped as /tmp and metered the same way, and the GPU device nodes
+    args += ["--proc", "/proc", "--dev", "/dev", *size, "--tmpfs", "/dev/shm"]
+    for dev in policy.devices:
+        args += ["--dev-bind", dev, dev]
     args += [*size, "--tmpfs", "/tmp"]
+    # Directories made read-only once everything below them is in place: bubblewrap creates each mount point
+    # in its parent, which then must still be writable (a device node bound after /dev was remounted read-only
+    # failed: "Can't create file at /dev/nvidia-uvm: Read-only file system"); a remount is not recursive, so
+    # what is mounted below keeps its own flags
+    read_only_last = ["/dev"]
     args += _links()
     nested = {d: [p for p in policy.read_only if p != d and _under(p, d)] for d in policy.site_dirs}
     below = {p for paths in nested.values() for p in paths}
@@ -108,13 +115,13 @@ def argv(policy: Policy, command: list[str], *, info_fd: int | None = None, secc
         for target, path in policy.links:
             if _under(path, directory):
                 args += ["--symlink", target, path]
-        args += ["--remount-ro", directory]
+        read_only_last.append(directory)
     for path in policy.covered:
         args += ["--ro-bind", "/dev/null", path]  # an empty device node on a nodev mount: nothing of the file
     for inside, host in policy.mounts.items():
         args += ["--ro-bind", host, inside]
-    for dev in policy.devices:
-        args += ["--dev-bind", dev, dev]
+    for directory in read_only_last:
+        args += ["--remount-ro", directory]
     args += ["--remount-ro", "/"]  # bubblewrap's own root (a tmpfs holding the mount points): not writable
     if info_fd is not None:
         args += ["--info-fd", str(info_fd)]

@@ -6,19 +6,30 @@ anonymous memory, tmpfs and shared memory (``/tmp`` files, memfds, deleted-but-o
 sandbox's first process joins its cgroup before ``bwrap`` runs (a shell writes its own PID into
 ``cgroup.procs`` and then execs the command), so everything the sandbox ever starts is charged there.
 
-Page cache of files read from disk (the runtime's libraries, the package's files) is charged to whichever cgroup
-read a page first, is dropped by the kernel under pressure and is not held by anyone; it is left out of
-:attr:`CgroupMemory.charged_bytes`. Package files a sandboxed process maps are counted by the meter from its
-``smaps`` (:mod:`.meter`), as before.
+Before each reading the kernel is asked to reclaim the cgroup (:meth:`MemoryCgroup.reclaim`: v1
+``memory.force_empty``, v2 ``memory.reclaim``). Memory-cgroup reclaim scans only the pages and kernel objects
+charged to this cgroup and frees only what it can drop without losing anything: clean page cache (the only
+files a sandbox can read from disk are those bound into it read-only: the runtime, the system libraries, the
+package), the dentry and inode caches of the files it looked at, pages given back with ``MADV_FREE``. What it
+cannot drop is held: anonymous memory, tmpfs and shared memory (it does not swap them: ``memory.swappiness`` 0
+on v1, ``memory.swap.max`` 0 on v2), memfds, secret memory, ``ramfs``, mlocked pages, pipe and socket buffers,
+message queues, page tables.
+The charge is then everything the cgroup holds (:attr:`CgroupMemory.charged_bytes`, usage plus swap): nothing is
+subtracted, so nothing can be hidden in what would be. Package files a sandboxed process maps are counted by the
+meter from its ``smaps`` (:mod:`.meter`), read before the reclaim (their pages are usually the pipeline's, which
+copied the package).
 
 Both cgroup versions are supported and found from ``/proc/self/cgroup`` and ``/proc/self/mountinfo``:
 
 - v1 (a ``memory`` hierarchy): ``memory.usage_in_bytes`` (kernel memory included), ``memory.stat`` (``cache``,
-  ``shmem``, ``rss``, ``swap``), ``memory.kmem.usage_in_bytes``; the limit in ``memory.limit_in_bytes`` (and
-  ``memory.memsw.limit_in_bytes`` where swap is accounted); OOM kills in ``memory.oom_control``;
+  ``shmem``, ``rss``, ``swap``), ``memory.kmem.usage_in_bytes``; reclaim through ``memory.force_empty``; the
+  limit in ``memory.limit_in_bytes`` (and ``memory.memsw.limit_in_bytes`` where swap is accounted); OOM kills in
+  ``memory.oom_control``;
 - v2 (the unified hierarchy with the memory controller delegated): ``memory.current``, ``memory.stat``
-  (``anon``, ``file``, ``shmem``, ``kernel``, ``sock``), ``memory.swap.current``; ``memory.max`` with
-  ``memory.swap.max`` 0 and ``memory.oom.group`` 1; OOM kills in ``memory.events``.
+  (``anon``, ``file``, ``shmem``, ``kernel``, ``sock``), ``memory.swap.current``; reclaim through
+  ``memory.reclaim`` (Linux 5.19 and later; without it nothing is reclaimed and the page cache the sandbox
+  read stays in its charge); ``memory.max`` with ``memory.swap.max`` 0 and ``memory.oom.group`` 1; OOM kills in
+  ``memory.events``.
 
 Where neither can be made (no write access, a v2 cgroup whose memory controller is not delegated below it),
 :func:`create` raises :class:`CgroupUnavailable` with the reason; the meter then falls back to ``/proc``.
@@ -27,6 +38,7 @@ Where neither can be made (no write access, a v2 cgroup whose memory controller 
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import itertools
 import os
@@ -56,11 +68,12 @@ class CgroupMemory(BaseModel):
     kernel_bytes: int | None  # v1 kmem usage; v2 "kernel" (None where the kernel does not report it)
     sock_bytes: int | None  # v2 only (v1 charges socket buffers as kernel memory)
     swap_bytes: int
+    reclaimed_bytes: int | None = None  # what the reclaim before this reading freed (None: no reclaim here)
 
     @property
     def charged_bytes(self) -> int:
-        """What the sandbox holds: everything charged but disk-backed page cache."""
-        return self.usage_bytes - (self.file_bytes - self.shmem_bytes) + self.swap_bytes
+        """What the sandbox holds: everything charged once the kernel has reclaimed what it can."""
+        return self.usage_bytes + self.swap_bytes
 
 
 def _mounts() -> list[tuple[str, str, str, str]]:
@@ -165,7 +178,38 @@ class MemoryCgroup:
                 if (self.path / name).exists():
                     (self.path / name).write_text(value)
 
-    def read(self) -> CgroupMemory:
+    def _usage(self) -> int:
+        return _read_int(self.path / ("memory.usage_in_bytes" if self.version == 1 else "memory.current"))
+
+    def reclaim(self, quiet_s: float = 0.5, limit_s: float = 5.0) -> int | None:
+        """Ask the kernel to free what it can of this cgroup's memory (clean page cache, reclaimable kernel
+        objects, lazily freed pages), again every 0.1 s until the charge has not fallen for ``quiet_s``: dentries
+        and inodes are freed after an RCU grace period (slower on a loaded machine), a directory's only once its
+        entries are, an inode's only once its pages are. The bytes freed, or None where this kernel has no way
+        to ask."""
+        start = time.monotonic()
+        before = lowest = self._usage()
+        fell = start
+        while True:
+            try:
+                if self.version == 1:
+                    (self.path / "memory.force_empty").write_text("0")
+                else:
+                    (self.path / "memory.reclaim").write_text(str(max(lowest, 1)))
+            except FileNotFoundError:
+                return None
+            except OSError as exc:
+                if exc.errno != errno.EAGAIN:  # v2: could not free all it was asked to, as expected
+                    raise
+            time.sleep(0.1)
+            now, usage = time.monotonic(), self._usage()
+            if usage < lowest - (64 << 10):
+                fell = now
+            lowest = min(lowest, usage)
+            if now - fell >= quiet_s or now - start >= limit_s:
+                return max(0, before - usage)
+
+    def read(self, *, reclaimed: int | None = None) -> CgroupMemory:
         stat = _stat(self.path)
         if self.version == 1:
             return CgroupMemory(
@@ -177,6 +221,7 @@ class MemoryCgroup:
                 kernel_bytes=_read_int(self.path / "memory.kmem.usage_in_bytes"),
                 sock_bytes=None,
                 swap_bytes=stat.get("swap", 0),
+                reclaimed_bytes=reclaimed,
             )
         return CgroupMemory(
             version=2,
@@ -187,6 +232,7 @@ class MemoryCgroup:
             kernel_bytes=stat.get("kernel"),
             sock_bytes=stat.get("sock", 0),
             swap_bytes=_read_int(self.path / "memory.swap.current"),
+            reclaimed_bytes=reclaimed,
         )
 
     def oom_kills(self) -> int:
@@ -200,11 +246,6 @@ class MemoryCgroup:
         except OSError:
             pass
         return 0
-
-    def peak_bytes(self) -> int | None:
-        name = "memory.max_usage_in_bytes" if self.version == 1 else "memory.peak"
-        value = _read_int(self.path / name, -1)
-        return value if value >= 0 else None
 
     def remove(self, timeout_s: float = 10.0) -> None:
         """Delete the cgroup once its processes are gone (they are killed with the sandbox)."""
@@ -229,6 +270,10 @@ def create() -> MemoryCgroup:
         path.mkdir()
     except OSError as exc:
         raise CgroupUnavailable(f"cannot create a cgroup under {base}: {exc.strerror}") from None
+    # the reclaim before each reading drops page cache, and must not swap anonymous or shared memory out
+    name, value = ("memory.swappiness", "0") if version == 1 else ("memory.swap.max", "0")
+    with contextlib.suppress(OSError):
+        (path / name).write_text(value)
     return MemoryCgroup(path, version)
 
 

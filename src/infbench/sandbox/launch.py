@@ -103,7 +103,7 @@ class Sandboxed:
         self.copiers: list[LogCopier] = []
 
     def __enter__(self) -> Sandboxed:
-        reason = bwrap.unavailable_reason()
+        reason = bwrap.unavailable_reason() or seccomp.unavailable_reason()
         if reason is not None and not self.allow_unsandboxed:
             raise SandboxUnavailable(
                 f"{reason}; set sandbox.allow_unsandboxed: true to run without a sandbox "
@@ -139,10 +139,14 @@ class Sandboxed:
         return MemoryAccounting(kind=f"cgroup v{self.cgroup.version}", limit_bytes=self.memory_limit_bytes)
 
     def _wrapped(self, command: list[str]) -> list[str]:
-        """``command`` run by a shell that first moves itself into the sandbox's cgroup (all it starts follows)."""
+        """``command`` run by a shell that first lowers ``RLIMIT_MEMLOCK`` to :data:`.seccomp.MEMLOCK_BYTES` (soft
+        and hard: nothing inside can raise it) and moves itself into the sandbox's cgroup (all it starts
+        follows)."""
+        memlock = f"ulimit -l {seccomp.MEMLOCK_BYTES >> 10}"
         if self.cgroup is None:
-            return command
-        return ["/bin/sh", "-c", 'echo $$ > "$1" && shift && exec "$@"', "sh", str(self.cgroup.procs), *command]
+            return ["/bin/sh", "-c", f'{memlock} && exec "$@"', "sh", *command]
+        script = f'{memlock} && echo $$ > "$1" && shift && exec "$@"'
+        return ["/bin/sh", "-c", script, "sh", str(self.cgroup.procs), *command]
 
     def _popen(self, command: list[str], **kwargs) -> subprocess.Popen:
         """Start ``command``; a log file given as stdout or stderr becomes a pipe the parent copies into it."""
@@ -169,17 +173,16 @@ class Sandboxed:
 
     def _start_bwrap(self) -> None:
         read, write = os.pipe()
-        rules = seccomp.filter_fd()
+        rules = seccomp.filter_fd(self.policy.seccomp)
         try:
             self.proc = self._popen(
                 bwrap.argv(self.policy, self.command, info_fd=write, seccomp_fd=rules),
                 env={},
-                pass_fds=(write, *([rules] if rules is not None else []), *self._pass_fds),
+                pass_fds=(write, rules, *self._pass_fds),
             )
         finally:
             os.close(write)
-            if rules is not None:
-                os.close(rules)
+            os.close(rules)
         with os.fdopen(read, "rb") as info:
             raw = info.read()
         if not raw:
@@ -198,7 +201,7 @@ class Sandboxed:
             mounts=dict(self.policy.mounts),
             env_keys=sorted(self.policy.env),
             network=self.network,
-            seccomp="keyring calls refused" if rules is not None else "none (no filter for this architecture)",
+            seccomp=seccomp.summary(self.policy.seccomp),
         )
 
     def _start_plain(self, reason: str) -> None:

@@ -1,10 +1,13 @@
 """Memory of the processes in a sandbox, read by the parent from outside (PROTOCOL A2).
 
-With a memory cgroup (:mod:`.cgroup`, the default wherever one can be made) the figure is what the kernel
-charged the sandbox, disk-backed page cache left out (:attr:`~.cgroup.CgroupMemory.charged_bytes`: anonymous
-memory, tmpfs and shared memory, memfds, kernel memory such as pipe and socket buffers and message queues,
-swap), plus the PSS of the files of its read-only mounts (the package) that its processes map. Nothing the
-sandbox holds can escape the charge: a page is charged when it is allocated, whoever maps it later.
+With a memory cgroup (:mod:`.cgroup`, the default wherever one can be made) the figure is everything the kernel
+charges the sandbox once it has reclaimed what it can of it (:meth:`~.cgroup.MemoryCgroup.reclaim`: the page
+cache of the read-only files it read, the dentries and inodes of the files it looked at), so what remains is
+what it holds (:attr:`~.cgroup.CgroupMemory.charged_bytes`: anonymous memory, tmpfs and shared memory, memfds,
+secret memory, kernel memory such as pipe and socket buffers and message queues, swap), plus the PSS of the
+files of its read-only mounts (the package) that its processes map, read before the reclaim. Nothing is
+subtracted, so nothing the sandbox holds can escape the charge: a page is charged when it is allocated, whoever
+maps it later.
 
 Without one (the record says why), the figure comes from ``/proc`` alone, as before:
 
@@ -185,7 +188,8 @@ def measure(
     cgroup: MemoryCgroup | None = None,
 ) -> MemoryUse:
     """Memory of the processes ``pids``: ``runtime_roots`` hold library files, ``mounted_roots`` the package
-    (paths as the processes see them), ``written`` the directories they can write (host paths)."""
+    (paths as the processes see them), ``written`` the directories they can write (host paths). ``cgroup``: its
+    reading, taken last, after the kernel has reclaimed what it can of it."""
     roots = tuple(os.path.realpath(r) for r in runtime_roots)
     mounted = tuple(mounted_roots)
     held, pipes = held_files(pids)
@@ -206,7 +210,7 @@ def measure(
         written_file_bytes=written_bytes(list(written)),
         held_file_bytes=sum(held.values()),
         pipe_bytes=pipes,
-        cgroup=cgroup.read() if cgroup is not None else None,
+        cgroup=cgroup.read(reclaimed=cgroup.reclaim()) if cgroup is not None else None,
     )
 
 

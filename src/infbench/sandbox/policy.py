@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
@@ -49,6 +50,7 @@ class Policy(BaseModel):
     listen_fd: int | None = None  # a listening socket passed in (servers; see relay)
     distributions: tuple[str, ...] = ()  # "name==version" of the runtime's distributions
     hidden: dict[str, str] = {}  # runtime files left out or covered, and why
+    seccomp: Literal["worker", "server"] = "worker"  # the system calls allowed inside (.seccomp: sockets differ)
 
     def path(self, inside: str) -> str:
         """Where the process sees mount ``inside`` (or a path below it): there, or unsandboxed its host path."""

@@ -39,8 +39,9 @@ def server_policy(
     settings: SandboxSettings,
     cwd: str = WORK,
 ) -> Policy:
-    """The policy of a server that imports ``requires`` (its spec's), with ``mounts`` (inside -> host)."""
-    return python_policy(
+    """The policy of a server that imports ``requires`` (its spec's), with ``mounts`` (inside -> host); its system
+    calls are the server profile's (it listens and connects on its own loopback)."""
+    policy = python_policy(
         modules=[*requires, *SERVER_IMPORTS],
         mounts=mounts,
         env={**base_env(threads), **env},
@@ -48,6 +49,7 @@ def server_policy(
         cuda=cuda,
         tmp_bytes=settings.tmp_mb << 20,
     )
+    return policy.model_copy(update={"seccomp": "server"})
 
 
 @contextlib.contextmanager
