@@ -651,3 +651,26 @@ def test_no_sandbox_is_refused_unless_allowed(tmp_path):
     seen = json.loads(out.stdout.strip().splitlines()[-1])
     assert "bubblewrap (bwrap) is not installed" in seen["refused"]
     assert seen["kind"] == "none" and "not installed" in seen["reason"]
+
+
+def test_forgetting_the_page_cache_between_two_sandboxes_closes_what_the_filter_cannot(tmp_path):
+    """The fault-around probe above, with the pipeline dropping the page cache of the files the sandboxes share
+    between the sender and the receiver (as it does before statefulness's second worker loads a package): the
+    receiver reads nothing the sender left."""
+    import random
+
+    from infbench.sandbox import page_cache
+
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    path = shared / "runtime.so"
+    path.write_bytes(os.urandom(PAGES * 4096))
+    os.sync()
+    page_cache.forget([str(shared)])
+    rng = random.Random(1)
+    bits = [rng.randrange(2) if i % 16 else 0 for i in range(PAGES)]
+    mounts = {"/shared": str(shared)}
+    assert run_inside(tmp_path, SENDER.format(bits=bits), mounts=mounts, name="sender") == "sent"
+    assert page_cache.forget([str(shared)])["files"] == 1
+    seen = run_inside(tmp_path, FAULT_AROUND.format(pages=PAGES), mounts=mounts, name="receiver")
+    assert sum(bits) > 100 and seen["fault_around"] == [0] * PAGES

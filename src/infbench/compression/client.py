@@ -36,7 +36,7 @@ from infbench.compression.warm_up import SourceShapes
 from infbench.compression.worker import IMPORTS
 from infbench.config.model import SandboxSettings
 from infbench.errors import InfbenchError
-from infbench.sandbox import meter
+from infbench.sandbox import meter, page_cache
 from infbench.sandbox.launch import Sandboxed, SandboxRecord, SandboxUnavailable
 from infbench.sandbox.policy import Policy, base_env, python_policy
 
@@ -169,6 +169,11 @@ class SubmissionProcess:
         """``timeout_s`` from now: for a worker started ahead of its turn (its import overlapping another
         worker's work), whose budget counts from when it is used."""
         self.deadline = time.monotonic() + self.timeout_s
+
+    def forget_page_cache(self) -> dict:
+        """Drop the page cache of every file bound into this sandbox (:mod:`infbench.sandbox.page_cache`), before
+        it runs any code of the package: nothing an earlier sandbox left resident is left to read."""
+        return page_cache.forget(self.policy.read_only)
 
     def limit_memory(self, nbytes: int) -> None:
         """The sandbox's hard memory limit, set before the package is loaded (it depends on the baseline

@@ -345,10 +345,13 @@ def _statefulness_rows(run: _Run) -> np.ndarray:
 
 
 def _statefulness(run: _Run, fresh: SubmissionProcess) -> Check:
-    """A second worker, loaded once the first has ended, scores rows of the set again (drawn by the secret, in a
-    batch of their own), revealed one token at a time: its log-probs must be the first process's."""
+    """A second worker, loaded once the first has ended and the page cache of the files both see has been dropped
+    (:mod:`infbench.sandbox.page_cache`: nothing the first left there survives), scores rows of the set again
+    (drawn by the secret, in a batch of their own), revealed one token at a time: its log-probs must be the first
+    process's."""
     rows = _statefulness_rows(run)
     fresh.renew_budget()
+    run.record.diagnostics["page_cache_forgotten"] = fresh.forget_page_cache()
     fresh.load()
     again = teacher_forced(
         fresh,
