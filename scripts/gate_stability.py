@@ -32,11 +32,11 @@ from infbench.config import files
 from infbench.config.model import BENCHMARKS, AnswerSettings, SandboxSettings
 from infbench.evaluation import driver
 from infbench.evaluation.generation import GenerateFn, checkpoint_generation_config, eos_ids
-from infbench.evaluation.questions import QuestionSet, load_questions, select
+from infbench.evaluation.questions import Question, QuestionSet, load_questions, question_pool, select
 
 REPO = Path(__file__).resolve().parents[1]
 SECRETS = [f"gate-stability-{i}" for i in range(1, 6)]  # five operator secrets, beside the public demo
-SIZES = (10, 26)
+SIZES = (26,)  # the embedded default's count (10 per benchmark flipped gguf-Q4_0 under one secret)
 
 
 def settings() -> AnswerSettings:
@@ -52,29 +52,24 @@ def secret(value: str | None) -> operator_secret.OperatorSecret:
     return operator_secret.load({"env": variable, "file": None, "require": False})
 
 
-def draws(s: AnswerSettings, value: str | None, n: int) -> dict[str, tuple[str, ...]]:
-    """The item ids the gate asks, per benchmark, under secret ``value`` with ``n`` questions each."""
-    pools = load_questions(
-        s.model_copy(update={b: s.benchmark(b).model_copy(update={"n_questions": 1}) for b in BENCHMARKS}), seed=0
-    )
-    full = {
-        b: load_questions(
-            s.model_copy(update={b: s.benchmark(b).model_copy(update={"n_questions": pools[b].pool_size})}), seed=0
-        )[b]
-        for b in BENCHMARKS
-    }
+def draws(s: AnswerSettings, value: str | None, n: int) -> dict[str, tuple[Question, ...]]:
+    """The questions the gate asks, per benchmark, under secret ``value`` with ``n`` questions each (at most the
+    pool; GSM8K-style problems are instantiated by the secret's question seed, so they differ by secret)."""
     seed = held_out.question_seed(secret(value), s.seed)
-    return {
-        b: tuple(q.id for q in select(list(full[b].questions), min(n, full[b].pool_size), seed, b)) for b in BENCHMARKS
-    }
+    out = {}
+    for b in BENCHMARKS:
+        pool, _, _ = question_pool(s, b, seed)
+        out[b] = select(pool, min(n, len(pool)), seed, b)
+    return out
 
 
-def needed(s: AnswerSettings) -> dict[str, set[str]]:
-    out: dict[str, set[str]] = {b: set() for b in BENCHMARKS}
+def needed(s: AnswerSettings) -> dict[str, dict[str, Question]]:
+    """Every question any secret draws at any size, once, by benchmark and id."""
+    out: dict[str, dict[str, Question]] = {b: {} for b in BENCHMARKS}
     for value in [None, *SECRETS]:
         for n in SIZES:
-            for b, ids in draws(s, value, n).items():
-                out[b] |= set(ids)
+            for b, questions in draws(s, value, n).items():
+                out[b] |= {q.id: q for q in questions}
     return out
 
 
@@ -106,20 +101,15 @@ def answer(args) -> None:
     s = settings()
     want = needed(s)
     fn = generate_fn(args)
-    pools = load_questions(
-        s.model_copy(update={b: s.benchmark(b).model_copy(update={"n_questions": 1}) for b in BENCHMARKS}), seed=0
-    )
+    shown = load_questions(s, seed=0)  # the few-shot exemplars: the same under every secret
     items, seconds = {}, {}
     for b in BENCHMARKS:
-        full = load_questions(
-            s.model_copy(update={b: s.benchmark(b).model_copy(update={"n_questions": pools[b].pool_size})}), seed=0
-        )[b]
         qset = QuestionSet(
             benchmark=b,
-            origin=full.origin,
-            pool_size=full.pool_size,
-            fewshot=full.fewshot,
-            questions=tuple(q for q in full.questions if q.id in want[b]),
+            origin=shown[b].origin,
+            pool_size=shown[b].pool_size,
+            fewshot=shown[b].fewshot,
+            questions=tuple(want[b].values()),
         )
         start = time.perf_counter()
         _, records = driver.evaluate_benchmark(fn, qset, s, label=args.out, sandbox=SandboxSettings())
@@ -141,7 +131,7 @@ def verdicts(args) -> None:
             ids = draws(s, value, n)
 
             def accuracy(items: dict[str, bool], ids=ids) -> float:
-                return sum(sum(items[f"{b}/{i}"] for i in ids[b]) / len(ids[b]) for b in BENCHMARKS) / 3
+                return sum(sum(items[f"{b}/{q.id}"] for q in ids[b]) / len(ids[b]) for b in BENCHMARKS) / 3
 
             a_ref = accuracy(reference[1])
             cells = [
