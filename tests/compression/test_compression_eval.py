@@ -98,9 +98,7 @@ def test_scaled_logits_are_scored_as_returned(tiny_source, tmp_path, honest):
         ("import_error", "import not_a_module_xyz\n" + HONEST, "ModuleNotFoundError"),
         (
             "crash",
-            HONEST.replace(
-                "    def release(self):\n", "    def release(self):\n        import os; os._exit(3)\n"
-            ),
+            HONEST.replace("    def release(self):\n", "    def release(self):\n        import os; os._exit(3)\n"),
             "crash",
         ),
     ],

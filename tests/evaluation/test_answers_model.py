@@ -5,9 +5,9 @@ import pytest
 import yaml
 from conftest import REPO, planned_jobs, run_snakemake
 
+from infbench.compression.accuracy import compute_reference
 from infbench.config.model import SandboxSettings
 from infbench.evaluation import driver, judge, results
-from infbench.compression.accuracy import compute_reference
 
 SANDBOX = SandboxSettings(allow_unsandboxed=True, tmp_mb=64)  # bubblewrap where it works
 

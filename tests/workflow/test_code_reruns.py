@@ -94,9 +94,7 @@ def test_editing_the_scorer_plans_scoring_verification_and_tables_but_not_sampli
 
 
 def test_editing_an_integrity_check_plans_verification_and_what_follows(up_to_date):
-    planned = _edited(
-        up_to_date, "compression/integrity.py", _statement_in("statefulness", "assert tolerance > 0")
-    )
+    planned = _edited(up_to_date, "compression/integrity.py", _statement_in("statefulness", "assert tolerance > 0"))
     assert planned == {**VERIFICATION, **RUNS, "all": 1}
 
 

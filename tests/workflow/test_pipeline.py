@@ -108,7 +108,14 @@ def test_compression_table(finished):
     record = json.loads((workdir / "results/compression/verification/smollm2-135m-0.12gib/gguf-Q4_0.json").read_text())
     names = {c["name"] for c in record["checks"]}
     # the pipeline's own llama.cpp runtime: no statefulness worker (no code of the package's own)
-    assert names == {"storage_package", "storage_resident", "logits_shape", "likelihood_above_source", "accuracy_gate"}
+    assert names == {
+        "storage_package",
+        "storage_resident",
+        "logits_shape",
+        "likelihood_above_source",
+        "accuracy_gate",
+        "gate_consistency",
+    }
     assert gguf["gate_questions"] == 6 and gguf["accuracy_ci95_low"] <= gguf["accuracy"] <= gguf["accuracy_ci95_high"]
     # the record names the secret; its value is only in the operator's file, written after the round
     assert record["secret_label"] == "public demo" and "secret_value" not in record
