@@ -179,3 +179,21 @@ def test_health_is_its_status_and_never_its_body(tmp_path):
     with instant_server(tmp_path / "server.log", "--mode", "endless_health"):
         pass
     assert time.monotonic() - t < 30
+
+
+def test_lines_within_the_limit_come_before_the_overflow():
+    """A read that crosses the byte limit (reads coalesce under load) hands over the lines completed within the
+    limit first, so a stream that broke another rule before its size is failed for that; the next call fails
+    with ResponseTooLarge, and so does asking for the rest."""
+    from infbench.serving.sse import BoundedLines, ResponseTooLarge
+
+    lines = BoundedLines(limit=25)
+    assert lines.feed(b"one\ntwo\n") == [b"one", b"two"]
+    assert lines.feed(b"three\nfour\nfive\nsix\n") == [b"three", b"four", b"five"]  # 17 more bytes fit in 25
+    with pytest.raises(ResponseTooLarge, match="larger than 25 bytes"):
+        lines.feed(b"x\n")
+    with pytest.raises(ResponseTooLarge):
+        lines.rest()
+    endless = BoundedLines(limit=8)
+    with pytest.raises(ResponseTooLarge):  # no line ended within the limit: at once
+        endless.feed(b"x" * 9)

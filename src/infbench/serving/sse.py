@@ -32,21 +32,36 @@ def response_limit(prompt_tokens: int, max_tokens: int) -> int:
 
 
 class BoundedLines:
-    """A body's lines as its reads arrive, at most ``limit`` bytes in all (the unfinished line included)."""
+    """A body's lines as its reads arrive, at most ``limit`` bytes in all (the unfinished line included).
+
+    The lines completed within the limit are handed over first, whatever the size of the read they came in
+    (reads coalesce under load): what a stream broke before its size did (too many tokens, say) is seen in
+    the order the stream sent it. The next call, :meth:`feed` or :meth:`rest`, fails with
+    :class:`ResponseTooLarge`."""
 
     def __init__(self, limit: int):
         self.limit = limit
         self.received = 0
         self.pending = bytearray()  # the unfinished last line of the reads so far (appended in place)
+        self.overflow: str | None = None  # why the body is too large, raised at the next call
+
+    def _check(self) -> None:
+        if self.overflow is not None:
+            raise ResponseTooLarge(self.overflow)
 
     def feed(self, data: bytes) -> list[bytes]:
-        """The lines ``data`` completes (without their newline)."""
+        """The lines ``data`` completes (without their newline) within the limit."""
+        self._check()
+        allowed = self.limit - self.received
         self.received += len(data)
-        if self.received > self.limit:
-            raise ResponseTooLarge(
+        if len(data) > allowed:
+            self.overflow = (
                 f"response larger than {self.limit} bytes (the most a completion of this size "
                 f"may take), its unfinished last line {len(self.pending) + len(data)} bytes"
             )
+            data = data[: max(allowed, 0)]
+            if b"\n" not in data:
+                self._check()
         self.pending += data
         if b"\n" not in data:
             return []
@@ -56,6 +71,7 @@ class BoundedLines:
 
     def rest(self) -> bytes:
         """What followed the last newline (a body may end its last line without one)."""
+        self._check()
         return bytes(self.pending)
 
 
