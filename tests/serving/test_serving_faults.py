@@ -52,7 +52,9 @@ def test_misbehaving_server(tmp_path, mode, error):
         recs = replay.run(workload.draw([SESSION], 0), settings(base, window_s=window, request_timeout_s=timeout))
         elapsed = time.monotonic() - t
     assert _port_closed(base)
-    assert elapsed <= window + timeout + 1.5
+    # bounded by the client's own limits (without them a hanging server holds it forever); the slack is for a
+    # loaded machine (5.4 to 6.0 s seen against 5.0 with other test processes on both cores)
+    assert elapsed <= window + timeout + 3.0
     assert recs[0].ok and recs[0].request_id == "main/0"  # the first request was served properly
     bad = [r for r in recs if not r.ok]
     assert bad and all(error in r.error for r in bad), {r.error for r in bad}
