@@ -181,14 +181,17 @@ class MemoryCgroup:
     def _usage(self) -> int:
         return _read_int(self.path / ("memory.usage_in_bytes" if self.version == 1 else "memory.current"))
 
-    def reclaim(self, quiet_s: float = 0.5, limit_s: float = 5.0) -> int | None:
+    def reclaim(self, quiet_s: float = 0.5, kernel_quiet_s: float = 3.0, limit_s: float = 10.0) -> int | None:
         """Ask the kernel to free what it can of this cgroup's memory (clean page cache, reclaimable kernel
-        objects, lazily freed pages), again every 0.1 s until the charge has not fallen for ``quiet_s``: dentries
-        and inodes are freed after an RCU grace period (slower on a loaded machine), a directory's only once its
-        entries are, an inode's only once its pages are. The bytes freed, or None where this kernel has no way
-        to ask."""
+        objects, lazily freed pages), again every 0.1 s until the charge has not fallen for ``quiet_s``, or for
+        ``kernel_quiet_s`` once it has freed more than 1 MiB of kernel memory (the rest may follow): dentries and inodes are freed
+        level by level after RCU grace periods (a directory's only once its entries are, an inode's only once its
+        pages are), with pauses of 1-2 s between levels on cgroup v1 (measured: a walk over 47,000 files left
+        30 MB for 1.3 s, then 1.9 MB for 2 s, then 0.4 MB). The bytes freed, or None where this kernel has no
+        way to ask."""
         start = time.monotonic()
         before = lowest = self._usage()
+        kernel_before = self._kernel_bytes()
         fell = start
         while True:
             try:
@@ -206,8 +209,14 @@ class MemoryCgroup:
             if usage < lowest - (64 << 10):
                 fell = now
             lowest = min(lowest, usage)
-            if now - fell >= quiet_s or now - start >= limit_s:
+            quiet = kernel_quiet_s if kernel_before - self._kernel_bytes() > 1 << 20 else quiet_s
+            if now - fell >= quiet or now - start >= limit_s:
                 return max(0, before - usage)
+
+    def _kernel_bytes(self) -> int:
+        if self.version == 1:
+            return _read_int(self.path / "memory.kmem.usage_in_bytes")
+        return _stat(self.path).get("kernel", 0)
 
     def read(self, *, reclaimed: int | None = None) -> CgroupMemory:
         stat = _stat(self.path)
