@@ -393,6 +393,21 @@ def _check_run(args) -> None:
     )
 
 
+def _check_config(args) -> None:
+    from infbench import preflight
+    from infbench.config import files
+
+    for path in args.configs:
+        cfg = files.load(path)
+        try:
+            preflight.check(cfg)
+        except ConfigError as exc:
+            raise exc.read_from(path) from None
+        for missing in preflight.outside(cfg):
+            print(f"infbench: note: {missing.read_from(path)}", file=sys.stderr)
+        print(f"{path}: ok")
+
+
 def _replay_log(args) -> None:
     from infbench.runs import replay_log
 
@@ -461,6 +476,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("run_dir")
     p.add_argument("--config", default="config/config.yaml")
     p.set_defaults(func=_check_run)
+    p = sub.add_parser(
+        "check-config", help="check config files as the workflow does at start (YAML errors with their line)"
+    )
+    p.add_argument("configs", nargs="+", metavar="CONFIG")
+    p.set_defaults(func=_check_config)
     p = sub.add_parser("replay-log", help="append a replay's score to a run's replay_log.jsonl (docs/runs.md)")
     p.add_argument("summary", help=f"a replay summary JSON (e.g. {LAYOUT.replay('<system>', '<seed>', 'json')})")
     p.add_argument("--server", required=True, help="the server's code and configuration directory (hashed)")

@@ -1,0 +1,169 @@
+"""The checks run before any job, after the config is typed (:mod:`infbench.config` checks the config alone):
+those that look at the machine the workflow starts on (the llama.cpp converter's file, installed Python
+distributions, the GPUs Snakemake grants) or reach into the tracks (launch specs rendered, embedded question
+pools drawn, task names). Each raises a :class:`ConfigError` naming the key to fix. None reads the network or
+loads a model.
+
+The workflow runs :func:`check` beside :func:`infbench.plan.build` (workflow/rules/common.smk); what only a
+job needs from outside the repository (:func:`outside`: llama.cpp's converter) is one line of the plan and
+fails the job needing it, so that a paper profile plans on a laptop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from infbench import resources
+from infbench.compression.tasks import task_name
+from infbench.config.model import Config, ServingCore, SourceOrigin
+from infbench.errors import ConfigError
+from infbench.evaluation.questions import load_questions
+from infbench.layout import LAYOUT
+from infbench.serving.servers import LaunchVars, dry_run
+from infbench.sources import resolve_gguf
+
+
+@dataclass(frozen=True)
+class GpuBudget:
+    """The GPUs a Snakemake invocation grants: ``overrides`` (a workflow profile's ``set-resources`` and
+    ``--set-resources``: rule -> resource -> value) and ``limit`` (``--resources gpu=N``)."""
+
+    overrides: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    limit: int | None = None
+
+
+def check(cfg: Config, gpus: GpuBudget | None = None) -> None:
+    """Every check that needs no file from outside the repository, in order."""
+    for name, source in cfg.sources.items():
+        resolve_gguf(name, source.origin)  # a python_package installed, its file there
+    answers(cfg)
+    if cfg.serving is not None:
+        serving_specs(cfg.serving)
+    gpu_counts(cfg, gpus or GpuBudget())
+    reference_search_task(cfg)
+
+
+def outside(cfg: Config) -> list[ConfigError]:
+    """What the jobs need from outside the repository that is missing: llama.cpp's converter for each source
+    that is not a GGUF file."""
+    missing = []
+    for name, source in cfg.sources.items():
+        try:
+            gguf_converter(cfg.llama_cpp.convert_hf_to_gguf, name, source.origin)
+        except ConfigError as exc:
+            missing.append(exc)
+    return missing
+
+
+def gguf_converter(script: str | None, name: str, origin: SourceOrigin) -> None:
+    """A source that is not a GGUF file (a hub checkpoint, a local checkpoint directory) gets its F16 GGUF
+    twin from llama.cpp's ``convert_hf_to_gguf.py`` (``script``): the twin of every source is a target of the
+    workflow (``rule all``; also the input of the GGUF baselines, the reference search and the serving
+    stages), so ``source_model`` checks the script before it downloads the source, and planning names it in
+    one line (:func:`outside`)."""
+    key = "llama_cpp.convert_hf_to_gguf"
+    if resolve_gguf(name, origin) is not None:
+        return
+    if origin.type == "hub":
+        where = f"hub checkpoint '{origin.repo_id}'"
+    else:
+        where = f"checkpoint directory {origin.path}"
+    if not script:
+        raise ConfigError(
+            key,
+            f"source '{name}' is a {where}, not a GGUF file; its F16 GGUF twin "
+            f"({LAYOUT.source_gguf(name)}) is built by llama.cpp's "
+            "convert_hf_to_gguf.py: set this key to that script's path "
+            "(docs/paper_scale.md)",
+        )
+    path = Path(script)
+    if not path.is_file():
+        raise ConfigError(
+            key,
+            f"'{script}' is not a file (looked at {path.resolve()}; relative paths are "
+            f"read from the working directory); it builds the F16 GGUF twin of source "
+            f"'{name}' (a {where})",
+        )
+
+
+def answers(cfg: Config) -> None:
+    """Offline (embedded) question sets select: enough questions and few-shot exemplars in each pool."""
+    if cfg.answers.questions == "embedded":
+        load_questions(cfg.answers, seed=cfg.answers.seed)
+
+
+def serving_specs(section: ServingCore) -> None:
+    """Every server's launch spec renders."""
+    for name, spec in section.servers.items():
+        dry_run(name, spec, LaunchVars())
+
+
+def gpu_counts(cfg: Config, budget: GpuBudget) -> None:
+    """GPU rules without GPUs. A rule of ``resources.GPU_RULES`` runs on CUDA when its config key says so
+    and then asks the scheduler for ``resources.job_gpus`` GPUs. Rejected here, naming the key: ``cuda:N``
+    with N > 0 in any device key (a job sees only the GPUs it is given, counted from 0); vLLM with
+    ``likelihood.tensor_parallel`` below a source's ``devices``; ``budget.overrides`` that give such a rule
+    fewer GPUs than its config needs; a ``budget.limit`` below a rule's need (Snakemake would shrink the
+    job's request to it)."""
+    likelihood = cfg.likelihood
+    for name, source in cfg.sources.items():
+        if likelihood.backend == "vllm" and likelihood.tensor_parallel < source.devices:
+            raise ConfigError(
+                "likelihood.tensor_parallel",
+                f"{likelihood.tensor_parallel} GPU(s) per vLLM engine, but source '{name}' "
+                f"needs {source.devices} to hold it in BF16 (sources.{name}.devices)",
+            )
+    for rule in resources.GPU_RULES:
+        if rule.startswith("serving_"):
+            targets = [cfg.serving.source] if cfg.serving is not None else []
+        elif rule == "gptq_baseline":
+            targets = sorted(cfg.sources) if cfg.compression.gptq.enabled else []
+        elif rule == "gptq_variant":
+            targets = sorted(cfg.sources) if cfg.compression.gptq.variants else []
+        elif rule == "gguf_imatrix":
+            imatrix = any(t.imatrix for t in cfg.compression.gguf_baselines.values())
+            targets = sorted(cfg.sources) if imatrix else []
+        else:
+            targets = sorted(cfg.sources)
+        for name in targets:
+            needed = resources.job_gpus(cfg, rule, name)  # raises on cuda:N, N > 0
+            if needed == 0:
+                continue
+            key = resources.gpu_key(cfg, rule)
+            given = resources.requested_gpus(budget.overrides.get(rule, {}))
+            if given is not None and given < needed:
+                raise ConfigError(
+                    key,
+                    f"rule {rule} (source '{name}') needs {needed} GPU(s) but "
+                    f"set-resources gives it {given} (a workflow profile or "
+                    "--set-resources); remove that override, the GPU count follows the "
+                    "config",
+                )
+            if budget.limit is not None and budget.limit < needed:
+                raise ConfigError(
+                    key,
+                    f"rule {rule} (source '{name}') needs {needed} GPU(s) but --resources allows gpu={budget.limit}",
+                )
+
+
+def reference_search_task(cfg: Config) -> None:
+    """An enabled reference search searches a task of ``tasks``: the one it names, or (null) the tightest
+    task of the first source, which must then have one."""
+    key = "runs.reference_search.task"
+    search = cfg.runs.reference_search
+    if not search.enabled:
+        return
+    tasks = list(dict.fromkeys(task_name(t.source, t.limit_gib) for t in cfg.tasks))
+    if search.task is None:
+        first = sorted(cfg.sources)[0]
+        if not any(t.source == first for t in cfg.tasks):
+            raise ConfigError(
+                key,
+                f"null picks the tightest task of the first source '{first}', which has "
+                f"none (tasks: {', '.join(tasks)})",
+            )
+    elif search.task not in tasks:
+        raise ConfigError(key, f"unknown task '{search.task}' (tasks: {', '.join(tasks)})")
