@@ -408,6 +408,24 @@ def _check_config(args) -> None:
         print(f"{path}: ok")
 
 
+def _check_submission(args) -> None:
+    from infbench import preflight
+    from infbench.config import files
+
+    cfg = files.load(args.config)
+    manifest = preflight.compression_submission(args.directory, cfg)
+    preflight.tokenizer_loads(args.directory, manifest)
+    print(f"{args.directory}: ok (source {manifest.source}, runtime {manifest.runtime})")
+
+
+def _check_server(args) -> None:
+    from infbench import preflight
+    from infbench.config import files
+
+    preflight.server_requirements(args.directory, files.load(args.config))
+    print(f"{args.directory}: ok")
+
+
 def _replay_log(args) -> None:
     from infbench.runs import replay_log
 
@@ -481,6 +499,21 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("configs", nargs="+", metavar="CONFIG")
     p.set_defaults(func=_check_config)
+    p = sub.add_parser(
+        "check-submission",
+        help="check a compression package as the pipeline does before running it "
+        "(manifest, files, source, tokenizer loads)",
+    )
+    p.add_argument("directory")
+    p.add_argument("--config", default="config/config.yaml")
+    p.set_defaults(func=_check_submission)
+    p = sub.add_parser(
+        "check-server",
+        help="check a server submission as the pipeline does before starting it (spec, command, requires)",
+    )
+    p.add_argument("directory")
+    p.add_argument("--config", default="config/config.yaml")
+    p.set_defaults(func=_check_server)
     p = sub.add_parser("replay-log", help="append a replay's score to a run's replay_log.jsonl (docs/runs.md)")
     p.add_argument("summary", help=f"a replay summary JSON (e.g. {LAYOUT.replay('<system>', '<seed>', 'json')})")
     p.add_argument("--server", required=True, help="the server's code and configuration directory (hashed)")

@@ -17,12 +17,14 @@ from pathlib import Path
 from typing import Any
 
 from infbench import resources
+from infbench.compression.submission import MANIFEST, Manifest, SubmissionError, load_manifest
 from infbench.compression.tasks import task_name
 from infbench.config.model import Config, ServingCore, SourceOrigin
-from infbench.errors import ConfigError
+from infbench.errors import ConfigError, InputFileError
 from infbench.evaluation.questions import load_questions
 from infbench.layout import LAYOUT
 from infbench.serving.servers import LaunchVars, dry_run
+from infbench.serving.verify import submission as server_submission
 from infbench.sources import resolve_gguf
 
 
@@ -167,3 +169,51 @@ def reference_search_task(cfg: Config) -> None:
             )
     elif search.task not in tasks:
         raise ConfigError(key, f"unknown task '{search.task}' (tasks: {', '.join(tasks)})")
+
+
+# submissions: what can be checked without running the model -----------------------------------------------
+
+
+def submissions(compression: Mapping[str, Path], servers: Mapping[str, str], cfg: Config) -> None:
+    """The plan's submissions, before any job: each compression package's manifest (fields, files it names,
+    a configured source) and each server's spec (fields, launch command); a broken one fails the start in
+    seconds naming the file and the field, not its verification record an hour later."""
+    for directory in compression.values():
+        compression_submission(directory, cfg)
+    for directory in servers.values():
+        server_submission.load(directory)
+
+
+def compression_submission(directory: str | Path, cfg: Config | None = None) -> Manifest:
+    """A compression package's manifest and the files it names; with ``cfg``, its source is configured."""
+    manifest = load_manifest(directory)
+    if cfg is not None and manifest.source not in cfg.sources:
+        raise SubmissionError(
+            f"{Path(directory) / MANIFEST}: field 'source': unknown source '{manifest.source}' "
+            f"(sources: {', '.join(sorted(cfg.sources))})"
+        )
+    return manifest
+
+
+def tokenizer_loads(directory: str | Path, manifest: Manifest) -> None:
+    """The package's tokenizer loads (that it is the source's is checked at verification, beside the source)."""
+    from transformers import AutoTokenizer
+
+    try:
+        AutoTokenizer.from_pretrained(Path(directory) / manifest.tokenizer)
+    except Exception as exc:  # whatever transformers raises for a broken tokenizer
+        detail = " ".join(str(exc).split())[:200]
+        raise SubmissionError(
+            f"{Path(directory) / MANIFEST}: field 'tokenizer': {manifest.tokenizer} does not load "
+            f"({type(exc).__name__}: {detail})"
+        ) from None
+
+
+def server_requirements(directory: str | Path, cfg: Config) -> None:
+    """A server's spec and its ``requires``: each importable by the server's Python, in its sandbox."""
+    sub = server_submission.load(directory)
+    missing = server_submission.missing_requirements(sub, server_submission.python(), directory, cfg.sandbox)
+    if missing:
+        raise InputFileError(
+            server_submission.spec_path(directory), f"field 'requires': not importable: {', '.join(missing)}"
+        )

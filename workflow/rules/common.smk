@@ -36,6 +36,7 @@ try:
     CFG = config_files.typed(config, _CONFIG_FILES)
     preflight.check(CFG, preflight.GpuBudget(_set_resources(), getattr(_GPU_LIMIT, "value", _GPU_LIMIT)))
     PLAN = planning.build(CFG)
+    preflight.submissions(PLAN.submissions, PLAN.serving_submissions, CFG)
 except InfbenchError as error:
     _stop(error)
 for _missing in preflight.outside(CFG):
