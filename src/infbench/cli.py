@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
-from infbench.errors import ConfigError, InfbenchError
+from infbench.errors import ConfigError, InfbenchError, InputFileError
 from infbench.layout import LAYOUT
 
 
@@ -109,6 +110,8 @@ def _replay(args) -> None:
         if args.tau_first is not None
         else None
     )
+    if not Path(args.trace).exists():  # the trace before the server: a missing trace is no --model error
+        raise InputFileError(args.trace, "no such trace file or directory (--trace)")
     model = args.model or trace_replay.served_model(args.url)
     try:
         settings, deployment = _replay_settings(args, model)
@@ -320,10 +323,19 @@ def _add_replay(sub) -> None:
 
 
 def _source(args) -> None:
-    from infbench import sources
-    from infbench.config.model import SourceOrigin
+    from pydantic import ValidationError
 
-    origin = SourceOrigin.model_validate(json.loads(args.origin))
+    from infbench import sources
+    from infbench.config.model import SourceOrigin, dotted_key
+
+    try:
+        raw = json.loads(args.origin)
+        origin = SourceOrigin.model_validate(raw)
+    except json.JSONDecodeError as exc:
+        raise ConfigError("--origin", f"not JSON ({exc.msg} at character {exc.pos}): {args.origin}") from None
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        raise ConfigError(f"--origin {dotted_key(raw, err['loc'], err['type'])}", err["msg"]) from None
     record = sources.materialize(args.name, origin, args.out_dir, args.record, dtype=args.dtype)
     print(f"{record.name}: {record.n_params:,} parameters -> {args.out_dir}")
 
