@@ -9,7 +9,7 @@ from snakemake.utils import validate
 
 from infbench import code_digest, operator_secret, preflight, resources
 from infbench.config import files as config_files
-from infbench.errors import InfbenchError
+from infbench.errors import ConfigError, InfbenchError
 from infbench.layout import LAYOUT
 from infbench import plan as planning
 
@@ -37,6 +37,8 @@ try:
     preflight.check(CFG, preflight.GpuBudget(_set_resources(), getattr(_GPU_LIMIT, "value", _GPU_LIMIT)))
     PLAN = planning.build(CFG)
     preflight.submissions(PLAN.submissions, PLAN.serving_submissions, CFG)
+except ConfigError as error:
+    _stop(error if error.where else error.read_from(", ".join(_CONFIG_FILES)))
 except InfbenchError as error:
     _stop(error)
 for _missing in preflight.outside(CFG):
