@@ -19,7 +19,6 @@ rule source_model:
         code=code("source_model"),
         origin=lambda wc: CFG.sources[wc.source].origin.model_dump(mode="json"),
         dtype=lambda wc: CFG.sources[wc.source].dtype,
-        convert_script=CFG.llama_cpp.convert_hf_to_gguf,
     script:
         "../scripts/source_model.py"
 
