@@ -5,8 +5,8 @@ pools drawn, task names). Each raises a :class:`ConfigError` naming the key to f
 loads a model.
 
 The workflow runs :func:`check` beside :func:`infbench.plan.build` (workflow/rules/common.smk); what only a
-job needs from outside the repository (:func:`outside`: llama.cpp's converter) is one line of the plan and
-fails the job needing it, so that a paper profile plans on a laptop.
+job needs from outside the repository (:func:`outside`: llama.cpp's converter) is one line of the plan and fails
+the job needing it (:func:`infbench.sources.gguf_converter`), so that a paper profile plans on a laptop.
 """
 
 from __future__ import annotations
@@ -16,13 +16,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from infbench import resources
+from infbench import resources, sources
 from infbench.compression.submission import MANIFEST, Manifest, SubmissionError, load_manifest
 from infbench.compression.tasks import task_name
-from infbench.config.model import Config, ServingCore, SourceOrigin
+from infbench.config.model import Config, ServingCore
 from infbench.errors import ConfigError, InputFileError
 from infbench.evaluation.questions import load_questions
-from infbench.layout import LAYOUT
 from infbench.serving.servers import LaunchVars, dry_run
 from infbench.serving.verify import submission as server_submission
 from infbench.sources import resolve_gguf
@@ -54,41 +53,10 @@ def outside(cfg: Config) -> list[ConfigError]:
     missing = []
     for name, source in cfg.sources.items():
         try:
-            gguf_converter(cfg.llama_cpp.convert_hf_to_gguf, name, source.origin)
+            sources.gguf_converter(cfg.llama_cpp.convert_hf_to_gguf, name, source.origin)
         except ConfigError as exc:
             missing.append(exc)
     return missing
-
-
-def gguf_converter(script: str | None, name: str, origin: SourceOrigin) -> None:
-    """A source that is not a GGUF file (a hub checkpoint, a local checkpoint directory) gets its F16 GGUF
-    twin from llama.cpp's ``convert_hf_to_gguf.py`` (``script``): the twin of every source is a target of the
-    workflow (``rule all``; also the input of the GGUF baselines, the reference search and the serving
-    stages), so ``source_model`` checks the script before it downloads the source, and planning names it in
-    one line (:func:`outside`)."""
-    key = "llama_cpp.convert_hf_to_gguf"
-    if resolve_gguf(name, origin) is not None:
-        return
-    if origin.type == "hub":
-        where = f"hub checkpoint '{origin.repo_id}'"
-    else:
-        where = f"checkpoint directory {origin.path}"
-    if not script:
-        raise ConfigError(
-            key,
-            f"source '{name}' is a {where}, not a GGUF file; its F16 GGUF twin "
-            f"({LAYOUT.source_gguf(name)}) is built by llama.cpp's "
-            "convert_hf_to_gguf.py: set this key to that script's path "
-            "(docs/paper_scale.md)",
-        )
-    path = Path(script)
-    if not path.is_file():
-        raise ConfigError(
-            key,
-            f"'{script}' is not a file (looked at {path.resolve()}; relative paths are "
-            f"read from the working directory); it builds the F16 GGUF twin of source "
-            f"'{name}' (a {where})",
-        )
 
 
 def answers(cfg: Config) -> None:

@@ -6,7 +6,7 @@ tests/config/test_config_model.py)."""
 import pytest
 from conftest import REPO, run_snakemake
 
-from infbench import preflight
+from infbench import preflight, sources
 from infbench.config import files
 from infbench.errors import ConfigError
 
@@ -30,9 +30,9 @@ def test_the_job_needing_the_converter_checks_it_before_the_download(tmp_path, m
     cfg = files.load(REPO / "config/paper/qwen3.8-27b.yaml")
     (name, source), *_ = cfg.sources.items()
     with pytest.raises(ConfigError, match=r"'llama_cpp.convert_hf_to_gguf': 'llama.cpp/convert_hf_to_gguf.py' is not"):
-        preflight.gguf_converter(cfg.llama_cpp.convert_hf_to_gguf, name, source.origin)
+        sources.gguf_converter(cfg.llama_cpp.convert_hf_to_gguf, name, source.origin)
     script = tmp_path / "llama.cpp/convert_hf_to_gguf.py"
     script.parent.mkdir()
     script.write_text("")
-    preflight.gguf_converter(cfg.llama_cpp.convert_hf_to_gguf, name, source.origin)
+    sources.gguf_converter(cfg.llama_cpp.convert_hf_to_gguf, name, source.origin)
     assert preflight.outside(cfg) == []
