@@ -33,4 +33,4 @@ bench: setup
 	$(VENV)/infbench stage-times --out results/bench/stage_times.md
 
 report: run
-	$(VENV)/snakemake --report report.html
+	$(VENV)/snakemake --report report.html --report-stylesheet workflow/report/report.css

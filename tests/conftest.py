@@ -133,8 +133,8 @@ PAPER_CONVERTER = "llama.cpp/convert_hf_to_gguf.py"
 
 
 def with_llama_cpp(workdir: Path) -> Path:
-    """``workdir`` with a stand-in for the paper configs' llama.cpp converter, which the workflow checks for
-    at start (config_checks.check_gguf_converter); a dry run never runs it."""
+    """``workdir`` with a stand-in for the paper configs' llama.cpp converter, which source_model checks for
+    (preflight.gguf_converter); a dry run never runs it."""
     script = workdir / PAPER_CONVERTER
     script.parent.mkdir(parents=True, exist_ok=True)
     script.write_text("raise SystemExit('a stand-in for llama.cpp/convert_hf_to_gguf.py')\n")

@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
-from infbench.errors import ConfigError, InfbenchError
+from infbench.errors import ConfigError, InfbenchError, InputFileError
 from infbench.layout import LAYOUT
 
 
@@ -109,6 +110,8 @@ def _replay(args) -> None:
         if args.tau_first is not None
         else None
     )
+    if not Path(args.trace).exists():  # the trace before the server: a missing trace is no --model error
+        raise InputFileError(args.trace, "no such trace file or directory (--trace)")
     model = args.model or trace_replay.served_model(args.url)
     try:
         settings, deployment = _replay_settings(args, model)
@@ -320,10 +323,19 @@ def _add_replay(sub) -> None:
 
 
 def _source(args) -> None:
-    from infbench import sources
-    from infbench.config.model import SourceOrigin
+    from pydantic import ValidationError
 
-    origin = SourceOrigin.model_validate(json.loads(args.origin))
+    from infbench import sources
+    from infbench.config.model import SourceOrigin, dotted_key
+
+    try:
+        raw = json.loads(args.origin)
+        origin = SourceOrigin.model_validate(raw)
+    except json.JSONDecodeError as exc:
+        raise ConfigError("--origin", f"not JSON ({exc.msg} at character {exc.pos}): {args.origin}") from None
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        raise ConfigError(f"--origin {dotted_key(raw, err['loc'], err['type'])}", err["msg"]) from None
     record = sources.materialize(args.name, origin, args.out_dir, args.record, dtype=args.dtype)
     print(f"{record.name}: {record.n_params:,} parameters -> {args.out_dir}")
 
@@ -391,6 +403,39 @@ def _check_run(args) -> None:
             indent=2,
         )
     )
+
+
+def _check_config(args) -> None:
+    from infbench import preflight
+    from infbench.config import files
+
+    for path in args.configs:
+        cfg = files.load(path)
+        try:
+            preflight.check(cfg)
+        except ConfigError as exc:
+            raise exc.read_from(path) from None
+        for missing in preflight.outside(cfg):
+            print(f"infbench: note: {missing.read_from(path)}", file=sys.stderr)
+        print(f"{path}: ok")
+
+
+def _check_submission(args) -> None:
+    from infbench import preflight
+    from infbench.config import files
+
+    cfg = files.load(args.config)
+    manifest = preflight.compression_submission(args.directory, cfg)
+    preflight.tokenizer_loads(args.directory, manifest)
+    print(f"{args.directory}: ok (source {manifest.source}, runtime {manifest.runtime})")
+
+
+def _check_server(args) -> None:
+    from infbench import preflight
+    from infbench.config import files
+
+    preflight.server_requirements(args.directory, files.load(args.config))
+    print(f"{args.directory}: ok")
 
 
 def _replay_log(args) -> None:
@@ -461,6 +506,26 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("run_dir")
     p.add_argument("--config", default="config/config.yaml")
     p.set_defaults(func=_check_run)
+    p = sub.add_parser(
+        "check-config", help="check config files as the workflow does at start (YAML errors with their line)"
+    )
+    p.add_argument("configs", nargs="+", metavar="CONFIG")
+    p.set_defaults(func=_check_config)
+    p = sub.add_parser(
+        "check-submission",
+        help="check a compression package as the pipeline does before running it "
+        "(manifest, files, source, tokenizer loads)",
+    )
+    p.add_argument("directory")
+    p.add_argument("--config", default="config/config.yaml")
+    p.set_defaults(func=_check_submission)
+    p = sub.add_parser(
+        "check-server",
+        help="check a server submission as the pipeline does before starting it (spec, command, requires)",
+    )
+    p.add_argument("directory")
+    p.add_argument("--config", default="config/config.yaml")
+    p.set_defaults(func=_check_server)
     p = sub.add_parser("replay-log", help="append a replay's score to a run's replay_log.jsonl (docs/runs.md)")
     p.add_argument("summary", help=f"a replay summary JSON (e.g. {LAYOUT.replay('<system>', '<seed>', 'json')})")
     p.add_argument("--server", required=True, help="the server's code and configuration directory (hashed)")

@@ -163,18 +163,27 @@ def build(cfg: Config) -> Plan:
     return Plan(
         cfg=cfg,
         tasks=known,
-        submissions=_submission_dirs(cfg.compression.submissions_dir),
+        submissions=_submission_dirs(
+            cfg.compression.submissions_dir, skip=list(cfg.serving.submissions) if cfg.serving else []
+        ),
         runs=discover(cfg, known),
         reference_task=reference_task(cfg, known),
         serving_submissions=discover_servers(list(cfg.serving.submissions)) if cfg.serving else {},
     )
 
 
-def _submission_dirs(root: str | Path) -> dict[str, Path]:
+def _submission_dirs(root: str | Path, skip: list[str]) -> dict[str, Path]:
+    """The packages under ``root``: its subdirectories, less the server submissions' roots (``skip``; the
+    default puts ``submissions/servers`` inside ``submissions``)."""
     root = Path(root)
     if not root.is_dir():
         return {}
-    return {f"submission-{p.name}": p for p in sorted(root.iterdir()) if p.is_dir() and not p.name.startswith(".")}
+    skipped = {Path(s).resolve() for s in skip}
+    return {
+        f"submission-{p.name}": p
+        for p in sorted(root.iterdir())
+        if p.is_dir() and not p.name.startswith(".") and p.resolve() not in skipped
+    }
 
 
 def _declared_source(package: Path) -> str | None:

@@ -23,6 +23,7 @@ from infbench import atomic, provenance
 from infbench.config.model import SourceOrigin
 from infbench.errors import ConfigError, InputFileError
 from infbench.hashing import file_hashes
+from infbench.layout import LAYOUT
 
 
 class SourceRecord(BaseModel):
@@ -153,3 +154,34 @@ def materialize(
 
 def read_record(path: str | Path) -> SourceRecord:
     return SourceRecord.model_validate_json(Path(path).read_text())
+
+
+def gguf_converter(script: str | None, name: str, origin: SourceOrigin) -> None:
+    """A source that is not a GGUF file (a hub checkpoint, a local checkpoint directory) gets its F16 GGUF
+    twin from llama.cpp's ``convert_hf_to_gguf.py`` (``script``): the twin of every source is a target of the
+    workflow (``rule all``; also the input of the GGUF baselines, the reference search and the serving
+    stages), so ``source_model`` checks the script before it downloads the source, and planning names it in
+    one line (:func:`outside`)."""
+    key = "llama_cpp.convert_hf_to_gguf"
+    if resolve_gguf(name, origin) is not None:
+        return
+    if origin.type == "hub":
+        where = f"hub checkpoint '{origin.repo_id}'"
+    else:
+        where = f"checkpoint directory {origin.path}"
+    if not script:
+        raise ConfigError(
+            key,
+            f"source '{name}' is a {where}, not a GGUF file; its F16 GGUF twin "
+            f"({LAYOUT.source_gguf(name)}) is built by llama.cpp's "
+            "convert_hf_to_gguf.py: set this key to that script's path "
+            "(docs/paper_scale.md)",
+        )
+    path = Path(script)
+    if not path.is_file():
+        raise ConfigError(
+            key,
+            f"'{script}' is not a file (looked at {path.resolve()}; relative paths are "
+            f"read from the working directory); it builds the F16 GGUF twin of source "
+            f"'{name}' (a {where})",
+        )

@@ -15,6 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from infbench import atomic
+from infbench.errors import InputFileError
 
 WORKFLOW = Path(__file__).resolve().parents[2]
 
@@ -51,7 +52,7 @@ def read(benchmarks: str | Path) -> pd.DataFrame:
             }
         )
     if not rows:
-        raise FileNotFoundError(f"no benchmark files under {root} (run the pipeline first)")
+        raise InputFileError(root, "no benchmark files here (run the pipeline first, or name its --benchmarks)")
     frame = pd.DataFrame(rows)
     stage_of = {rule: stage for stage, rules in stages().items() for rule in rules}
     frame["stage"] = frame["rule"].map(stage_of).fillna("other")

@@ -53,7 +53,7 @@ def _bad_config(workdir: Path, old: str, new: str) -> Path:
     "old,new,expected",
     [
         ("context_tokens: 128", "context_tokens: 0", "context_tokens"),
-        ("context_tokens: 128", "contxt_tokens: 128", "'contxt_tokens' was unexpected"),
+        ("context_tokens: 128", "contxt_tokens: 128", "did you mean 'context_tokens'?"),
         (
             "{source: smollm2-135m, limit_gib: 0.10}",
             "{source: qwen, limit_gib: 0.10}",
@@ -64,14 +64,18 @@ def _bad_config(workdir: Path, old: str, new: str) -> Path:
             "distribution: llm-smollm9",
             "sources.smollm2-135m.origin.distribution': Python distribution 'llm-smollm9' is not installed",
         ),
-        ("type: python_package", "type: zip", "'zip' is not one of"),
+        ("type: python_package", "type: zip", "Input should be 'hub', 'local' or 'python_package'"),
     ],
 )
 def test_bad_config_fails_before_any_job(tmp_path, old, new, expected):
-    proc = run_snakemake(tmp_path, "-n", "--configfile", str(_bad_config(tmp_path, old, new)), check=False)
-    assert proc.returncode != 0
-    assert expected in proc.stdout + proc.stderr
-    assert not (tmp_path / "results").exists()
+    """One line naming the config file and the key (issue 40), exit 2, before the plan: the dry run made no
+    job (a passing dry run writes no results/ either, so that is no evidence)."""
+    bad = _bad_config(tmp_path, old, new)
+    proc = run_snakemake(tmp_path, "-n", "--configfile", str(bad), check=False)
+    assert proc.returncode == 2
+    (line,) = [x for x in (proc.stdout + proc.stderr).splitlines() if not x.startswith("Creating specified")]
+    assert line.startswith(f"infbench: error: {bad}: config key '") and expected in line, line
+    assert "Job stats" not in proc.stdout
 
 
 def test_the_embedded_default_keeps_the_papers_verification_timeout():

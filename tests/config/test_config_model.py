@@ -22,9 +22,10 @@ import yaml
 from conftest import EMBEDDED_ORIGIN, REPO, TINY, with_llama_cpp
 from snakemake.utils import validate
 
+from infbench import preflight
 from infbench.config import model, schema
-from infbench.config.checks import GpuBudget
 from infbench.errors import ConfigError
+from infbench.preflight import GpuBudget
 
 SCHEMA = schema.SCHEMA
 MOE = "config/paper/qwen3.5-122b-a10b.yaml"
@@ -190,11 +191,14 @@ def _json(value: Any) -> str:
 
 
 def _new_error(raw: dict[str, Any], budget: GpuBudget = GpuBudget()) -> str | None:  # noqa: B008
+    """The first error of the config, its preflight or what its jobs need from outside the repository."""
     try:
-        model.parse(copy.deepcopy(raw), budget)
+        cfg = model.parse(copy.deepcopy(raw))
+        preflight.check(cfg, budget)
     except ConfigError as exc:
         return str(exc)
-    return None
+    missing = preflight.outside(cfg)
+    return str(missing[0]) if missing else None
 
 
 def test_the_committed_schema_is_the_models():
@@ -465,4 +469,4 @@ def test_a_reference_search_of_a_source_without_tasks_names_the_key():
         match=r"'runs.reference_search.task': null picks the tightest task of "
         r"the first source 'a-first', which has none",
     ):
-        model.parse(raw)
+        preflight.check(model.parse(raw))

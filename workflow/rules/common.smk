@@ -3,16 +3,15 @@
 # are included in does not matter.
 import os
 import re
+import sys
 
 from snakemake.utils import validate
 
-from infbench import code_digest, operator_secret, resources
-from infbench.config import model as config_model
-from infbench.config.checks import GpuBudget
+from infbench import code_digest, operator_secret, preflight, resources
+from infbench.config import files as config_files
+from infbench.errors import ConfigError, InfbenchError
 from infbench.layout import LAYOUT
 from infbench import plan as planning
-
-validate(config, schema="../schemas/config.schema.yaml")
 
 
 def _set_resources():
@@ -22,10 +21,31 @@ def _set_resources():
 
 
 _GPU_LIMIT = workflow.resource_settings.resources.get("gpu")
-# The config as typed sections, with every start-of-run check (src/infbench/config/checks.py): a bad config
-# stops here, naming the key, before any job.
-CFG = config_model.parse(config, GpuBudget(_set_resources(), getattr(_GPU_LIMIT, "value", _GPU_LIMIT)))
-PLAN = planning.build(CFG)
+_CONFIG_FILES = [str(f) for f in workflow.overwrite_configfiles] or ["config/config.yaml"]
+
+
+def _stop(error):
+    """A bad config or submission stops the workflow before any job with one line naming file and key."""
+    print(f"infbench: error: {error}", file=sys.stderr)
+    sys.exit(2)
+
+
+# The config as typed sections (src/infbench/config/), then the checks of the machine, the tracks and the
+# submissions (src/infbench/preflight.py): a bad config stops here, naming the file and the key, before any job.
+try:
+    CFG = config_files.typed(config, _CONFIG_FILES)
+    preflight.check(CFG, preflight.GpuBudget(_set_resources(), getattr(_GPU_LIMIT, "value", _GPU_LIMIT)))
+    PLAN = planning.build(CFG)
+    preflight.submissions(PLAN.submissions, PLAN.serving_submissions, CFG)
+except ConfigError as error:
+    _stop(error if error.where else error.read_from(", ".join(_CONFIG_FILES)))
+except InfbenchError as error:
+    _stop(error)
+for _missing in preflight.outside(CFG):
+    # what only a job needs from outside the repository (llama.cpp's converter): planned without it, one line
+    # here; the job needing it (source_model, before it downloads) fails naming the key
+    print(f"infbench: note: {_missing.read_from(', '.join(_CONFIG_FILES))}", file=sys.stderr)
+validate(config, schema="../schemas/config.schema.yaml")  # fills the defaults the rules read from `config`
 SERVING = CFG.serving
 
 # Held-out material is drawn from the operator secret (src/infbench/operator_secret.py); rules get its

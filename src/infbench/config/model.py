@@ -7,15 +7,18 @@ written ``256.0``, a NaN, a mapping key that is not a string are refused), and
 ``raw`` (same keys, defaults and types; tests/config/test_config_model.py checks both). So numbers keep the type
 they were written with (``3600`` stays an int, ``1.0`` a float), and a key the schema has no default for
 (:data:`Absent`) stays out of the dump when it is not given. :mod:`infbench.config.schema` writes the JSON
-schema from these models; the start-of-run checks live in :mod:`infbench.config.checks`.
+schema from these models; the checks across keys live in :mod:`infbench.config.checks` (those that look at the
+machine or the tracks in :mod:`infbench.preflight`).
 """
 
 from __future__ import annotations
 
+import difflib
 import math
 import re
+import types
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar, Union, get_args, get_origin
 
 from pydantic import (
     AfterValidator,
@@ -27,7 +30,6 @@ from pydantic import (
     StrictBool,
     StrictInt,
     ValidationError,
-    ValidationInfo,
     model_validator,
 )
 from pydantic_core import PydanticCustomError
@@ -1460,24 +1462,96 @@ class Config(Section):
     ] = None
 
     @model_validator(mode="after")
-    def _start_checks(self, info: ValidationInfo) -> Config:
-        checks.config(self, info.context if isinstance(info.context, checks.GpuBudget) else None)
+    def _references(self) -> Config:
+        checks.config(self)
         return self
 
 
-def parse(raw: Mapping[str, Any], gpus: checks.GpuBudget | None = None) -> Config:
-    """``raw`` (a config file's mapping) as a :class:`Config`, checked as the workflow checks it at start;
-    a bad value raises a :class:`ConfigError` naming its dotted key. ``gpus``: the GPUs Snakemake grants
-    (:func:`infbench.config.checks.gpu_counts`)."""
+def parse(raw: Mapping[str, Any]) -> Config:
+    """``raw`` (a config file's mapping) as a :class:`Config`; a bad value raises a :class:`ConfigError`
+    naming its dotted key (:mod:`infbench.preflight` checks the machine and the tracks after)."""
     try:
-        return Config.model_validate(raw, context=gpus)
+        return Config.model_validate(raw)
     except ValidationError as exc:
         # the most specific key: a union's errors name the member that came closest deepest
-        key, message = max(
-            ((dotted_key(raw, e["loc"], e["type"]), e["msg"]) for e in exc.errors()),
-            key=lambda error: error[0].count(".") + error[0].count("["),
-        )
+        error = max(exc.errors(), key=lambda e: _depth(dotted_key(raw, e["loc"], e["type"])))
+        key = dotted_key(raw, error["loc"], error["type"])
+        message = error["msg"]
+        if error["type"] == "extra_forbidden":
+            message = unknown_key(raw, error["loc"])
         raise ConfigError(key, message) from None
+
+
+def _depth(key: str) -> int:
+    return key.count(".") + key.count("[")
+
+
+def unknown_key(raw: Mapping[str, Any], loc: tuple[int | str, ...]) -> str:
+    """The message for a key no model declares at ``loc``: the keys allowed there, and the closest of them
+    (a misspelling)."""
+    steps = [step for step in _raw_steps(raw, loc)]
+    parent, name = steps[:-1], str(steps[-1])
+    node: Any = raw
+    for step in parent:
+        node = node[step]
+    allowed = _allowed_keys(parent, node if isinstance(node, Mapping) else {})
+    if not allowed:
+        return "unknown key"
+    close = difflib.get_close_matches(name, allowed, n=1, cutoff=0.6)
+    hint = f"; did you mean '{close[0]}'?" if close else ""
+    return f"unknown key (allowed here: {', '.join(allowed)}){hint}"
+
+
+def _raw_steps(raw: Any, loc: tuple[int | str, ...]) -> list[int | str]:
+    """The steps of ``loc`` that are keys or indices of ``raw`` (the last one always)."""
+    steps: list[int | str] = []
+    node = raw
+    for i, step in enumerate(loc):
+        if isinstance(node, list | tuple) and isinstance(step, int) and step < len(node):
+            steps.append(step)
+            node = node[step]
+        elif isinstance(node, Mapping) and step in node and i < len(loc) - 1:
+            steps.append(step)
+            node = node[step]
+        elif i == len(loc) - 1:
+            steps.append(step)
+    return steps
+
+
+def _allowed_keys(path: list[int | str], given: Mapping[str, Any]) -> list[str]:
+    """The keys a section declares at ``path`` (a union of sections: the one declaring most of ``given``)."""
+    types: list[Any] = [Config]
+    for step in path:
+        types = [inner for t in types for inner in _step(t, step)]
+    sections = [t for t in types if isinstance(t, type) and issubclass(t, BaseModel)]
+    if not sections:
+        return []
+    best = max(sections, key=lambda t: sum(k in t.model_fields for k in given))
+    return list(best.model_fields)
+
+
+def _step(annotation: Any, step: int | str) -> list[Any]:
+    """The types a value of ``annotation`` holds under ``step``."""
+    out = []
+    for t in _members(annotation):
+        if isinstance(t, type) and issubclass(t, BaseModel):
+            if isinstance(step, str) and step in t.model_fields:
+                out += _members(t.model_fields[step].annotation)
+        elif get_origin(t) is dict and isinstance(step, str):
+            out += _members(get_args(t)[1])
+        elif get_origin(t) in (tuple, list) and isinstance(step, int):
+            out += _members(get_args(t)[0])
+    return out
+
+
+def _members(annotation: Any) -> list[Any]:
+    """``annotation`` unwrapped: Annotated's type, a union's members (not None)."""
+    origin = get_origin(annotation)
+    if origin is Annotated:
+        return _members(get_args(annotation)[0])
+    if origin in (Union, types.UnionType):
+        return [m for arg in get_args(annotation) if arg is not type(None) for m in _members(arg)]
+    return [annotation]
 
 
 def dotted_key(raw: Any, loc: tuple[int | str, ...], error_type: str = "") -> str:

@@ -55,6 +55,8 @@ def final_submission(run_dir: Path, spec: RunSpec) -> Path:
 def load(run_dir: str | Path, *, known_models: set[str], tasks: set[str], hashes: bool = True) -> RunRecord:
     """Every file of the run read and checked; ``hashes=False`` skips hashing version packages."""
     run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise RunError(run_dir, "not a run directory (it does not exist)")
     spec = read_spec(run_dir)
     if spec.agent.model not in known_models:
         raise RunError(

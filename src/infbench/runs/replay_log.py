@@ -40,6 +40,8 @@ def append(summary_json: str | Path, server_dir: str | Path, log_path: str | Pat
     path = Path(summary_json)
     try:
         summary = _Summary.model_validate_json(path.read_text())
+    except OSError as exc:
+        raise RunError(path, f"cannot read the replay summary ({exc.strerror})") from None
     except ValidationError as exc:
         raise RunError(path, f"not a replay summary: {first_error(exc)}") from None
     if not Path(server_dir).is_dir():

@@ -1,0 +1,50 @@
+"""Every CLI error a user can cause is one line naming the file or flag, exit code 2, no traceback (issue
+40, item 4): each command run as a user runs it, in an empty working directory."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import REPO
+
+INFBENCH = str(Path(sys.executable).with_name("infbench"))
+
+# name -> (arguments, the start of the one line after "infbench: error: ")
+CASES = {
+    "reward before the source is built": (
+        ["reward", str(REPO / "examples/starter_submission"), "--task", "smollm2-135m-0.1gib"],
+        "results/sources/smollm2-135m/hf: the template",
+    ),
+    "stage-times without benchmarks/": (["stage-times"], "benchmarks: no benchmark files here"),
+    "replay-log on a missing summary": (
+        ["replay-log", "nope.json", "--server", ".", "--log", "log.jsonl", "--wall-s", "1"],
+        "nope.json: cannot read the replay summary (No such file or directory)",
+    ),
+    "source --origin not JSON": (
+        ["source", "x", "--origin", "notjson", "--out-dir", "o", "--record", "r.json"],
+        "config key '--origin': not JSON",
+    ),
+    "source --origin of an unknown type": (
+        ["source", "x", "--origin", '{"type": "zip"}', "--out-dir", "o", "--record", "r.json"],
+        "config key '--origin type': Input should be 'hub', 'local' or 'python_package'",
+    ),
+    "check-run on a missing directory": (["check-run", "runs/nope"], "runs/nope: not a run directory"),
+    "replay of a missing trace (read before the server)": (
+        ["replay", "--trace", "nope.jsonl", "--url", "http://127.0.0.1:9", "--out", "o"],
+        "nope.jsonl: no such trace file or directory (--trace)",
+    ),
+    "a missing --config": (["check-config", "none.yaml"], "none.yaml: not a readable file"),
+}
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_a_user_error_is_one_line_naming_the_file_or_flag(tmp_path, name):
+    args, start = CASES[name]
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config/config.yaml").write_text((REPO / "config/config.yaml").read_text())
+    proc = subprocess.run([INFBENCH, *args], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert proc.stderr.startswith(f"infbench: error: {start}"), proc.stderr[-3000:]
+    assert len(proc.stderr.splitlines()) == 1, proc.stderr[-3000:]
+    assert list(tmp_path.iterdir()) == [tmp_path / "config"]  # nothing written
