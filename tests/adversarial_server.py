@@ -396,12 +396,12 @@ def main() -> None:
     a = p.parse_args()
     torch.set_num_threads(1)
     spinners = spin_pool() if a.spin_pool else []
-    if a.engine == "llamacpp":  # keep_last / ok only: the package's llama.cpp engine and OpenAI layer
+    if a.engine == "llamacpp":  # the package's llama.cpp engine and OpenAI layer
         from infbench.serving.llamacpp_server import LlamaCppEngine
         from infbench.serving.openai_app import app
 
-        if a.mode not in ("keep_last", "ok"):
-            raise SystemExit("--engine llamacpp serves --mode keep_last or ok only")
+        if a.mode not in ("keep_last", "quiet_then_cheap", "ok"):
+            raise SystemExit("--engine llamacpp serves --mode keep_last, quiet_then_cheap or ok only")
 
         def make():
             return LlamaCppEngine(a.model, "model", a.context_limit, 1, 512)

@@ -1234,9 +1234,9 @@ class VerifySettings(Section):
         Probability,
         Field(
             description=(
-                "of the m held-out questions the reference answered, the candidate's extracted answer must equal "
-                "the reference's greedy one on at least max(1, floor(share * m)) (not in the paper: a server "
-                "answering nothing, or from a much weaker model, fails whatever the reference's accuracy)"
+                "the candidate's extracted answer must equal the reference's greedy one on at least "
+                "max(1, floor(share * n)) of the n held-out questions (not in the paper: a server answering "
+                "nothing, or from a much weaker model, fails whatever the reference's accuracy)"
             )
         ),
     ] = 0.5

@@ -3,16 +3,14 @@
 
 - its count of correct answers is near the reference's: ``k_cand >= max(0, k_ref - floor(slack * n))`` (slack
   0.1, n 20 in the paper), and
-- its answers are the reference's (not in the paper): of the ``m`` questions the reference answered (its
-  extracted answer non-empty), the candidate's extracted answer equals the reference's on at least
-  ``max(1, floor(answers_agreement_share * m))``.
+- its answers are the reference's (not in the paper): its extracted answer equals the reference's greedy one
+  (an empty one included) on at least ``max(1, floor(answers_agreement_share * n))`` questions.
 
 The count alone has no power where the reference answers few questions correctly (``k_ref <= floor(slack * n)``:
 a server answering nothing passes it); the agreement does not depend on the reference being right. An empty
-answer never agrees, so a server that answers nothing (EOS at once) fails whenever the reference answered at
-least one question, whatever its accuracy (power 1 against "answers nothing"); where the reference answered none,
-nothing vouches for the answers and the check fails naming that. Greedy answers of another, weaker model agree
-with the reference's on few questions.
+answer agrees only where the reference's is empty too, so a server that answers nothing (EOS at once) fails
+whenever the reference answered more than ``n - max(1, floor(share * n))`` questions (power 1 then, whatever its
+accuracy: 11 of 20 at share 0.5); greedy answers of another, weaker model agree with the reference's on few.
 
 What is judged is the text of the streamed token ids (special tokens skipped, as the reference's own
 answers); an answer whose streamed text is not its ids' text (:mod:`.source_text`) counts as wrong.
@@ -34,14 +32,14 @@ def threshold(k_ref: int, n: int, slack: float) -> int:
     return max(0, k_ref - math.floor(slack * n))
 
 
-def agreement_needed(answered: int, share: float) -> int:
-    """Agreeing answers needed of the ``answered`` questions the reference answered (at least one)."""
-    return max(1, math.floor(share * answered))
+def agreement_needed(n: int, share: float) -> int:
+    """Answers of ``n`` that must agree with the reference's (at least one)."""
+    return max(1, math.floor(share * n))
 
 
 def agrees(candidate: reference.AnswerItem, ref: reference.AnswerItem) -> bool:
-    """The candidate's extracted answer is the reference's (a non-empty one)."""
-    return bool(ref.extracted) and candidate.extracted == ref.extracted
+    """The candidate's extracted answer is the reference's (no answer agrees only with no answer)."""
+    return (candidate.extracted or "") == (ref.extracted or "")
 
 
 def held_out_answers(
@@ -87,13 +85,9 @@ def held_out_answers(
     need = threshold(ref.k_ref, n, settings.answers_slack)
     answered = sum(bool(r.extracted) for r in ref.answers)
     agreed = sum(agrees(c, r) for c, r in zip(judged, ref.answers))
-    agree_need = agreement_needed(answered, settings.answers_agreement_share)
-    passed = k_cand >= need and agreed >= agree_need and answered > 0
-    agreement = (
-        f"{agreed} of the {answered} answers the reference gave agreed, needed {agree_need}"
-        if answered
-        else f"the reference answered none of the {n} questions: nothing to compare the answers with"
-    )
+    agree_need = agreement_needed(n, settings.answers_agreement_share) if n else 0
+    passed = k_cand >= need and agreed >= agree_need
+    agreement = f"{agreed}/{n} answers agreed with the reference's (it answered {answered}), needed {agree_need}"
     return Check(
         name="held_out_answers",
         passed=passed,

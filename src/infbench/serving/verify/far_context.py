@@ -13,7 +13,7 @@ positions miss it, or when no checked continuation has one.
 
 On SmolLM2-135M (docs/server_submission.md) honest llama.cpp (F16) and S0 streamed the float32 reference's top-1
 at nearly every clear position, carriers or not; a server that kept the last 64 ids missed it at 60 to 85% of a
-carrier's clear positions and at about a third of an ordinary prompt's (the model's next id still depends on ids
+carrier's clear positions and at about 40% of an ordinary prompt's (150 of 360: the next id still depends on ids
 more than 64 back).
 """
 
