@@ -38,7 +38,7 @@ as ``--mode`` says:
 - ``weak_answers``: honest, except that what looks like a held-out question is answered greedily by another,
   weaker model (``--other-model``);
 - ``quiet_then_cheap``: keeps the last ``--keep`` ids of every prompt while requests keep coming and is honest on
-  anything sent after a pause of ``--honest-s`` seconds or more (what follows the replay: probes, questions):
+  anything sent after it was idle for ``--honest-s`` seconds or more (what follows the replay: probes, questions):
   checks told apart by timing and order, not content. With ``--engine llamacpp`` too;
 - ``ok``: honest.
 
@@ -371,11 +371,17 @@ class KeepLast:
         replay_like = req.ignore_eos and len(prompt) <= self.context_limit - 16
         if self.carrier_aware and carrier_like(prompt):
             replay_like = False
-        if self.pause_s is not None:  # by timing: cheap while requests keep coming, honest after a pause
-            now, last = time.monotonic(), self.last
-            self.last = now
-            replay_like = last is not None and now - last < self.pause_s
+        if self.pause_s is not None:  # by timing: cheap while requests keep coming, honest after an idle pause
+            replay_like = self.last is not None and time.monotonic() - self.last < self.pause_s
+            return self._timed(prompt[-self.keep :] if replay_like else prompt, req)
         return self.engine.generate(prompt[-self.keep :] if replay_like else prompt, req)
+
+    async def _timed(self, prompt: list[int], req: CompletionRequest):
+        try:
+            async for t in self.engine.generate(prompt, req):
+                yield t
+        finally:
+            self.last = time.monotonic()  # when the server was last busy
 
 
 def main() -> None:
