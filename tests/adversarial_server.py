@@ -33,10 +33,24 @@ as ``--mode`` says:
   {"<prompt tokens>/<max_tokens>": ids}}``) without a model call: a prompt in the table gets its
   continuation, another one the continuation of a precomputed prompt of the same lengths; only what
   looks like a probe reaches the model. It logs ``table exact|by_length|model`` per request;
+- ``eos_answers``: honest, except that what looks like a held-out question (EOS stopping on, the prompt ending
+  with ``Answer:``) is answered with EOS at once;
+- ``weak_answers``: honest, except that what looks like a held-out question is answered greedily by another,
+  weaker model (``--other-model``);
+- ``quiet_then_cheap``: keeps the last ``--keep`` ids of every prompt while requests keep coming and is honest on
+  anything sent after it was idle for ``--honest-s`` seconds or more (what follows the replay: probes, questions):
+  checks told apart by timing and order, not content. With ``--engine llamacpp`` too;
 - ``ok``: honest.
 
+``--carrier-aware`` (with ``keep_last``): a prompt whose last 16 ids occur earlier in it (a far-context carrier,
+found by content) is prefilled whole. ``--pool`` (with ``--engine llamacpp``): a pool of one-thread llama.cpp
+engines, one per CPU the process sees (``os.cpu_count()``), requests spread over them (more hardware than the
+deployment is charged for, unless the sandbox holds it to its share). ``--spin-pool``: with any mode, also start
+one busy process per CPU ``os.cpu_count()`` reports (a pool that would take every core of the host); ``GET
+/affinity`` answers each one's CPU affinity.
+
 Run: ``python adversarial_server.py --model DIR --port P --mode M [--context-limit N] [--other-model DIR]
-[--keep N] [--table FILE] [--engine transformers|llamacpp]``.
+[--keep N] [--table FILE] [--engine transformers|llamacpp] [--carrier-aware] [--pool] [--spin-pool]``.
 """
 
 from __future__ import annotations
@@ -80,6 +94,9 @@ MODES = (
     "flood",
     "keep_last",
     "table",
+    "eos_answers",
+    "weak_answers",
+    "quiet_then_cheap",
 )
 FLOODS = ("endless_line", "oversize", "endless_tokens")
 # What the verifier's probes were drawn from before the operator's secret: public seeds and a public list.
@@ -132,6 +149,12 @@ def public_probes(
     return context, eos
 
 
+def carrier_like(prompt: list[int], span: int = 16) -> bool:
+    """Whether the prompt's last ``span`` ids occur earlier in it (how a far-context carrier is found by content)."""
+    tail = prompt[-span:]
+    return len(prompt) > 2 * span and any(prompt[i : i + span] == tail for i in range(len(prompt) - 2 * span + 1))
+
+
 def prompt_key(prompt: list[int]) -> str:
     return hashlib.sha256(json.dumps(prompt).encode()).hexdigest()
 
@@ -144,11 +167,13 @@ def build(
     honest_s: float = 20.0,
     keep: int | None = None,
     table: dict | None = None,
+    carrier_aware: bool = False,
+    spinners: list | None = None,
 ) -> Starlette:
     seen: set[tuple[int, ...]] = set()
     rng = random.Random(0)
     vocab = engine.model.config.vocab_size
-    served = {"requests": 0, "since": None}
+    served = {"requests": 0, "since": None, "last": None}
     known_context, known_eos = public_probes(engine, engine.context_limit) if mode == "probe_aware" else (set(), [])
     floods = itertools.cycle(FLOODS)
 
@@ -174,6 +199,9 @@ def build(
     def probe_like(prompt: list[int], req: CompletionRequest) -> bool:
         return not req.ignore_eos or len(prompt) > engine.context_limit - 16
 
+    def question_like(prompt: list[int], req: CompletionRequest) -> bool:
+        return not req.ignore_eos and engine.decode(prompt[-8:]).rstrip().endswith("Answer:")
+
     def from_table(prompt: list[int], req: CompletionRequest) -> list[int] | None:
         if probe_like(prompt, req):
             return None
@@ -187,8 +215,16 @@ def build(
             for t in memo[: req.max_tokens]:
                 yield t
             return
-        if mode == "keep_last" and not probe_like(prompt, req):
+        if mode == "keep_last" and not probe_like(prompt, req) and not (carrier_aware and carrier_like(prompt)):
             prompt = prompt[-keep:]
+        if mode == "quiet_then_cheap":
+            now, last = time.monotonic(), served["last"]
+            served["last"] = now
+            if last is not None and now - last < honest_s:
+                prompt = prompt[-keep:]
+        if mode == "eos_answers" and question_like(prompt, req):
+            yield min(engine.eos)
+            return
         if mode == "random" or (mode == "cheap_later" and cheap_now() and not probe_like(prompt, req)):
             for _ in range(req.max_tokens):
                 yield rng.randrange(vocab)
@@ -196,7 +232,7 @@ def build(
         n = max(1, req.max_tokens // 2) if mode in ("stop_early", "usage_lies") else req.max_tokens
         recognised = any(prompt[: len(c)] == c for c in known_eos)
         ignore = req.ignore_eos or mode == "no_eos" or (mode == "probe_aware" and not recognised)
-        src = other if mode == "other" else engine
+        src = other if mode == "other" or (mode == "weak_answers" and question_like(prompt, req)) else engine
         gen = src.generate(prompt, req.model_copy(update={"max_tokens": n, "ignore_eos": ignore}))
         i = 0
         async for t in gen:
@@ -257,21 +293,95 @@ def build(
     async def health(request: Request) -> Response:
         return JSONResponse({"ok": True})
 
-    return Starlette(routes=[Route("/v1/completions", completions, methods=["POST"]), Route("/health", health)])
+    return Starlette(
+        routes=[
+            Route("/v1/completions", completions, methods=["POST"]),
+            Route("/health", health),
+            Route("/affinity", lambda request: JSONResponse(affinities(spinners or []))),
+        ]
+    )
+
+
+def _spin() -> None:
+    while True:
+        pass
+
+
+def spin_pool() -> list:
+    """One busy process per CPU ``os.cpu_count()`` reports (the host's, whatever the cpuset allows)."""
+    import multiprocessing
+
+    procs = [multiprocessing.Process(target=_spin, daemon=True) for _ in range(os.cpu_count() or 1)]
+    for p in procs:
+        p.start()
+    return procs
+
+
+def affinities(procs: list) -> dict:
+    return {
+        "cpu_count": os.cpu_count(),
+        "server": sorted(os.sched_getaffinity(0)),
+        "pool": [sorted(os.sched_getaffinity(p.pid)) for p in procs],
+    }
+
+
+class Pool:
+    """One-thread llama.cpp engines, one per CPU ``os.cpu_count()`` reports; each request takes a free one (the
+    OpenAI layer's lock is a no-op: requests run side by side)."""
+
+    class _NoLock:
+        async def __aenter__(self):
+            return self
+
+        async def __aexit__(self, *exc):
+            return False
+
+    def __init__(self, make):
+        self.engines = [make() for _ in range(os.cpu_count() or 1)]
+        first = self.engines[0]
+        self.name, self.context_limit = first.name, first.context_limit
+        self.tokenize, self.decode = first.tokenize, first.decode
+        self.lock = self._NoLock()
+        self.free: asyncio.Queue | None = None
+
+    async def generate(self, prompt: list[int], req: CompletionRequest):
+        if self.free is None:
+            self.free = asyncio.Queue()
+            for e in self.engines:
+                self.free.put_nowait(e)
+        engine = await self.free.get()
+        try:
+            async for t in engine.generate(prompt, req):
+                yield t
+        finally:
+            self.free.put_nowait(engine)
 
 
 class KeepLast:
     """An engine that prefills replay prompts (EOS ignored, short of the context limit) from their last
     ``keep`` ids; the OpenAI layer still reports the prompt's full length."""
 
-    def __init__(self, engine, keep: int):
-        self.engine, self.keep = engine, keep
+    def __init__(self, engine, keep: int, carrier_aware: bool = False, pause_s: float | None = None):
+        self.engine, self.keep, self.carrier_aware, self.pause_s = engine, keep, carrier_aware, pause_s
         self.name, self.context_limit, self.lock = engine.name, engine.context_limit, engine.lock
         self.tokenize, self.decode = engine.tokenize, engine.decode
+        self.last: float | None = None
 
     def generate(self, prompt: list[int], req: CompletionRequest):
         replay_like = req.ignore_eos and len(prompt) <= self.context_limit - 16
+        if self.carrier_aware and carrier_like(prompt):
+            replay_like = False
+        if self.pause_s is not None:  # by timing: cheap while requests keep coming, honest after an idle pause
+            replay_like = self.last is not None and time.monotonic() - self.last < self.pause_s
+            return self._timed(prompt[-self.keep :] if replay_like else prompt, req)
         return self.engine.generate(prompt[-self.keep :] if replay_like else prompt, req)
+
+    async def _timed(self, prompt: list[int], req: CompletionRequest):
+        try:
+            async for t in self.engine.generate(prompt, req):
+                yield t
+        finally:
+            self.last = time.monotonic()  # when the server was last busy
 
 
 def main() -> None:
@@ -286,22 +396,34 @@ def main() -> None:
     p.add_argument("--keep", type=int, default=64)
     p.add_argument("--table", default=None)
     p.add_argument("--engine", choices=["transformers", "llamacpp"], default="transformers")
+    p.add_argument("--carrier-aware", action="store_true")
+    p.add_argument("--pool", action="store_true")
+    p.add_argument("--spin-pool", action="store_true")
     a = p.parse_args()
     torch.set_num_threads(1)
-    if a.engine == "llamacpp":  # keep_last only: the package's llama.cpp engine and OpenAI layer
+    spinners = spin_pool() if a.spin_pool else []
+    if a.engine == "llamacpp":  # the package's llama.cpp engine and OpenAI layer
         from infbench.serving.llamacpp_server import LlamaCppEngine
         from infbench.serving.openai_app import app
 
-        if a.mode != "keep_last":
-            raise SystemExit("--engine llamacpp serves --mode keep_last only")
-        engine = KeepLast(LlamaCppEngine(a.model, "model", a.context_limit, 1, 512), a.keep)
-        uvicorn.run(app(engine), host="127.0.0.1", port=a.port, log_level="warning")
+        if a.mode not in ("keep_last", "quiet_then_cheap", "ok"):
+            raise SystemExit("--engine llamacpp serves --mode keep_last, quiet_then_cheap or ok only")
+
+        def make():
+            return LlamaCppEngine(a.model, "model", a.context_limit, 1, 512)
+
+        engine = Pool(make) if a.pool else make()
+        if a.mode != "ok":
+            engine = KeepLast(engine, a.keep, a.carrier_aware, a.honest_s if a.mode == "quiet_then_cheap" else None)
+        served = app(engine)
+        served.add_route("/affinity", lambda request: JSONResponse(affinities(spinners)))
+        uvicorn.run(served, host="127.0.0.1", port=a.port, log_level="warning")
         return
     engine = TransformersEngine(a.model, "float32", "model", a.context_limit)
     other = TransformersEngine(a.other_model, "float32", "model", a.context_limit) if a.other_model else None
     table = json.loads(Path(a.table).read_text()) if a.table else None
     uvicorn.run(
-        build(engine, a.mode, other, a.honest_requests, a.honest_s, a.keep, table),
+        build(engine, a.mode, other, a.honest_requests, a.honest_s, a.keep, table, a.carrier_aware, spinners),
         host="127.0.0.1",
         port=a.port,
         log_level="warning",

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import pytest
 import verify_helpers as vh
+import yaml
 
 SANDBOX = {"allow_unsandboxed": False, "tmp_mb": 512}
+REQUIRES = ("torch", "transformers", "llama_cpp")
 # (ids the server keeps, context limit, shared prompt tokens of every request, replay window in seconds)
 CASES = [(64, 1024, 400, 12.0), (256, 1024, 400, 12.0), (1024, 2048, 1200, 40.0)]
 
@@ -90,7 +92,7 @@ def test_a_server_keeping_only_the_end_of_each_prompt_fails_far_context(
         "keep_last",
         ["--keep", str(keep), "--engine", "llamacpp"],
         "{gguf}",
-        requires=("torch", "transformers", "llama_cpp"),
+        requires=REQUIRES,
     )
     out = root / "out"
     record = vh.run_job(
@@ -111,7 +113,66 @@ def test_a_server_keeping_only_the_end_of_each_prompt_fails_far_context(
     far = checks["far_context"]
     assert not far.passed and not record.verified, far.summary
     rows = far.evidence["carriers"]
-    assert all(r["distance"] > keep for r in rows) and any(r["misses"] for r in rows), rows
+    assert all(r["distance"] > keep for r in rows if r["carrier"]) and any(r["misses"] for r in rows), rows
+
+
+# (name, adversary options, concurrency): servers that are honest where they think they are checked
+HONEST_WHERE_CHECKED = [
+    # finds the carriers by content (their last 16 ids occur earlier) and prefills only them whole
+    ("carriers_only", ["--carrier-aware"], 1),
+    # the same, with a pool of one-thread engines on every CPU it sees, at c = 4
+    ("carriers_only_pool_c4", ["--carrier-aware", "--pool"], 4),
+]
+# by timing: cheap while requests keep coming (the replay), honest after a pause (probes, questions)
+BY_TIMING = ("quiet_then_cheap", ["--honest-s", "1.0"], 1)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "name, options, concurrency",
+    [*HONEST_WHERE_CHECKED, BY_TIMING],
+    ids=[c[0] for c in (*HONEST_WHERE_CHECKED, BY_TIMING)],
+)
+def test_a_server_honest_only_where_it_thinks_it_is_checked_fails_far_context(real, name, options, concurrency):
+    """Carriers are a quarter of the requests here; the checked continuations are drawn after the replay from all
+    of them, so a server honest on the carriers (found by content) or on what follows a pause (found by timing)
+    and keeping the last 64 ids elsewhere misses the reference's top-1 on the ordinary ones. The pool on every
+    CPU runs on the one CPU its deployment is charged for."""
+    from infbench.sandbox import cpus
+
+    root = real["root"] / name
+    sessions = vh.small_sessions(root, 1024, system_tokens=400, **ONE_REQUEST)
+    mode = "quiet_then_cheap" if name == "quiet_then_cheap" else "keep_last"
+    directory = vh.adversary(
+        root / "subs", mode, ["--keep", "64", "--engine", "llamacpp", *options], "{gguf}", requires=REQUIRES
+    )
+    spec = yaml.safe_load((directory / "submission.yaml").read_text())
+    (directory / "submission.yaml").write_text(yaml.safe_dump({**spec, "concurrency": concurrency}))
+    serving = _serving(1024, 64, 12.0)
+    serving["workload"]["far_context"]["share"] = 0.25
+    record = vh.run_job(
+        directory,
+        serving,
+        vh.answer_settings(),
+        real["hf"],
+        real["gguf"],
+        real["ref"],
+        sessions,
+        root / "out",
+        SANDBOX,
+        vh.secret(),
+    )
+    checks = {c.name: c for c in record.checks}
+    for check in ("complete_prompts", "exact_output_lengths", "session_progress"):
+        assert checks[check].passed, (check, checks[check].summary)
+    far = checks["far_context"]
+    assert not far.passed and not record.verified, far.summary
+    ordinary = [r for r in far.evidence["carriers"] if not r["carrier"]]
+    assert ordinary and any(r["misses"] for r in ordinary), far.evidence["carriers"]
+    if name == "carriers_only":
+        assert all(not r["misses"] for r in far.evidence["carriers"] if r["carrier"])  # honest there
+    held = record.sandbox.cpus
+    assert held.kind.startswith("cpuset") and held.allowed == cpus.job_cpus()[:1] and held.reachable == 1
 
 
 def test_held_out_prompts_come_from_the_secret_and_keep_the_prefix_structure(tmp_path):

@@ -105,15 +105,27 @@ ADVERSARIES = [
         ["context_probes", "natural_stopping"],
         ["complete_prompts", "exact_output_lengths", "streaming_consistency"],
     ),
+    # honest everywhere but on the held-out questions: EOS at once, or another model's greedy answers (this
+    # random tiny reference answers none right, so only the agreement with its answers can tell)
+    (
+        "eos_answers",
+        ["held_out_answers"],
+        ["complete_prompts", "exact_output_lengths", "natural_stopping", "fidelity", "far_context"],
+    ),
+    (
+        "weak_answers",
+        ["held_out_answers"],
+        ["complete_prompts", "exact_output_lengths", "natural_stopping", "fidelity", "far_context"],
+    ),
 ]
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("mode, failing, passing", ADVERSARIES, ids=[a[0] for a in ADVERSARIES])
 def test_adversarial_server_rejected_by_its_check(env, mode, failing, passing):
-    extra = ["--other-model", "other_model"] if mode == "other" else []
+    extra = ["--other-model", "other_model"] if mode in ("other", "weak_answers") else []
     directory = vh.adversary(env["root"] / "subs", mode, extra)
-    if mode == "other":  # the smaller model it serves instead ships in the submission (nothing else is visible)
+    if extra:  # the smaller model it serves instead ships in the submission (nothing else is visible)
         shutil.copytree(env["other"], directory / "other_model")
     record = _run(env, directory)
     checks = _checks(record)

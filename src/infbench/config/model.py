@@ -895,6 +895,16 @@ class Deployment(Section):
             )
         ),
     ] = "gpu"
+    cpus_per_device: Annotated[
+        Int,
+        Field(
+            ge=1,
+            description=(
+                "CPUs charged with each device (not in the paper): a verified server's sandbox runs on exactly "
+                "devices x cpus_per_device of the job's CPUs (a cpuset), and only the devices' GPUs are in it."
+            ),
+        ),
+    ] = 8
     usd_per_device_hour: Annotated[Number, Field(gt=0, description="r, USD per GPU-hour")] = 0.82
     input_usd_per_mtok: Annotated[Number, Field(ge=0, description="USD per million input tokens.")] = 0.1044
     output_usd_per_mtok: Annotated[Number, Field(ge=0, description="USD per million output tokens.")] = 0.1855
@@ -1188,9 +1198,10 @@ class VerifySettings(Section):
         Field(
             ge=0,
             description=(
-                "answered carriers (serving.workload.far_context) scored by the reference: half the farthest "
-                "sources, half drawn with the operator's secret (not in the paper: against servers that keep only "
-                "the end of a prompt)"
+                "post-warmup replay continuations scored by the reference at their clear positions, drawn with "
+                "the operator's secret after the replay from all of them, far-context carriers "
+                "(serving.workload.far_context) or not (not in the paper: against servers that keep only the end "
+                "of a prompt, on every request or on those that do not look checked)"
             ),
         ),
     ] = 16
@@ -1221,6 +1232,16 @@ class VerifySettings(Section):
         ),
     ] = 20
     answers_slack: Annotated[Probability, Field(description="k_cand >= max(0, k_ref - floor(slack * n))")] = 0.1
+    answers_agreement_share: Annotated[
+        Probability,
+        Field(
+            description=(
+                "the candidate's extracted answer must equal the reference's greedy one on at least "
+                "max(1, floor(share * n)) of the n held-out questions (not in the paper: a server answering "
+                "nothing, or from a much weaker model, fails whatever the reference's accuracy)"
+            )
+        ),
+    ] = 0.5
     answers_benchmarks: Annotated[
         tuple[Literal["gsm8k", "triviaqa"], ...],
         Field(min_length=1, description="Benchmarks the held-out questions come from."),

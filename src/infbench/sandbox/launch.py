@@ -20,7 +20,8 @@ from typing import Literal
 from pydantic import BaseModel
 
 from infbench.errors import InfbenchError
-from infbench.sandbox import bwrap, cgroup, seccomp
+from infbench.sandbox import bwrap, cgroup, cpus, seccomp
+from infbench.sandbox.cpus import CpuAccounting
 from infbench.sandbox.output import LogCopier
 from infbench.sandbox.policy import Policy
 
@@ -48,6 +49,8 @@ class SandboxRecord(BaseModel):
     network: str = ""
     seccomp: str = ""
     memory: MemoryAccounting | None = None
+    cpus: CpuAccounting | None = None  # None: not confined to CPUs (only servers are)
+    devices: list[str] = []  # device nodes bound in (GPUs: the allotted ones and the driver's control nodes)
 
 
 def isolation(record: SandboxRecord | None) -> str:
@@ -75,6 +78,8 @@ class Sandboxed:
     ``stdout``/``stderr`` may be ``subprocess`` constants or an open binary file (a log): the sandbox then
     writes into a pipe the parent copies into it (:mod:`.output`). ``memory_limit_bytes``: the hard limit of
     the sandbox's memory cgroup (:mod:`.cgroup`; none where no cgroup can be made, which the record says).
+    ``charged_cpus``: the CPUs it is charged for; it then runs on the first that many of the job's CPUs only
+    (:mod:`.cpus`), and its record says which and the CPU time it used.
     """
 
     def __init__(
@@ -89,12 +94,16 @@ class Sandboxed:
         stderr=None,
         pass_fds: tuple[int, ...] = (),
         memory_limit_bytes: int | None = None,
+        charged_cpus: int | None = None,
     ):
         self.policy, self.command, self.network = policy, command, network
         self.allow_unsandboxed = allow_unsandboxed
         self._streams = dict(stdin=stdin, stdout=stdout, stderr=stderr)
         self._pass_fds = tuple(pass_fds)
         self.memory_limit_bytes = memory_limit_bytes
+        self.charged_cpus = charged_cpus
+        self.cpu_cgroup: cpus.CpuCgroup | None = None
+        self.cpu_accounting: CpuAccounting | None = None
         self.proc: subprocess.Popen | None = None
         self.init_pid = 0
         self._private_tmp: str | None = None
@@ -111,6 +120,7 @@ class Sandboxed:
             )
         accounting = self._make_cgroup()
         try:
+            self._confine_cpus()
             if reason is None:
                 self._start_bwrap()
             else:
@@ -119,6 +129,7 @@ class Sandboxed:
             self._remove_cgroup()
             raise
         self.record.memory = accounting
+        self.record.cpus = self.cpu_accounting
         return self
 
     def limit_memory(self, nbytes: int) -> None:
@@ -138,15 +149,47 @@ class Sandboxed:
             self.cgroup.set_limit(self.memory_limit_bytes)
         return MemoryAccounting(kind=f"cgroup v{self.cgroup.version}", limit_bytes=self.memory_limit_bytes)
 
+    def _confine_cpus(self) -> None:
+        """The CPU cgroup of a sandbox charged for CPUs (:mod:`.cpus`), or affinity only where none can be made."""
+        if self.charged_cpus is None:
+            return
+        allowed, available = cpus.allot(self.charged_cpus), len(cpus.job_cpus())
+        try:
+            self.cpu_cgroup = cpus.create(allowed, self.cgroup)
+        except (cgroup.CgroupUnavailable, OSError) as exc:
+            self.cpu_accounting = CpuAccounting(
+                kind="affinity",
+                reason=str(exc),
+                charged=self.charged_cpus,
+                allowed=allowed,
+                reachable=available,
+                available=available,
+            )
+            return
+        self.cpu_accounting = CpuAccounting(
+            kind=f"cpuset v{self.cpu_cgroup.version}",
+            charged=self.charged_cpus,
+            allowed=allowed,
+            reachable=len(allowed),
+            available=available,
+        )
+
     def _wrapped(self, command: list[str]) -> list[str]:
         """``command`` run by a shell that first lowers ``RLIMIT_MEMLOCK`` to :data:`.seccomp.MEMLOCK_BYTES` (soft
-        and hard: nothing inside can raise it) and moves itself into the sandbox's cgroup (all it starts
+        and hard: nothing inside can raise it) and moves itself into the sandbox's cgroups (all it starts
         follows)."""
         memlock = f"ulimit -l {seccomp.MEMLOCK_BYTES >> 10}"
-        if self.cgroup is None:
-            return ["/bin/sh", "-c", f'{memlock} && exec "$@"', "sh", *command]
-        script = f'{memlock} && echo $$ > "$1" && shift && exec "$@"'
-        return ["/bin/sh", "-c", script, "sh", str(self.cgroup.procs), *command]
+        procs = [str(self.cgroup.procs)] if self.cgroup is not None else []
+        if self.cpu_cgroup is not None:
+            procs += [str(p) for p in self.cpu_cgroup.procs if str(p) not in procs]
+        joins = "".join(f'echo $$ > "${i + 1}" && ' for i in range(len(procs)))
+        shift = f"shift {len(procs)} && " if procs else ""
+        return ["/bin/sh", "-c", f'{memlock} && {joins}{shift}exec "$@"', "sh", *procs, *command]
+
+    def _preexec(self) -> None:
+        """In the child before the shell runs: pinned to its CPUs (within a cpuset already; else the only bound)."""
+        if self.cpu_accounting is not None:
+            os.sched_setaffinity(0, self.cpu_accounting.allowed)
 
     def _popen(self, command: list[str], **kwargs) -> subprocess.Popen:
         """Start ``command``; a log file given as stdout or stderr becomes a pipe the parent copies into it."""
@@ -160,7 +203,13 @@ class Sandboxed:
                 pipes.append((read, write, stream))
                 streams[key] = write
         try:
-            proc = subprocess.Popen(self._wrapped(command), start_new_session=True, **streams, **kwargs)
+            proc = subprocess.Popen(
+                self._wrapped(command),
+                start_new_session=True,
+                preexec_fn=self._preexec if self.cpu_accounting is not None else None,
+                **streams,
+                **kwargs,
+            )
         except BaseException:
             for read, _, _ in pipes:
                 os.close(read)
@@ -202,6 +251,7 @@ class Sandboxed:
             env_keys=sorted(self.policy.env),
             network=self.network,
             seccomp=seccomp.summary(self.policy.seccomp),
+            devices=list(self.policy.devices),
         )
 
     def _start_plain(self, reason: str) -> None:
@@ -277,7 +327,13 @@ class Sandboxed:
             os.killpg(self.proc.pid, signal.SIGKILL)
         self.proc.wait()
 
+    def cpu_time_s(self) -> float | None:
+        """CPU time everything in the sandbox has used so far (None: not measured here)."""
+        return self.cpu_cgroup.cpu_time_s() if self.cpu_cgroup is not None else None
+
     def _remove_cgroup(self) -> None:
+        if self.cpu_cgroup is not None:
+            self.cpu_cgroup.remove()
         if self.cgroup is not None:
             self.cgroup.remove()
 
@@ -285,6 +341,8 @@ class Sandboxed:
         self.kill()
         if self.record is not None and self.record.memory is not None:
             self.record.memory.oom_kills = self.oom_kills()
+        if self.record is not None and self.record.cpus is not None:
+            self.record.cpus.cpu_time_s = self.cpu_time_s()
         self._remove_cgroup()
         for copier in self.copiers:
             copier.join()

@@ -93,9 +93,20 @@ def base_env(threads: int) -> dict[str, str]:
     return env
 
 
-def gpu_devices() -> tuple[str, ...]:
-    """NVIDIA device nodes of this machine (bound into sandboxes that run on CUDA)."""
-    return tuple(sorted(str(p) for p in Path("/dev").glob("nvidia*") if not p.is_dir()))
+def job_gpus() -> list[int]:
+    """The GPU indices this job was given (``CUDA_VISIBLE_DEVICES`` as the scheduler sets it, numeric entries),
+    else every ``/dev/nvidia<N>`` of the machine."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None and all(v.strip().isdigit() for v in visible.split(",") if v.strip()):
+        return [int(v) for v in visible.split(",") if v.strip()]
+    return sorted(int(p.name[6:]) for p in Path("/dev").glob("nvidia*") if p.name[6:].isdigit())
+
+
+def gpu_devices(gpus: list[int] | None = None) -> tuple[str, ...]:
+    """NVIDIA device nodes bound into sandboxes that run on CUDA: the driver's control nodes and the GPUs
+    ``gpus`` (indices; None: every GPU of the machine). A GPU whose node is not bound cannot be opened inside."""
+    nodes = [p for p in Path("/dev").glob("nvidia*") if not p.is_dir()]
+    return tuple(sorted(str(p) for p in nodes if not p.name[6:].isdigit() or gpus is None or int(p.name[6:]) in gpus))
 
 
 def python_policy(
@@ -106,11 +117,13 @@ def python_policy(
     read_only: list[str] = (),
     cwd: str = "/tmp",
     cuda: bool = False,
+    gpus: list[int] | None = None,
     tmp_bytes: int | None = None,
     listen_fd: int | None = None,
 ) -> Policy:
     """A policy for a Python program that imports ``modules`` (the runtime is their closure, :mod:`.runtime`).
-    ``mounts``: inside path -> host path, read-only; ``read_only``: host paths bound at their own path."""
+    ``mounts``: inside path -> host path, read-only; ``read_only``: host paths bound at their own path;
+    ``gpus``: with ``cuda``, the only GPUs whose device nodes are bound (None: all)."""
     from infbench.sandbox import bwrap
 
     rt = runtime(tuple(modules))
@@ -135,7 +148,7 @@ def python_policy(
         neutral=neutral,
         env=env,
         cwd=cwd,
-        devices=gpu_devices() if cuda else (),
+        devices=gpu_devices(gpus) if cuda else (),
         tmp_bytes=tmp_bytes,
         listen_fd=listen_fd,
         distributions=rt.distributions,

@@ -38,15 +38,21 @@ def server_policy(
     threads: int,
     settings: SandboxSettings,
     cwd: str = WORK,
+    gpus: list[int] | None = None,
 ) -> Policy:
     """The policy of a server that imports ``requires`` (its spec's), with ``mounts`` (inside -> host); its system
-    calls are the server profile's (it listens and connects on its own loopback)."""
+    calls are the server profile's (it listens and connects on its own loopback). ``gpus``: with ``cuda``, the
+    GPUs it is charged for, the only ones whose device nodes it gets (and its ``CUDA_VISIBLE_DEVICES``)."""
+    visible = {}
+    if cuda and gpus:
+        visible = {"CUDA_VISIBLE_DEVICES": ",".join(map(str, gpus)), "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
     policy = python_policy(
         modules=[*requires, *SERVER_IMPORTS],
         mounts=mounts,
-        env={**base_env(threads), **env},
+        env={**base_env(threads), **env, **visible},
         cwd=cwd,
         cuda=cuda,
+        gpus=gpus,
         tmp_bytes=settings.tmp_mb << 20,
     )
     return policy.model_copy(update={"seccomp": "server"})
@@ -54,9 +60,17 @@ def server_policy(
 
 @contextlib.contextmanager
 def sandboxed(
-    command: list[str], *, policy: Policy, inner_port: int, host: str, settings: SandboxSettings, log: BinaryIO
+    command: list[str],
+    *,
+    policy: Policy,
+    inner_port: int,
+    host: str,
+    settings: SandboxSettings,
+    log: BinaryIO,
+    charged_cpus: int | None = None,
 ) -> Iterator[tuple[str, Sandboxed]]:
-    """Start ``command`` (rendered to listen on ``127.0.0.1:inner_port``); yield its base URL and sandbox."""
+    """Start ``command`` (rendered to listen on ``127.0.0.1:inner_port``); yield its base URL and sandbox, which
+    runs on ``charged_cpus`` of the job's CPUs only (:mod:`.cpus`; None: all)."""
     listener = socket.socket()
     listener.bind((host, 0))
     listener.listen(1024)
@@ -83,6 +97,7 @@ def sandboxed(
             stdout=log,
             stderr=subprocess.STDOUT,
             pass_fds=(listener.fileno(),),
+            charged_cpus=charged_cpus,
         ) as box:
             listener.close()  # the sandbox holds it now
             yield f"http://{host}:{port}", box

@@ -4,7 +4,9 @@ One row per submission: its verdict; ``D @ c`` (mean over the held-out final see
 frozen latency targets) with its bootstrap 95% interval, G (and interval), f, p90 TTFT and TPOT, the
 per-token deadline rule's ``D_deadline`` and ``f_deadline`` (reported, never ranking) and the completed
 timed requests only when every check passed (and a D only with enough requests, as in
-the development table); otherwise the failing check and its cause. ``probes`` says what the probes,
+the development table); otherwise the failing check and its cause. ``resources``: the CPUs (and GPUs) the
+server's sandbox allowed, the CPU time it used and the devices ``d`` its D divides by (the charged ones, or
+more where the sandbox could reach more: :mod:`infbench.serving.verify.resources`). ``probes`` says what the probes,
 held-out questions and fidelity suspects were drawn with ("public demo" without an operator secret).
 The reference engine's calibration baseline is the first row.
 """
@@ -18,6 +20,7 @@ from pydantic import BaseModel
 from infbench.config.model import ServingCore, UncertaintySettings
 from infbench.sandbox.launch import isolation, marked
 from infbench.serving import calibrate, replay_job
+from infbench.serving.verify import resources
 from infbench.serving.verify.record import VerificationRecord
 from infbench.tables.io import write_table
 from infbench.tables.serving import Measured, baseline, measured
@@ -48,6 +51,7 @@ class VerifiedRow(BaseModel):
     checks_passed: str
     probes: str
     isolation: str  # "bubblewrap <version>", or "UNSANDBOXED (<why>)" (sandbox.allow_unsandboxed)
+    resources: str  # what the sandbox allowed and the devices D divides by, e.g. "1 of 2 CPUs (cpuset), d = 1"
     cause: str
 
 
@@ -61,7 +65,13 @@ def rows(
     base = baseline(serving, settings, targets)
     out = [
         VerifiedRow(
-            **base.model_dump(), verdict="reference", checks_passed="", probes="", isolation="operator's", cause=""
+            **base.model_dump(),
+            verdict="reference",
+            checks_passed="",
+            probes="",
+            isolation="operator's",
+            resources=f"d = {serving.deployment.devices}",
+            cause="",
         )
     ]
     for path in record_paths:
@@ -76,6 +86,7 @@ def rows(
             checks_passed=passed,
             probes=f"probes: {rec.drawn_with}",
             isolation=isolation(rec.sandbox),
+            resources=resources.describe(serving.deployment, rec.sandbox),
         )
         if not rec.verified:
             out.append(
@@ -89,8 +100,10 @@ def rows(
                 )
             )
             continue
+        # D divides by the devices the sandbox allowed (never fewer than charged)
+        devices = resources.devices_scored(serving.deployment, rec.sandbox)
         m = measured(
-            serving,
+            serving.model_copy(update={"deployment": serving.deployment.model_copy(update={"devices": devices})}),
             settings,
             [r.records for r in rec.replays],
             rec.concurrency,

@@ -1,19 +1,20 @@
-"""The ``far_context`` check (PROTOCOL B5; not in the paper): a server must read the whole prompt.
+"""The ``far_context`` check (PROTOCOL B5; not in the paper): a server must read the whole prompt of every
+request, whichever it is.
 
-The held-out replays' carriers (:mod:`infbench.serving.carriers`) end with a repeat of ids from
-``distance`` positions back, which the reference, reading the whole prompt, tends to continue by copying;
-without the far ids its top-1 is another id at nearly every output position. Up to ``far_context_checks``
-answered post-warmup carriers of every final seed are scored: half of them those with the farthest sources
-(the replays' context-limit canaries: where a server that keeps only the end of a prompt fails first), the
-rest drawn with the operator's secret from the others. Each is scored as a fidelity suspect is
-(teacher-forced on what the server streamed, with its full prompt; a carrier fidelity already scored is not
-run again). A position is *clear* where the reference's top-1 log-probability exceeds the runner-up's by at
-least ``far_context_margin``: there the streamed id must be the top-1. The check fails when more than
-``far_context_max_miss_share`` of the clear positions miss it, or when no checked carrier has one.
+Up to ``far_context_checks`` answered post-warmup continuations of every final seed are drawn with the operator's
+secret, after the replay, uniformly from all of them: far-context carriers (:mod:`infbench.serving.carriers`,
+whose last ids repeat ids from ``distance`` back) and ordinary requests alike, so a server that finds the
+carriers by content (their last 16 ids occur earlier in the prompt) and is honest only there is checked on the
+others as often as they were served. Each is scored as a fidelity suspect is (teacher-forced on what the server
+streamed, with its full prompt; a continuation fidelity already scored is not run again). A position is *clear*
+where the reference's top-1 log-probability exceeds the runner-up's by at least ``far_context_margin``: there the
+streamed id must be the top-1. The check fails when more than ``far_context_max_miss_share`` of the clear
+positions miss it, or when no checked continuation has one.
 
-On SmolLM2-135M (docs/server_submission.md) honest llama.cpp (F16) streamed the float32 reference's top-1 at
-every one of 114 positions with a margin of at least 0.05 nats; a server that kept the last 64 ids missed it
-at 60 to 85% of the positions at every margin.
+On SmolLM2-135M (docs/server_submission.md) honest llama.cpp (F16) and S0 streamed the float32 reference's top-1
+at nearly every clear position, carriers or not; a server that kept the last 64 ids missed it at 60 to 85% of a
+carrier's clear positions and at about 40% of an ordinary prompt's (150 of 360: the next id still depends on ids
+more than 64 back).
 """
 
 from __future__ import annotations
@@ -26,13 +27,13 @@ from infbench.config.model import VerifySettings
 from infbench.serving.verify.fidelity import Candidate, Scores
 
 
-def select(carriers: list[Candidate], k: int, rng: np.random.Generator) -> list[tuple[Candidate, str]]:
-    """(carrier, why): the ``ceil(k / 2)`` farthest sources, then the rest of ``k`` drawn with ``rng``."""
-    ranked = sorted(carriers, key=lambda c: -c.carrier.distance)
-    far = ranked[: (k + 1) // 2]
-    rest = ranked[len(far) :]
-    drawn = [rest[int(i)] for i in rng.choice(len(rest), size=min(k - len(far), len(rest)), replace=False)]
-    return [(c, "farthest source") for c in far] + [(c, "drawn with the secret") for c in drawn]
+def select(replays: list[Candidate], k: int, rng: np.random.Generator) -> list[tuple[Candidate, str]]:
+    """(continuation, why): ``k`` drawn with ``rng`` from every post-warmup continuation (carriers or not)."""
+    drawn = rng.choice(len(replays), size=min(k, len(replays)), replace=False) if replays else []
+    return [
+        (replays[int(i)], "carrier, drawn with the secret" if replays[int(i)].carrier else "drawn with the secret")
+        for i in sorted(drawn)
+    ]
 
 
 def clear_misses(scores: Scores, margin: float) -> tuple[int, list[int]]:
@@ -46,13 +47,14 @@ def far_context(
 ) -> Check:
     carriers = [c for c in replays if c.carrier is not None]
     rows = []
-    for c, why in select(carriers, settings.far_context_checks, rng):
+    for c, why in select(replays, settings.far_context_checks, rng):
         positions, misses = clear_misses(c.scored(model), settings.far_context_margin)
         rows.append(
             {
                 "origin": c.origin,
                 "why": why,
-                "distance": c.carrier.distance,
+                "carrier": c.carrier is not None,
+                "distance": c.carrier.distance if c.carrier else None,
                 "prompt_tokens": c.prompt_tokens,
                 "output_tokens": len(c.output),
                 "clear_positions": positions,
@@ -68,6 +70,7 @@ def far_context(
         "carriers_answered": len(carriers),
         "replay_candidates": len(replays),
         "checked": len(rows),
+        "carriers_checked": sum(r["carrier"] for r in rows),
         "with_clear_positions": len(with_clear),
         "meeting_reference": sum(not r["misses"] for r in with_clear),
         "clear_positions": positions,
@@ -86,21 +89,20 @@ def far_context(
     if not positions:  # nothing vouched for: no check passes by default
         return result(
             False,
-            f"no clear position to check: {len(rows)} carriers checked of {len(carriers)} "
-            f"answered in {len(replays)} post-warmup continuations",
+            f"no clear position to check: {len(rows)} of {len(replays)} post-warmup continuations checked "
+            f"({len(carriers)} of them carriers)",
         )
-    span = f"sources {min(r['distance'] for r in rows)} to {max(r['distance'] for r in rows)} ids back"
+    checked = f"{len(rows)} continuations ({sum(r['carrier'] for r in rows)} carriers)"
     if missed > allowed * positions:
-        worst = max((r for r in rows if r["misses"]), key=lambda r: r["distance"])
+        worst = max((r for r in rows if r["misses"]), key=lambda r: len(r["misses"]))
+        where = f"source {worst['distance']} ids back" if worst["carrier"] else "not a carrier"
         return result(
             False,
-            f"{missed} of {positions} clear positions in {len(rows)} carriers ({span}) "
-            f"missed the reference's top-1 (at most {allowed:.0%} may), e.g. "
-            f"{worst['origin']} (source {worst['distance']} ids back) at output position "
-            f"{worst['misses'][0]}",
+            f"{missed} of {positions} clear positions in {checked} missed the reference's top-1 (at most "
+            f"{allowed:.0%} may), e.g. {worst['origin']} ({where}, {worst['prompt_tokens']} prompt ids) at output "
+            f"position {worst['misses'][0]}",
         )
     return result(
         True,
-        f"{len(rows)} carriers checked ({span}): {positions - missed} of {positions} clear "
-        f"positions streamed the reference's top-1",
+        f"{checked} checked: {positions - missed} of {positions} clear positions streamed the reference's top-1",
     )

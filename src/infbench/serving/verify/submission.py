@@ -53,7 +53,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from infbench.config.model import HealthPath, SandboxSettings
 from infbench.errors import ConfigError, InfbenchError, InputFileError
 from infbench.sandbox.launch import Sandboxed, SandboxRecord, SandboxUnavailable
-from infbench.sandbox.policy import base_env, python_policy
+from infbench.sandbox.policy import base_env, job_gpus, python_policy
 from infbench.sandbox.server import GGUF, MODEL, SERVER_IMPORTS, WORK, server_policy
 from infbench.sandbox.server import sandboxed as sandboxed_server
 from infbench.serving import servers
@@ -221,9 +221,11 @@ def running(
     log_path: str | Path,
     sandbox: SandboxSettings,
     cuda: bool = False,
+    charged_cpus: int | None = None,
 ) -> Iterator[Running]:
     """Launch the submission in its sandbox from ``workdir``, wait until healthy, yield it; always kill the
-    whole sandbox afterwards."""
+    whole sandbox afterwards. It runs on ``charged_cpus`` CPUs only and, with ``cuda``, sees ``launch.devices``
+    GPUs only (the first of the job's)."""
     models = _model_mounts(sub.command, launch)
     policy = server_policy(
         sub.requires,
@@ -232,6 +234,7 @@ def running(
         cuda=cuda,
         threads=launch.threads,
         settings=sandbox,
+        gpus=job_gpus()[: launch.devices] if cuda else None,
     )
     inner = launch.model_copy(
         update={
@@ -248,7 +251,13 @@ def running(
         log.flush()
         try:
             with sandboxed_server(
-                cmd, policy=policy, inner_port=inner.port, host=launch.host, settings=sandbox, log=log
+                cmd,
+                policy=policy,
+                inner_port=inner.port,
+                host=launch.host,
+                settings=sandbox,
+                log=log,
+                charged_cpus=charged_cpus,
             ) as (base_url, box):
                 try:
                     servers._wait_healthy(

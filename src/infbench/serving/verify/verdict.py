@@ -248,8 +248,11 @@ def _while_up(v: Verification, sub: submission.ServerSubmission, workdir: str, t
         job.serving, str(Path(job.model_dir).resolve()), str(Path(job.gguf).resolve()) if job.gguf else ""
     )
     started = time.perf_counter()
-    cuda = job.serving.deployment.accelerator == "gpu"
-    with submission.running(sub, launch, workdir, job.server_log, job.sandbox, cuda=cuda) as server:
+    dep = job.serving.deployment
+    cuda = dep.accelerator == "gpu"
+    with submission.running(
+        sub, launch, workdir, job.server_log, job.sandbox, cuda=cuda, charged_cpus=dep.devices * dep.cpus_per_device
+    ) as server:
         v.phases["launch"] = time.perf_counter() - started
         v.command, v.sandbox = server.command, server.sandbox
         v.add(
