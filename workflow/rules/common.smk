@@ -45,6 +45,7 @@ wildcard_constraints:
     system="[A-Za-z0-9._-]+",
     seed="[0-9]+",
     submission="[A-Za-z0-9._-]+",
+    engine="[A-Za-z0-9._-]+",
 
 
 # Digests kept between starts while the package is unchanged (src/infbench/code_digest.py).

@@ -96,6 +96,10 @@ def serving(section: ServingCore) -> None:
     ref = section.calibration.reference
     if ref not in known:
         raise ConfigError("serving.calibration.reference", f"unknown server '{ref}' (servers: {', '.join(known)})")
+    for i, engine in enumerate(section.calibration.baselines):
+        if engine not in known or engine == ref:
+            why = "the reference itself" if engine == ref else f"unknown server (servers: {', '.join(known)})"
+            raise ConfigError(f"serving.calibration.baselines[{i}]", f"'{engine}': {why}")
     for i, system in enumerate(section.systems):
         if system.server not in known:
             raise ConfigError(f"serving.systems[{i}].server", f"unknown server '{system.server}'")
