@@ -93,6 +93,8 @@ def serving(section: ServingCore) -> None:
     from infbench.serving.servers import LaunchVars, dry_run
 
     known = section.servers
+    for name, spec in known.items():
+        dry_run(name, spec, LaunchVars())
     ref = section.calibration.reference
     if ref not in known:
         raise ConfigError("serving.calibration.reference", f"unknown server '{ref}' (servers: {', '.join(known)})")
@@ -103,8 +105,6 @@ def serving(section: ServingCore) -> None:
     for i, system in enumerate(section.systems):
         if system.server not in known:
             raise ConfigError(f"serving.systems[{i}].server", f"unknown server '{system.server}'")
-    for name, spec in known.items():
-        dry_run(name, spec, LaunchVars())
     seeds = section.seeds
     disjoint_seeds(
         {
