@@ -58,6 +58,7 @@ def key(serving: ServingCore, workload_sha: str) -> str:
     calibration settings."""
     dumped = serving.model_dump(mode="json")
     parts = {k: dumped[k] for k in ("deployment", "replay", "calibration")}
+    del parts["calibration"]["baselines"]  # scored with the targets, never part of them
     parts["prompts"] = {k: dumped["workload"][k] for k in ("token_id_range", "marker_tokens", "far_context")}
     parts["reference_spec"] = dumped["servers"][serving.calibration.reference]
     parts["calibration_seeds"] = dumped["seeds"]["calibration"]
