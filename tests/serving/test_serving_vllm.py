@@ -32,12 +32,7 @@ def test_vllm_serves_greedy_token_ids_with_usage(tmp_path, smollm2_source):
     out, _ = smollm2_source
     spec = default_servers()["vllm"]
     # float32, as the transformers decoding below; eager: no compile at start
-    spec = spec.model_copy(
-        update={
-            "command": [*spec.command, "--enforce-eager", "--dtype", "float32"],
-            "env": {"VLLM_CPU_KVCACHE_SPACE": "1"},
-        }
-    )
+    spec = spec.model_copy(update={"command": [*spec.command, "--enforce-eager", "--dtype", "float32"]})
     launch = servers.LaunchVars(model_dir=str(out / "hf"), model_name="smollm2", context_limit=CONTEXT_LIMIT)
     assert servers.render("vllm", spec, launch)[0].endswith(".venv-vllm/bin/python")
     prompt = list(range(2000, 2024))

@@ -1351,6 +1351,9 @@ def default_servers() -> dict[str, ServerSpec]:
                 "--enable-prefix-caching",
             ],
             request_fields={"return_token_ids": True},
+            # the CPU build's KV cache in GiB (without it, it reserves 92% of the machine's memory and refuses to
+            # start on a shared one); the CUDA build ignores it
+            env={"VLLM_CPU_KVCACHE_SPACE": "1"},
         ),
         "sglang": ServerSpec(
             command=[
