@@ -5,3 +5,4 @@
 set -euo pipefail
 src="${INFBENCH_SRC:-.}"
 python -m pip install --no-deps -e "$src"
+python -m pip uninstall --yes torchvision torchaudio torchcodec

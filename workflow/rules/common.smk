@@ -65,6 +65,7 @@ wildcard_constraints:
     system="[A-Za-z0-9._-]+",
     seed="[0-9]+",
     submission="[A-Za-z0-9._-]+",
+    engine="[A-Za-z0-9._-]+",
 
 
 # Digests kept between starts while the package is unchanged (src/infbench/code_digest.py).
@@ -96,7 +97,11 @@ def gpus(rule):
 # runtime for the paper sources. A verification job's worker has verification.timeout_s for everything
 # (load, likelihood, probes, decode, accuracy gate); the job around it a half hour more.
 VERIFICATION_MINUTES = int(CFG.verification.timeout_s / 60) + 30
-LIKELIHOOD_ENV = "../../envs/vllm.yaml" if CFG.likelihood.backend == "vllm" else "../../envs/pipeline.yaml"
+LIKELIHOOD_ENV = (
+    "../../envs/pipeline.yaml"
+    if CFG.likelihood.backend != "vllm"
+    else "../../envs/vllm-cpu.yaml" if CFG.likelihood.device == "cpu" else "../../envs/vllm.yaml"
+)
 
 
 # Input and parameter functions of the rules (Snakemake's lint: functions live here, rules in their stage's file).

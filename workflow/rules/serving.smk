@@ -114,6 +114,33 @@ rule serving_calibrate:
         "../scripts/serving_calibrate.py"
 
 
+rule serving_baseline:
+    input:
+        **SERVING_MODEL,
+        sessions=LAYOUT.sessions(),
+        targets=LAYOUT.targets(),
+    output:
+        record=LAYOUT.baseline("{engine}"),
+        runs=directory(LAYOUT.baseline_runs("{engine}")),
+    log:
+        run="logs/serving/baseline_{engine}.log",
+        server="logs/serving/servers/baseline_{engine}.log",
+    benchmark:
+        "benchmarks/serving_baseline/{engine}.tsv"
+    conda:
+        "../../envs/pipeline.yaml"
+    threads: 2
+    resources:
+        mem_mb=8000,
+        runtime=SERVING_CALIBRATE_MINUTES,
+        gpu=SERVING_GPUS,
+    params:
+        code=code("serving_baseline", also_modules=SERVING_SERVER_MODULES),
+        serving=SERVING_CORE,
+    script:
+        "../scripts/serving_baseline.py"
+
+
 rule serving_replay:
     input:
         **SERVING_MODEL,
@@ -148,6 +175,7 @@ rule serving_table:
         targets=LAYOUT.targets(),
         # the development seeds' replays; the final seeds are held out for verification (serving_verify.smk)
         summaries=PLAN.serving_replays,
+        baselines=PLAN.serving_baselines,
     output:
         csv=report(
             LAYOUT.table("serving", "csv"),

@@ -34,9 +34,15 @@ def serving(section: ServingCore) -> None:
     """The serving section: known servers, disjoint seeds (launch specs are rendered by
     :func:`infbench.preflight.serving_specs`)."""
     known = section.servers
+    for name, spec in known.items():
+        dry_run(name, spec, LaunchVars())
     ref = section.calibration.reference
     if ref not in known:
         raise ConfigError("serving.calibration.reference", f"unknown server '{ref}' (servers: {', '.join(known)})")
+    for i, engine in enumerate(section.calibration.baselines):
+        if engine not in known or engine == ref:
+            why = "the reference itself" if engine == ref else f"unknown server (servers: {', '.join(known)})"
+            raise ConfigError(f"serving.calibration.baselines[{i}]", f"'{engine}': {why}")
     for i, system in enumerate(section.systems):
         if system.server not in known:
             raise ConfigError(f"serving.systems[{i}].server", f"unknown server '{system.server}'")

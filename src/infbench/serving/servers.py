@@ -1,9 +1,9 @@
 """Servers under test: launched from a spec, health-checked, always torn down, logs kept.
 
 A :class:`ServerSpec` is a command template whose ``{placeholders}`` are filled
-from :class:`LaunchVars` (``python``, ``host``, ``port``, ``model_dir``,
+from :class:`LaunchVars` (``python``, ``vllm_python``, ``host``, ``port``, ``model_dir``,
 ``gguf``, ``model_name``, ``threads``, ``context_limit``, ``devices``).
-``runnable: false`` marks specs (vLLM, SGLang on GPUs) that are only rendered
+``runnable: false`` marks specs (SGLang) that are only rendered
 and validated here (:func:`dry_run`).
 """
 
@@ -22,6 +22,7 @@ from pathlib import Path
 import httpx
 from pydantic import BaseModel, ConfigDict
 
+from infbench import vllm_env
 from infbench.config.model import ServerSpec, ServingCore
 from infbench.errors import ConfigError, InfbenchError
 
@@ -35,6 +36,7 @@ def url_at(base_url: str, path: str) -> str:
 class LaunchVars(BaseModel):
     model_config = ConfigDict(extra="forbid")
     python: str = sys.executable
+    vllm_python: str = str(vllm_env.vllm_python())
     host: str = "127.0.0.1"
     port: int = 0
     model_dir: str = ""

@@ -7,7 +7,8 @@ scored with the frozen latency targets) with its bootstrap 95% interval over ses
 rule's D and qualified share (``D_deadline``, ``f_deadline``: reported, never ranking;
 :mod:`infbench.serving.value`), and the completed timed requests. A row with fewer completed timed requests than
 ``serving.uncertainty.min_completed_requests`` shows no D, and says so; a system whose stream carried
-no token ids (counted by usage) is marked "unverified counts". The first row is the calibration baseline.
+no token ids (counted by usage) is marked "unverified counts". The first row is the calibration baseline, then
+one row per further reference engine (``serving.calibration.baselines``) at its own concurrency.
 """
 
 from __future__ import annotations
@@ -117,27 +118,35 @@ def measured(
     )
 
 
-def baseline(serving: ServingCore, settings: UncertaintySettings, targets: calibrate.TargetsRecord) -> ServingRow:
-    """The calibration baseline: the reference engine at its chosen c over the calibration seeds."""
-    m = measured(
-        serving,
-        settings,
-        [r.records for r in targets.runs],
-        targets.concurrency,
-        targets.targets,
-        f"baseline/{targets.reference}",
+def baseline(
+    serving: ServingCore,
+    settings: UncertaintySettings,
+    targets: calibrate.TargetsRecord,
+    engine: calibrate.BaselineRecord | None = None,
+) -> ServingRow:
+    """A calibration baseline: the reference engine (or a further reference ``engine``) at its chosen c over the
+    calibration seeds, scored with the frozen targets."""
+    name, c, runs = (
+        (targets.reference, targets.concurrency, targets.runs)
+        if engine is None
+        else (engine.engine, engine.concurrency, engine.runs)
     )
+    m = measured(serving, settings, [r.records for r in runs], c, targets.targets, f"baseline/{name}")
     return ServingRow(
         deployment=serving.deployment.name,
-        system=f"{targets.reference} (calibration baseline)",
-        concurrency=targets.concurrency,
-        seeds=",".join(str(r.seed) for r in targets.runs),
+        system=f"{name} (calibration baseline)",
+        concurrency=c,
+        seeds=",".join(str(r.seed) for r in runs),
         **m.model_dump(),
     )
 
 
 def rows(
-    serving: ServingCore, settings: UncertaintySettings, targets: calibrate.TargetsRecord, summaries: list[str]
+    serving: ServingCore,
+    settings: UncertaintySettings,
+    targets: calibrate.TargetsRecord,
+    summaries: list[str],
+    baselines: list[str] = (),
 ) -> list[ServingRow]:
     dep = serving.deployment.name
     groups: dict[tuple[str, int], list[replay_job.RunSummary]] = {}
@@ -145,6 +154,7 @@ def rows(
         s = replay_job.RunSummary.model_validate_json(Path(path).read_text())
         groups.setdefault((s.server, s.concurrency), []).append(s)
     out = [baseline(serving, settings, targets)]
+    out += [baseline(serving, settings, targets, calibrate.read_baseline(p, targets)) for p in baselines]
     for (server, c), group in sorted(groups.items()):
         m = measured(serving, settings, [s.records for s in group], c, targets.targets, f"{server}@{c}")
         out.append(
@@ -166,12 +176,13 @@ def write(
     sessions_path: str,
     summaries: list[str],
     *,
+    baselines: list[str] = (),
     csv_path: str,
     md_path: str,
     provenance_path: str,
 ) -> list[ServingRow]:
     targets = calibrate.read_targets(targets_path, serving, sessions_path)
-    table = rows(serving, uncertainty, targets, summaries)
+    table = rows(serving, uncertainty, targets, summaries, baselines)
     write_table(
         table,
         csv_path=csv_path,
@@ -184,6 +195,6 @@ def write(
             "tau_token_s": targets.targets.tau_token_s,
         },
         config={"serving": serving.model_dump(mode="json"), "uncertainty": uncertainty.model_dump(mode="json")},
-        inputs=replay_job.input_hashes(targets_path, sessions_path, *summaries),
+        inputs=replay_job.input_hashes(targets_path, sessions_path, *baselines, *summaries),
     )
     return table
