@@ -56,6 +56,23 @@ def _bench_transport(args) -> None:
     print(bench.run(device=args.device, shapes=shapes, dtype=args.dtype, requests=args.requests, out=args.out))
 
 
+def _bench_vllm_agreement(args) -> None:
+    from infbench.perf import vllm_agreement as bench
+
+    print(
+        bench.run(
+            args.model,
+            dtypes=args.dtype,
+            contexts=args.contexts,
+            rows=args.rows,
+            length=args.length,
+            n_last=args.n_last,
+            kv_cache_mib=args.kv_cache_mib,
+            out=args.out,
+        )
+    )
+
+
 def _bench_far_context(args) -> None:
     from infbench.config import files
     from infbench.errors import ConfigError
@@ -554,6 +571,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--requests", type=int, default=20, help="timed requests per transport and shape")
     p.add_argument("--out", default=None, help="also write the table (Markdown) here")
     p.set_defaults(func=_bench_transport)
+    p = sub.add_parser(
+        "bench-vllm-agreement", help="vLLM against transformers: teacher-forced log-probs of the same rows, per dtype"
+    )
+    p.add_argument("--model", default=LAYOUT.checkpoint("smollm2-135m"), help="the checkpoint (the embedded source)")
+    p.add_argument("--contexts", default=None, help="a contexts.parquet to take rows from (else random tokens)")
+    p.add_argument("--dtype", nargs="+", default=["float32", "bfloat16"])
+    p.add_argument("--rows", type=int, default=8)
+    p.add_argument("--length", type=int, default=128, help="tokens of each row")
+    p.add_argument("--n-last", type=int, default=64, help="positions scored at each row's end")
+    p.add_argument(
+        "--kv-cache-mib", type=int, default=512, help="vLLM's KV cache (one row of the model's length in float32)"
+    )
+    p.add_argument("--out", default=None, help="also write the table (Markdown) here")
+    p.set_defaults(func=_bench_vllm_agreement)
     p = sub.add_parser(
         "bench-far-context",
         help="how the reference, servers that keep only a prompt's end and llama.cpp continue "
