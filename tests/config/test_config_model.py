@@ -349,7 +349,15 @@ CHECKED = {
         "config key 'serving.systems[1].server': unknown server 'nope'",
     ),
     "bad launch placeholder": (
-        _embedded(**{"serving.servers": {"S0": {"command": ["x", "{nope}"]}, "llamacpp": {"command": ["y"]}}}),
+        _embedded(
+            **{
+                "serving.servers": {
+                    "S0": {"command": ["x", "{nope}"]},
+                    "llamacpp": {"command": ["y"]},
+                    "vllm": {"command": ["z"]},
+                }
+            }
+        ),
         "config key 'serving.servers.S0.command': bad placeholder 'nope'",
     ),
     "final seeds shared with development": (

@@ -34,8 +34,6 @@ def serving(section: ServingCore) -> None:
     """The serving section: known servers, disjoint seeds (launch specs are rendered by
     :func:`infbench.preflight.serving_specs`)."""
     known = section.servers
-    for name, spec in known.items():
-        dry_run(name, spec, LaunchVars())
     ref = section.calibration.reference
     if ref not in known:
         raise ConfigError("serving.calibration.reference", f"unknown server '{ref}' (servers: {', '.join(known)})")
