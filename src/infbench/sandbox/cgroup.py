@@ -184,11 +184,11 @@ class MemoryCgroup:
     def reclaim(self, quiet_s: float = 0.5, kernel_quiet_s: float = 3.0, limit_s: float = 10.0) -> int | None:
         """Ask the kernel to free what it can of this cgroup's memory (clean page cache, reclaimable kernel
         objects, lazily freed pages), again every 0.1 s until the charge has not fallen for ``quiet_s``, or for
-        ``kernel_quiet_s`` once it has freed more than 1 MiB of kernel memory (the rest may follow): dentries and inodes are freed
-        level by level after RCU grace periods (a directory's only once its entries are, an inode's only once its
-        pages are), with pauses of 1-2 s between levels on cgroup v1 (measured: a walk over 47,000 files left
-        30 MB for 1.3 s, then 1.9 MB for 2 s, then 0.4 MB). The bytes freed, or None where this kernel has no
-        way to ask."""
+        ``kernel_quiet_s`` once it has freed more than 1 MiB of kernel memory (the rest may follow): dentries
+        and inodes are freed level by level after RCU grace periods (a directory's only once its entries are,
+        an inode's only once its pages are), with pauses of 1-2 s between levels on cgroup v1 (measured: a walk
+        over 47,000 files left 30 MB for 1.3 s, then 1.9 MB for 2 s, then 0.4 MB). The bytes freed, or None
+        where this kernel has no way to ask."""
         start = time.monotonic()
         before = lowest = self._usage()
         kernel_before = self._kernel_bytes()
