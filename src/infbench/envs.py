@@ -18,6 +18,7 @@ Standard library only: it runs before anything is installed.
 from __future__ import annotations
 
 import argparse
+import functools
 import glob
 import os
 import re
@@ -25,6 +26,8 @@ import shlex
 import subprocess
 import sys
 import tomllib
+import urllib.error
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -153,9 +156,37 @@ def install(env: Environment, python: str, *, extras: tuple[str, ...] = ()) -> N
             *map(_expand, step.argv[:1]),
             "--quiet",
             "--disable-pip-version-check",
-            *map(_expand, step.argv[1:]),
+            *_reachable_links(list(map(_expand, step.argv[1:]))),
         ]
         subprocess.run(argv, check=True, env={**os.environ, **dict(step.env)})
+
+
+def _reachable_links(args: list[str]) -> list[str]:
+    """``args`` without the ``--find-links`` pages this machine cannot reach: pip would ask an unreachable page
+    about every requirement, five times each (about 20 minutes for vLLM's), where its own configured indexes
+    or wheel directories may hold the wheel."""
+    out = []
+    for i, arg in enumerate(args):
+        if arg == "--find-links" and not _reachable(args[i + 1]):
+            continue
+        if i > 0 and args[i - 1] == "--find-links" and not _reachable(arg):
+            continue
+        out.append(arg)
+    return out
+
+
+@functools.cache
+def _reachable(url: str) -> bool:
+    if not url.startswith(("http://", "https://")):
+        return True
+    try:
+        urllib.request.urlopen(urllib.request.Request(url, method="HEAD"), timeout=10).close()
+    except urllib.error.HTTPError:
+        return True  # it answered
+    except (OSError, ValueError) as exc:
+        print(f"infbench: {url} is unreachable ({exc}); pip's configured indexes are used without it", file=sys.stderr)
+        return False
+    return True
 
 
 def _shell(step: Step) -> str:
