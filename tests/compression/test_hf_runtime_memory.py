@@ -5,7 +5,9 @@ of its own per shape. Prompts of many lengths (the accuracy gate's) grew an hone
 55 MB and the 4-bit GPTQ baseline's by 65 MB, charged to ``S_res``: generation prefills in fixed blocks. The
 verification's own request shapes then still left the GPTQ baseline charged 32 MiB beyond its tensors, over
 the 16 MiB allowance (it failed ``storage_resident`` under its own limit): both workers now run them on a
-twin of the source before the package is read (compression.warm_up).
+twin of the source before the package is read (compression.warm_up). ``gate_consistency`` scores each gate
+answer after its prompt in one pass, one shape per item (about 2.7 MiB each: the embedded GPTQ baselines were
+charged 0.13 GiB beyond their tensors and failed ``storage_resident``): the warm-up runs those shapes too.
 """
 
 import numpy as np
@@ -34,8 +36,16 @@ def test_a_verification_and_prompts_of_many_lengths_leave_the_tensors_and_no_mor
     settings = VerificationSettings(
         score_batch_size=8, decode={"prompt_tokens": 128, "output_tokens": 4, "rounds": 1, "requests_per_round": 1}
     )
+    rng = np.random.default_rng(0)
+    gate_answers = zip(rng.choice(np.arange(20, 200), size=12, replace=False), rng.integers(2, 40, size=12))
     shapes = source_shapes(
-        src / "hf", rows=12, context_tokens=64, continuation_tokens=96, settings=settings, gate_batch=10
+        src / "hf",
+        rows=12,
+        context_tokens=64,
+        continuation_tokens=96,
+        settings=settings,
+        gate_batch=10,
+        gate_answers=[(int(p), int(a)) for p, a in gate_answers],
     )
     process = dict(
         sandbox=SandboxSettings(allow_unsandboxed=False, tmp_mb=256),
@@ -45,7 +55,6 @@ def test_a_verification_and_prompts_of_many_lengths_leave_the_tensors_and_no_mor
         timeout_s=600,
         warm_up=shapes,
     )
-    rng = np.random.default_rng(0)
     empty = EmptyWorkers().memory(**process)[0].counted_bytes
     with SubmissionProcess(pkg, vocab_size=49152, max_logits=8 * 96 * 49152, **process) as proc:
         tensors = proc.load()["inprocess_resident_bytes"]

@@ -17,6 +17,7 @@ import contextlib
 import json
 import time
 import traceback
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, Literal
@@ -126,15 +127,18 @@ def source_shapes(
     continuation_tokens: int,
     settings: VerificationSettings,
     gate_batch: int,
+    gate_answers: Iterable[tuple[int, int]] = (),
 ) -> SourceShapes:
     """The source's architecture and the shapes of what a measurement sends a worker: one-pass scoring
-    requests, the batches a generation prefills and steps (the likelihood revealed one token at a time, the
-    gate's batches, the timed decoding) (:mod:`infbench.compression.warm_up`)."""
+    requests (the likelihood set's batches; ``gate_answers``: the (prompt, answer) lengths that
+    ``gate_consistency`` scores one row at a time), the batches a generation prefills and steps (the likelihood
+    revealed one token at a time, the gate's batches, the timed decoding) (:mod:`infbench.compression.warm_up`)."""
     tokens = context_tokens + continuation_tokens
     sizes = sorted({len(b) for b in batches(rows, settings.score_batch_size)})
+    answers = sorted({(1, prompt + answer - 1, answer) for prompt, answer in gate_answers})
     return SourceShapes(
         config=json.loads((Path(source_checkpoint) / "config.json").read_text()),
-        scores=[(n, tokens - 1, continuation_tokens) for n in sizes],
+        scores=[*[(n, tokens - 1, continuation_tokens) for n in sizes], *answers],
         generations=[
             *[(n, context_tokens, 2) for n in sizes],
             (gate_batch, 64, gate_batch),
@@ -221,6 +225,10 @@ def _process(run: _Run, log: BinaryIO | None) -> dict:
     gate_batch = job.gate.answers.batch_size if job.gate else 1
     warm = None
     if settings.device == "cpu" and "transformers" in preload:  # on CUDA the worker warms up on its own
+        gate_answers = ()
+        if job.gate is not None:
+            _, prompts, tokens, _ = accuracy.source_answers(job.gate)
+            gate_answers = [(len(p), len(a)) for p, a in zip(prompts, tokens)]
         warm = source_shapes(
             job.source_checkpoint,
             rows=n,
@@ -228,6 +236,7 @@ def _process(run: _Run, log: BinaryIO | None) -> dict:
             continuation_tokens=m,
             settings=settings,
             gate_batch=gate_batch,
+            gate_answers=gate_answers,
         )
     batch = min(settings.score_batch_size, n)
     return dict(
