@@ -78,10 +78,17 @@ up() {
   head -c 1024 /dev/urandom > "$state/munge/munge.key"
   chmod 400 "$state/munge/munge.key"
   write_conf
-  # A link left by a cluster whose state is gone is stale and replaced.
-  if [ -e "$system_conf" ]; then
-    if [ "$(readlink "$system_conf")" != "$state/slurm.conf" ]; then
-      echo "$system_conf exists and is not this test cluster's; not touching it" >&2
+  # A link left by a test cluster that is not running (its state gone, or its slurmctld dead: a run killed
+  # before `down`) is stale and replaced; anything else is left alone.
+  if [ -L "$system_conf" ] || [ -e "$system_conf" ]; then
+    local other
+    other=$(dirname "$(readlink "$system_conf" || echo /nonexistent/x)")
+    if [ ! -L "$system_conf" ] || { [ -e "$other/slurm.conf" ] && ! grep -qx 'ClusterName=infbench-ci' "$other/slurm.conf"; }; then
+      echo "$system_conf exists and is not a test cluster's; not touching it" >&2
+      exit 1
+    fi
+    if [ "$other" != "$state" ] && [ -s "$other/slurmctld.pid" ] && kill -0 "$(cat "$other/slurmctld.pid")" 2>/dev/null; then
+      echo "$system_conf is the running test cluster's in $other; not touching it" >&2
       exit 1
     fi
   fi

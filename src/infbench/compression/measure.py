@@ -38,6 +38,7 @@ from infbench.compression.storage import ResidentMeasure, memory_cap, workspace_
 from infbench.compression.submission import GIB, Manifest, SubmissionError, check_tokenizer, load_manifest
 from infbench.compression.warm_up import SourceShapes
 from infbench.config.model import SandboxSettings, VerificationSettings
+from infbench.errors import InfbenchError
 from infbench.operator_secret import OperatorSecret
 from infbench.package_files import PackageFilesError, content_hash, package_bytes
 from infbench.provenance import collect as collect_provenance
@@ -216,8 +217,8 @@ def _over_every_limit(record: EvaluationRecord, limit_gib: float | None) -> bool
     return True
 
 
-def _process(run: _Run, log: BinaryIO | None) -> dict:
-    """The settings every worker of this measurement is started with."""
+def _process(run: _Run, log: BinaryIO | None, checking: bool) -> dict:
+    """The settings every worker of this measurement is started with (``checking``: the gate will run)."""
     job, settings, rows = run.job, run.settings, run.rows
     preload = preload_modules(job.package, run.manifest)
     n, context_tokens = rows.contexts.shape
@@ -225,10 +226,6 @@ def _process(run: _Run, log: BinaryIO | None) -> dict:
     gate_batch = job.gate.answers.batch_size if job.gate else 1
     warm = None
     if settings.device == "cpu" and "transformers" in preload:  # on CUDA the worker warms up on its own
-        gate_answers = ()
-        if job.gate is not None:
-            _, prompts, tokens, _ = accuracy.source_answers(job.gate)
-            gate_answers = [(len(p), len(a)) for p, a in zip(prompts, tokens)]
         warm = source_shapes(
             job.source_checkpoint,
             rows=n,
@@ -236,7 +233,7 @@ def _process(run: _Run, log: BinaryIO | None) -> dict:
             continuation_tokens=m,
             settings=settings,
             gate_batch=gate_batch,
-            gate_answers=gate_answers,
+            gate_answers=_gate_answer_shapes(job.gate) if checking and job.gate is not None else (),
         )
     batch = min(settings.score_batch_size, n)
     return dict(
@@ -250,6 +247,16 @@ def _process(run: _Run, log: BinaryIO | None) -> dict:
         max_logits=max(batch * m, gate_batch) * job.vocab_size,
         warm_up=warm,
     )
+
+
+def _gate_answer_shapes(gate: accuracy.GateJob) -> list[tuple[int, int]]:
+    """The (prompt, answer) lengths of the items ``gate_consistency`` scores; none where the gate's reference
+    cannot be read or was made with other questions (the gate then fails with its own error)."""
+    try:
+        _, prompts, tokens, _ = accuracy.source_answers(gate)
+    except (InfbenchError, KeyError):
+        return []
+    return [(len(p), len(a)) for p, a in zip(prompts, tokens)]
 
 
 def _memory_cap(run: _Run, baseline) -> int | None:
@@ -455,7 +462,7 @@ def measure(
             checking = job.verifying and not _over_every_limit(record, job.memory_limit_gib)
             if isinstance(log, (str, Path)):
                 log = stack.enter_context(open(log, "ab"))
-            process = _process(run, log)
+            process = _process(run, log, checking)
             # The measured worker imports its runtime while the empty worker is measured (both only import until
             # the package is loaded); its hard memory limit, which follows from the empty one, is set first.
             with SubmissionProcess(job.package, **process) as proc:
