@@ -156,12 +156,12 @@ def install(env: Environment, python: str, *, extras: tuple[str, ...] = ()) -> N
             *map(_expand, step.argv[:1]),
             "--quiet",
             "--disable-pip-version-check",
-            *_reachable_links(list(map(_expand, step.argv[1:]))),
+            *reachable_links(list(map(_expand, step.argv[1:]))),
         ]
         subprocess.run(argv, check=True, env={**os.environ, **dict(step.env)})
 
 
-def _reachable_links(args: list[str]) -> list[str]:
+def reachable_links(args: list[str]) -> list[str]:
     """``args`` without the ``--find-links`` pages this machine cannot reach: pip would ask an unreachable page
     about every requirement, five times each (about 20 minutes for vLLM's), where its own configured indexes
     or wheel directories may hold the wheel."""

@@ -145,7 +145,7 @@ def resolved(tmp_path_factory):
     for name, env in ENVIRONMENTS.items():
         # the env's wheel pages, and those pip is configured with here (this machine's own torch wheels)
         pages = [*env.find_links, *os.environ.get("PIP_FIND_LINKS", "").split()]
-        links = [flag for page in pages for flag in ("--find-links", page)]
+        links = envs.reachable_links([flag for page in pages for flag in ("--find-links", page)])
         installed = _compile([*env.requirements, *env.built], tmp_path_factory.mktemp(name), *links)
         if env.no_deps:
             installed |= _compile(list(env.no_deps), tmp_path_factory.mktemp(f"{name}-no-deps"), "--no-deps")
@@ -187,4 +187,4 @@ def test_an_unreachable_wheel_page_is_left_out_of_the_install():
     environment took 26 minutes on a machine without download.pytorch.org): a page that does not answer is
     dropped, a directory is kept."""
     args = ["install", "--find-links", "http://127.0.0.1:9/whl/", "--find-links", "/opt/wheels", "-e", ".[x]"]
-    assert envs._reachable_links(args) == ["install", "--find-links", "/opt/wheels", "-e", ".[x]"]
+    assert envs.reachable_links(args) == ["install", "--find-links", "/opt/wheels", "-e", ".[x]"]
