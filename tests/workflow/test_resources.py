@@ -101,7 +101,14 @@ PAPER_SOURCES = {"qwen3.5-122b-a10b": (122e9, 2), "nemotron-3.5-120b-a12b": (120
 H200_BYTES = 141e9
 PAPER_PROFILE = yaml.safe_load((REPO / "profiles/paper/config.yaml").read_text())
 # Rules whose runtime follows the config (verification.timeout_s, serving.replay), not the profile.
-RUNTIME_FROM_CONFIG = {"measure_candidate", "reference_search", "serving_calibrate", "serving_replay", "serving_verify"}
+RUNTIME_FROM_CONFIG = {
+    "measure_candidate",
+    "reference_search",
+    "serving_calibrate",
+    "serving_baseline",
+    "serving_replay",
+    "serving_verify",
+}
 # Rules that hold the whole BF16 source (on their GPUs, and at some point in host memory).
 HOLD_THE_SOURCE = [
     "source_model",
