@@ -34,6 +34,7 @@ GPU_RULES: dict[str, str] = {
     "measure_candidate": "verification.device",
     "reference_search": "verification.device",
     "serving_calibrate": "serving.deployment.accelerator",
+    "serving_baseline": "serving.deployment.accelerator",
     "serving_replay": "serving.deployment.accelerator",
     "serving_verify": "serving.deployment.accelerator",
 }
