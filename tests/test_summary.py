@@ -45,9 +45,9 @@ def _compression(task, method, verdict, score, f_v=None, gib=None):
     )
 
 
-def _served(system, verdict, d_at_c):
+def _served(system, verdict, d_at_c, d=None):
     text = dict.fromkeys(["counts", "checks_passed", "probes", "isolation", "resources", "cause"], "")  # empty cells
-    return _row(VerifiedRow, deployment="cpu", system=system, seeds="1000", verdict=verdict, D_at_c=d_at_c, **text)
+    return _row(VerifiedRow, deployment="cpu", system=system, seeds="1000", verdict=verdict, D=d, D_at_c=d_at_c, **text)
 
 
 def _summary(results: Path) -> subprocess.CompletedProcess:
@@ -86,8 +86,9 @@ def test_served_systems_with_d_and_its_interval(tmp_path):
         results,
         "serving_verified",
         [
-            _served("llamacpp (reference)", "reference", "0.5 [0.4, 0.6] @2"),
-            _served("S0", "verified", "0.7 [0.6, 0.8] @1"),
+            _served("llamacpp (reference)", "reference", "0.5 [0.4, 0.6] @2", 0.5),
+            _served("S0", "verified", "0.7 [0.6, 0.8] @1", 0.7),
+            _served("S1", "verified", "too few requests: 2 completed timed requests < 30 (D 0 [0, 0]) @1"),
             _served("cheat", "failed: fidelity", "not scored (fails fidelity)"),
         ],
     )
@@ -95,10 +96,14 @@ def test_served_systems_with_d_and_its_interval(tmp_path):
     assert out[1:5] == [
         "  1 failed: fidelity",
         "  1 reference",
-        "  1 verified",
+        "  2 verified",
         "  llamacpp (reference): D 0.5 [0.4, 0.6] @2",
     ]
-    assert out[5] == "  S0: D 0.7 [0.6, 0.8] @1" and not any("cheat" in line for line in out)
+    assert out[5:7] == [
+        "  S0: D 0.7 [0.6, 0.8] @1",
+        "  S1: too few requests: 2 completed timed requests < 30 (D 0 [0, 0]) @1",
+    ]
+    assert not any("cheat" in line for line in out)
 
 
 def test_missing_or_unreadable_tables_never_stop_it(tmp_path):

@@ -55,11 +55,16 @@ def _compression(rows: list[CompressionRow]) -> list[str]:
 
 def _verified(rows: list[VerifiedRow]) -> list[str]:
     scored = [r for r in rows if r.verdict.startswith(("verified", "reference"))]
-    return _verdicts([r.verdict for r in rows]) + [f"  {r.system}: D {r.D_at_c}" for r in scored]
+    return _verdicts([r.verdict for r in rows]) + [_served(r) for r in scored]
 
 
 def _development(rows: list[ServingRow]) -> list[str]:
-    return [f"  {r.system}: D {r.D_at_c}" for r in rows]
+    return [_served(r) for r in rows]
+
+
+def _served(r: ServingRow | VerifiedRow) -> str:
+    """``D [low, high] @c``, or why the row has no D (too few requests, a failed check)."""
+    return f"  {r.system}: {'' if r.D is None else 'D '}{r.D_at_c}"
 
 
 # table name, row model, title, its lines
