@@ -23,7 +23,7 @@ def _config(tmp_path, **likelihood):
     cfg = yaml.safe_load(QUICK.read_text())
     cfg["likelihood"].update(likelihood)
     path = tmp_path / "config.yaml"
-    path.write_text(yaml.safe_dump(cfg))
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False))  # in the file's order: a dict's order is in the params
     return path
 
 
