@@ -35,6 +35,7 @@ CASES = {
         "nope.jsonl: no such trace file or directory (--trace)",
     ),
     "a missing --config": (["check-config", "none.yaml"], "none.yaml: not a readable file"),
+    "summary without results/": (["summary"], "results: no such results directory (--results)"),
 }
 
 

@@ -455,6 +455,14 @@ def _check_server(args) -> None:
     print(f"{args.directory}: ok")
 
 
+def _summary(args) -> None:
+    from infbench import summary
+
+    if not Path(args.results).is_dir():
+        raise InfbenchError(f"{args.results}: no such results directory (--results)")
+    print("\n".join(summary.lines(args.results)) or f"{args.results}: no tables yet under {args.results}/tables/")
+
+
 def _replay_log(args) -> None:
     from infbench.runs import replay_log
 
@@ -543,6 +551,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("directory")
     p.add_argument("--config", default="config/config.yaml")
     p.set_defaults(func=_check_server)
+    p = sub.add_parser("summary", help="the verdicts and scores of a run's tables (printed at the end of a run)")
+    p.add_argument("--results", default="results", help="the run's results/ directory")
+    p.set_defaults(func=_summary)
     p = sub.add_parser("replay-log", help="append a replay's score to a run's replay_log.jsonl (docs/runs.md)")
     p.add_argument("summary", help=f"a replay summary JSON (e.g. {LAYOUT.replay('<system>', '<seed>', 'json')})")
     p.add_argument("--server", required=True, help="the server's code and configuration directory (hashed)")

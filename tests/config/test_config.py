@@ -86,3 +86,44 @@ def test_the_embedded_default_keeps_the_papers_verification_timeout():
     assert paper == 3600
     embedded = yaml.safe_load((REPO / "config/config.yaml").read_text())["verification"]
     assert embedded.get("timeout_s", paper) >= paper
+
+
+def _leaves(value, prefix=""):
+    """dotted key -> value of every leaf (a list is one leaf)."""
+    if isinstance(value, dict):
+        return {k: v for key, sub in value.items() for k, v in _leaves(sub, f"{prefix}{key}.").items()}
+    return {prefix.rstrip("."): value}
+
+
+# What the quick look (config/quick.yaml) may change of the embedded default: sizes, and which candidates and
+# systems run; never a formula
+QUICK_SIZES = (
+    "likelihood.contexts_per_set",
+    "likelihood.context_tokens",
+    "likelihood.continuation_tokens",
+    "likelihood.sample_batch_size",
+    "likelihood.score_batch_size",
+    "likelihood.bootstrap_resamples",
+    "compression.gguf_types",
+    "compression.imatrix.",
+    "compression.gptq.",
+    "verification.timeout_s",
+    "verification.score_batch_size",
+    "verification.decode.",
+    "runs.reference_search.candidates",
+    "answers.gsm8k.",
+    "answers.humaneval.",
+    "answers.triviaqa.",
+    "serving.workload.synthetic.sessions",
+    "serving.replay.warmup_s",
+    "serving.replay.window_s",
+    "serving.replay.request_timeout_s",
+    "serving.calibration.baselines",
+    "serving.systems",
+)
+
+
+def test_the_quick_look_changes_only_sizes_of_the_embedded_default():
+    embedded, quick = (_leaves(yaml.safe_load((REPO / f"config/{n}.yaml").read_text())) for n in ("config", "quick"))
+    changed = {k for k in embedded.keys() | quick.keys() if embedded.get(k) != quick.get(k)}
+    assert changed and {k for k in changed if not k.startswith(QUICK_SIZES)} == set()

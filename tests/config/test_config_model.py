@@ -76,26 +76,6 @@ def _moe(**changes: Any) -> dict[str, Any]:
     return _edit(_load(MOE), changes)
 
 
-def _pipeline() -> dict[str, Any]:
-    """As tests/workflow/test_pipeline.py builds it."""
-    from test_pipeline import (
-        SMALL,
-        SMALL_ANSWERS,
-        SMALL_COMPRESSION,
-        SMALL_SEARCH,
-        SMALL_VERIFICATION,
-    )
-
-    cfg = _embedded()
-    cfg.pop("serving")
-    cfg["likelihood"].update(SMALL)
-    cfg["answers"].update(SMALL_ANSWERS)
-    cfg["compression"].update(SMALL_COMPRESSION)
-    cfg["verification"].update(SMALL_VERIFICATION)
-    cfg["runs"]["reference_search"]["candidates"] = SMALL_SEARCH
-    return cfg
-
-
 MINIMAL = {
     "sources": {"smollm2-135m": {"origin": EMBEDDED_ORIGIN}},
     "tasks": [{"source": "smollm2-135m", "limit_gib": 0.1}],
@@ -109,7 +89,7 @@ CONFIGS: dict[str, Callable[[], dict[str, Any]]] = {
         for p in sorted((REPO / "config/paper").glob("*.yaml"))
     },
     "tiny": lambda: _embedded(**{f"likelihood.{k}": v for k, v in TINY.items()}),
-    "pipeline": _pipeline,
+    "quick": lambda: _load("config/quick.yaml"),
     "runs-pipeline": lambda: _embedded(runs={"dir": "runs", "reference_search": {"enabled": False}}),
     "serving-paper-defaults": lambda: _embedded(
         serving={"source": "smollm2-135m", "workload": {"trace": {"format": "weka", "path": "weka.jsonl"}}}

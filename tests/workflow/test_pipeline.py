@@ -1,4 +1,5 @@
-"""The embedded pipeline for real, at a small size: outputs, reruns, lint, failures."""
+"""The embedded pipeline for real, at a small size (the quick look, config/quick.yaml): outputs, reruns, lint,
+failures, the summary at the end."""
 
 import json
 import shutil
@@ -12,58 +13,27 @@ from conftest import REPO, planned_jobs, run_snakemake
 
 pytestmark = pytest.mark.slow
 
-SMALL = {
-    "contexts_per_set": 4,
-    "context_tokens": 32,
-    "continuation_tokens": 16,
-    "sample_batch_size": 4,
-    "score_batch_size": 4,
-    "bootstrap_resamples": 200,
-}
-# 2 questions per answer benchmark, token budgets capped (tests/evaluation/test_answers_model.py covers the real sizes)
-SMALL_ANSWERS = {
-    "gsm8k": {"n_questions": 2, "max_new_tokens": 64},
-    "humaneval": {"n_questions": 2, "max_new_tokens": 32},
-    "triviaqa": {"n_questions": 2, "max_new_tokens": 16},
-}
-
-
-# GPTQ runs packed weights through GPTQModel's CPU torch kernel, which dequantizes
-# on every forward pass: too slow for this test; tests/compression/test_gptq.py covers it.
-SMALL_COMPRESSION = {"gguf_types": ["Q4_0"], "gptq": {"enabled": False, "variants": []}}
-# the scripted reference search with two of its candidates (docs/runs.md)
-SMALL_SEARCH = [
-    {"name": "rtn-q4_0", "type": "Q4_0"},
-    {"name": "mixed-q5_0-embd-q4_0", "type": "Q5_0", "token_embd": "Q4_0"},
-]
 REFERENCE_RUN = "run-reference-search (scripted-reference, infbench.runs.reference_search)"
-SMALL_VERIFICATION = {
-    "device": "cpu",
-    "timeout_s": 600,
-    "score_batch_size": 4,
-    "decode": {"prompt_tokens": 16, "output_tokens": 4, "rounds": 1, "requests_per_round": 2, "warmup": 0},
-}
+# The quick look (README): the embedded default at tiny size, both tracks
+QUICK = REPO / "config/quick.yaml"
 
 
 def _config(tmp_path, **likelihood):
-    cfg = yaml.safe_load((REPO / "config/config.yaml").read_text())
-    cfg.pop("serving")  # the serving stages have their own pipeline test (test_serving_pipeline.py)
-    cfg["likelihood"].update(SMALL, **likelihood)
-    cfg["answers"].update(SMALL_ANSWERS)
-    cfg["compression"].update(SMALL_COMPRESSION)
-    cfg["verification"].update(SMALL_VERIFICATION)
-    cfg["runs"]["reference_search"]["candidates"] = SMALL_SEARCH
+    """The quick look with ``likelihood`` overrides."""
+    cfg = yaml.safe_load(QUICK.read_text())
+    cfg["likelihood"].update(likelihood)
     path = tmp_path / "config.yaml"
-    path.write_text(yaml.safe_dump(cfg))
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False))  # in the file's order: a dict's order is in the params
     return path
 
 
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory):
+    """The quick look, as the README runs it (on 2 cores): every stage of both tracks."""
     workdir = tmp_path_factory.mktemp("pipeline")
-    config = _config(workdir)
-    run_snakemake(workdir, "--cores", "2", "--configfile", str(config))
-    return workdir, config
+    proc = run_snakemake(workdir, "--cores", "2", "--configfile", str(QUICK))
+    (workdir / "run-output.txt").write_text(proc.stdout + proc.stderr)  # its summary (test_the_run_ends_with...)
+    return workdir, QUICK
 
 
 def test_tables_and_outputs(finished):
@@ -156,6 +126,31 @@ def test_new_submission_reruns_only_its_jobs(finished):
         shutil.rmtree(workdir / "submissions")
 
 
+def test_the_run_ends_with_its_summary(finished, monkeypatch):
+    """The workflow's onsuccess prints the summary of the tables it made: each verdict's count, the best verified
+    candidate per task, each system's D with its interval."""
+    from infbench import summary
+
+    workdir, _ = finished
+    monkeypatch.chdir(workdir)
+    printed = (workdir / "run-output.txt").read_text()
+    lines = summary.lines("results")
+    assert "\n".join(lines) in printed
+    compression = pd.read_csv("results/tables/compression.csv")
+    for verdict, n in compression["verdict"].value_counts().items():
+        assert f"  {n} {verdict}" in lines
+    for task, rows in compression.groupby("task"):
+        best = rows[rows["verdict"] == "verified"].sort_values("score").iloc[-1]
+        assert any(line.startswith(f"  best verified on {task}: {best['method']}, score ") for line in lines)
+    verified = pd.read_csv("results/tables/serving_verified.csv")
+    for verdict, n in verified["verdict"].value_counts().items():
+        assert f"  {n} {verdict}" in lines
+    scored = verified[verified["verdict"].str.startswith(("verified", "reference"))]
+    for r in [*scored.itertuples(), *pd.read_csv("results/tables/serving.csv").itertuples()]:
+        assert f"  {r.system}: {'D ' if pd.notna(r.D) else ''}{r.D_at_c}" in lines
+    assert lines[-1].startswith("Tables: results/tables/")
+
+
 def test_second_run_does_nothing(finished):
     workdir, config = finished
     proc = run_snakemake(workdir, "-n", "--configfile", str(config))
@@ -232,6 +227,9 @@ CAPTIONS = {
     "results/plots/reference_ppl.png": "reference_ppl",
     "results/tables/compression.csv": "compression_table",
     "results/plots/accuracy_vs_bits.png": "accuracy_vs_bits",
+    "results/tables/serving.csv": "serving_table",
+    "results/plots/serving_value_share.png": "serving_plot",
+    "results/tables/serving_verified.csv": "serving_verified_table",
 }
 
 
@@ -263,14 +261,17 @@ def test_report_opens_in_a_browser(finished, tmp_path):
     figures = {
         "results/plots/reference_ppl.png",
         "results/plots/accuracy_vs_bits.png",
+        "results/plots/serving_value_share.png",
         *(f"results/plots/runs/{n}.png" for n in PLOTTED),
     }
     tables = {
         "results/tables/reference.csv",
         "results/tables/compression.csv",
+        "results/tables/serving.csv",
+        "results/tables/serving_verified.csv",
         *(f"results/tables/runs/{n}.csv" for n in ANALYSES),
     }
-    assert view.categories == ["Agent runs", "CompressionBench"]
+    assert view.categories == ["Agent runs", "CompressionBench", "ServerBench"]
     assert {i.path for i in view.images} == figures
     for shown in view.images:
         assert (shown.width, shown.height) == Image.open(workdir / shown.path).size and shown.reachable, shown

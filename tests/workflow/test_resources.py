@@ -93,7 +93,9 @@ def test_every_rule_declares_memory_and_runtime(workdir):
             continue
         for resources in found:
             assert int(resources["mem_mb"]) > 0 and int(resources["runtime"]) > 0, rule
-            assert int(resources["gpu"]) == 0 if "gpu" in resources else True, rule
+            # the rules that may run on GPUs ask for none on the embedded default; the others never ask
+            assert resources.get("gpu") == ("0" if rule in GPU_RULES else None), (rule, resources)
+    assert set(GPU_RULES) - {"serving_verify"} <= set(jobs)  # no server submission in the embedded default
 
 
 # The paper's sources: parameters (BF16: 2 bytes each) and the GPUs that hold them in BF16 (sources.*.devices).

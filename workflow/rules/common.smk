@@ -136,3 +136,10 @@ def submission_files(wildcards):
     from infbench.serving.verify import submission as server_submission
 
     return server_submission.files(PLAN.serving_submissions[wildcards.submission])
+
+
+# At the end of a successful run: the verdicts and scores of the tables that exist (src/infbench/summary.py).
+onsuccess:
+    from infbench import summary  # its imports (pandas, the table rows) only after a run
+
+    summary.print_summary(LAYOUT.root)
