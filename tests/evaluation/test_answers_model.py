@@ -131,7 +131,11 @@ def test_reference_rule_is_planned_for_each_source(workdir):
             "config key 'answers.gsm8k.n_questions': 40 questions asked, the question pool has only 26",
         ),
         ("triviaqa: {n_questions: 26}", "triviaqa: {n_questions: 26, shots: 6}", "config key 'answers.triviaqa.shots'"),
-        ("humaneval: {n_questions: 26}", "humaneval: {n_questions: 26, shots: 3}", "0 was expected"),
+        (
+            "humaneval: {n_questions: 26}",
+            "humaneval: {n_questions: 26, shots: 3}",
+            "'answers.humaneval.shots': Input should be 0",
+        ),
     ],
 )
 def test_bad_answers_config_fails_before_any_job(tmp_path, old, new, expected):

@@ -38,8 +38,7 @@ EMBEDDED = {
     "gptq_variant": 1,
     "measure_candidate": 9,  # bf16, starter, 3 GGUF, 2 GPTQ baselines, the variant, the reference search's
     "verify": 18,  # 9 candidates x 2 tasks
-    "serving_baseline": 1,  # vLLM
-    "serving_replay": 3,  # S0, llama.cpp, vLLM on the final seed
+    "serving_replay": 2,  # S0, llama.cpp
 }
 QUICK = {
     **COMMON,

@@ -6,7 +6,7 @@ import re
 import pandas as pd
 import pytest
 import yaml
-from conftest import REPO, needs_vllm, planned_jobs, run_snakemake
+from conftest import REPO, planned_jobs, run_snakemake
 
 from infbench.vllm_env import vllm_python
 
@@ -52,7 +52,7 @@ def test_the_development_table_replays_the_development_seeds_only(tmp_path):
     )
     proc = run_snakemake(tmp_path, "-n", "results/tables/serving.md", "--configfile", str(config))
     replays = set(re.findall(r"results/serving/replays/(\w+)/seed(\d+)\.json", proc.stdout))
-    assert replays == {(s, d) for s in ("S0", "llamacpp", "vllm") for d in ("3", "4")}
+    assert replays == {(s, d) for s in ("S0", "llamacpp") for d in ("3", "4")}
     proc = run_snakemake(tmp_path, "-n", "results/tables/serving_verified.md", "--configfile", str(config))
     assert "results/serving/replays/" not in proc.stdout and planned_jobs(proc)["serving_verify"] == 2
 
@@ -81,11 +81,13 @@ def test_bad_serving_config_stops_before_any_job(tmp_path, changes, message):
 
 
 @pytest.mark.slow
-@needs_vllm()
 def test_tiny_serving_run(tmp_path):
+    """Calibration, a baseline engine scored with the reference's targets (S0 here: vLLM in its 1-CPU sandbox
+    completes nothing in these windows), the development replays, coverage and the table."""
     config = _config(
         tmp_path,
         **{
+            "serving.calibration.baselines": ["S0"],
             "serving.replay.warmup_s": 1,
             "serving.replay.window_s": 8,
             "serving.replay.request_timeout_s": 6,
@@ -101,13 +103,13 @@ def test_tiny_serving_run(tmp_path):
     table = pd.read_csv(tmp_path / "results/tables/serving.csv")
     assert list(table["system"]) == [
         "llamacpp (calibration baseline)",
-        "vllm (calibration baseline)",
+        "S0 (calibration baseline)",
         "S0",
         "llamacpp",
-        "vllm",
     ]
-    vllm = json.loads((tmp_path / "results/serving/calibration/baseline_vllm.json").read_text())
-    assert vllm["concurrency"] in (1, 2) and len(vllm["runs"]) == 2 and vllm["targets_key"] == targets["key"]
+    baseline = json.loads((tmp_path / "results/serving/calibration/baseline_S0.json").read_text())
+    assert baseline["concurrency"] in (1, 2) and len(baseline["runs"]) == 2
+    assert baseline["targets_key"] == targets["key"]
     assert (table["d_ci95_low"] <= table["d_ci95_high"]).all() and (table["g_ci95_low"] <= table["g_ci95_high"]).all()
     assert (table["d_ci95_high"] <= table["g_ci95_high"] + 1e-12).all() and (table["counts"] == "token ids").all()
     shown = table["D"].notna()  # a D only with enough completed timed requests; the row says why otherwise
@@ -115,12 +117,17 @@ def test_tiny_serving_run(tmp_path):
     assert table.loc[~shown, "D_at_c"].str.startswith("too few requests").all()
     assert (tmp_path / "results/plots/serving_value_share.png").stat().st_size > 5_000
     points = pd.read_csv(tmp_path / "results/plots/serving_value_share.csv")  # the figure's points
-    assert list(points["role"]) == ["calibration baseline", "system", "system", "system"]
+    assert list(points["role"]) == ["calibration baseline", "system", "system"]
     assert list(points["completed_requests"]) == list(table["completed_timed_requests"].drop(1))
     assert 0 <= table["f"][0] <= 1  # the baseline's share (mean over its seeds of D / G)
     cov = pd.read_csv(tmp_path / "results/serving/coverage.csv")
     assert (cov["seed_set"] == "scan").sum() == 128 and cov["pct_input_tokens"].notna().sum() == 4  # 1 + 1 + 2 seeds
-    for log in ["servers/calibrate.log", "servers/baseline_vllm.log", "servers/S0_seed0.log", "servers/vllm_seed0.log"]:
+    for log in [
+        "servers/calibrate.log",
+        "servers/baseline_S0.log",
+        "servers/S0_seed0.log",
+        "servers/llamacpp_seed0.log",
+    ]:
         assert (tmp_path / "logs/serving" / log).stat().st_size > 0
     proc = run_snakemake(tmp_path, "-n", *SERVING_TARGETS, "--configfile", str(config))
     assert "Nothing to be done" in proc.stdout + proc.stderr
