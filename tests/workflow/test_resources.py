@@ -77,7 +77,10 @@ def _job_resources(stdout: str) -> dict[str, list[dict[str, str]]]:
 
 
 def test_every_rule_declares_memory_and_runtime(workdir):
-    proc = run_snakemake(workdir, "-n", "--forceall")
+    config = yaml.safe_load((REPO / "config/config.yaml").read_text())
+    config["serving"]["calibration"]["baselines"] = ["S0"]  # the embedded default scores no baseline engine
+    (path := workdir / "with_baseline.yaml").write_text(yaml.safe_dump(config))
+    proc = run_snakemake(workdir, "-n", "--forceall", "--configfile", str(path))
     jobs = _job_resources(proc.stdout)
     assert set(jobs) >= {
         "source_model",

@@ -34,8 +34,7 @@ def test_embedded_plan(tmp_path):
         "serving_workload": 1,
         "serving_coverage": 1,
         "serving_calibrate": 1,
-        "serving_baseline": 1,
-        "serving_replay": 3,
+        "serving_replay": 2,
         "serving_table": 1,
     }
 
