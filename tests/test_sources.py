@@ -1,7 +1,13 @@
 """Materializing the embedded source for real (SmolLM2-135M from its wheel)."""
 
+import json
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
+from conftest import EMBEDDED_ORIGIN
 
 from infbench import gguf_twin, sources
 from infbench.errors import ConfigError, InputFileError
@@ -23,6 +29,28 @@ def test_embedded_source_checkpoint_and_record(smollm2_source):
         assert f.get_tensor("model.embed_tokens.weight").dtype.is_floating_point
         assert str(f.get_tensor("model.layers.0.self_attn.q_proj.weight").dtype) == "torch.bfloat16"
     assert sources.read_record(out / "source.json") == record
+
+
+def test_infbench_source_as_a_command_writes_the_same_checkpoint(smollm2_source, tmp_path):
+    out, record = smollm2_source
+    proc = subprocess.run(
+        [
+            str(Path(sys.executable).with_name("infbench")),
+            "source",
+            "smollm2-135m",
+            "--origin",
+            json.dumps(EMBEDDED_ORIGIN),
+        ]
+        + ["--out-dir", str(tmp_path / "hf"), "--record", str(tmp_path / "source.json")],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout == f"smollm2-135m: 134,515,008 parameters -> {tmp_path / 'hf'}\n"
+    written = sources.read_record(tmp_path / "source.json")
+    assert written.files == record.files and written.n_params == record.n_params
 
 
 def test_f16_twin_holds_the_checkpoint_values(smollm2_source, tmp_path):

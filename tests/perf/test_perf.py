@@ -10,6 +10,13 @@ from conftest import REPO, tiny_config
 from infbench.cli import main
 
 
+def _table(text: str) -> list[dict[str, str]]:
+    """The rows of the first Markdown table in ``text``, as column -> cell."""
+    lines = [line for line in text.splitlines() if line.startswith("|")]
+    header, *rows = ([cell.strip() for cell in line.strip("|").split("|")] for line in lines)
+    return [dict(zip(header, row, strict=True)) for row in rows if not set(row[0]) <= set("-:")]
+
+
 def test_stage_times_reads_a_runs_benchmarks_into_stages(tiny_run, capsys):
     workdir, _ = tiny_run
     assert main(["stage-times", "--benchmarks", str(workdir / "benchmarks")]) == 0
@@ -45,7 +52,15 @@ def test_bench_likelihood_on_a_tiny_checkpoint(tiny_source, capsys, tmp_path):
         )
         == 0
     )
-    assert out_md.read_text().strip() in capsys.readouterr().out
+    text = out_md.read_text()
+    assert text.strip() in capsys.readouterr().out
+    rows = {row["what"]: row for row in _table(text)}
+    assert set(rows) == {"bare forward, batch 2", "scorer, batch 2", "sampling, batch 2 (new tokens)"}
+    assert all(float(row["tokens_per_s"]) > 0 and float(row["seconds"]) > 0 for row in rows.values())
+    assert rows["sampling, batch 2 (new tokens)"]["tokens"] == "16"  # 2 contexts x 8 new tokens
+    assert float(rows["scorer, batch 2"]["vs"]) > 0 and float(rows["sampling, batch 2 (new tokens)"]["vs"]) > 0
+    # float32 on the CPU: the scorer's log-probs are the same arithmetic as the reference's
+    assert float(re.search(r"max \|diff\| (\S+)\n", text).group(1)) < 1e-4
 
 
 def test_bench_replay_against_the_instant_server(capsys):
@@ -68,8 +83,13 @@ def test_bench_replay_against_the_instant_server(capsys):
         )
         == 0
     )
-    out = capsys.readouterr().out
-    assert "added_ttft_p50_ms" in out and "client_cpu_pct" in out
+    rows = _table(capsys.readouterr().out)
+    assert [row["concurrency"] for row in rows] == ["1", "2"]
+    for row in rows:
+        assert row["failed"] == "0" and int(row["requests"]) > 0 and float(row["requests_per_s"]) > 0
+        assert 0 < float(row["added_ttft_p50_ms"]) <= float(row["added_ttft_p99_ms"])
+        assert 0 < float(row["send_to_server_p50_ms"]) <= float(row["send_to_server_p99_ms"])
+        assert 0 <= float(row["client_cpu_pct"]) <= 100 * 64
 
 
 @pytest.mark.slow
@@ -116,9 +136,13 @@ def test_bench_noop_rerun_times_planning_an_up_to_date_workflow(tmp_path, capsys
                 "--workdir",
                 str(tmp_path / "work"),
                 "--repeats",
-                "1",
+                "2",
             ]
         )
         == 0
     )
-    assert "snakemake -n" in capsys.readouterr().out
+    text = capsys.readouterr().out
+    assert "snakemake -n" in text
+    rows = _table(text)
+    assert [row["run"] for row in rows] == ["1", "2"] and all(row["nothing to be done"] == "True" for row in rows)
+    assert all(float(row["seconds"]) > 0 for row in rows)

@@ -3,6 +3,9 @@ failures, the summary at the end."""
 
 import json
 import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import headless_chromium
 import pandas as pd
@@ -286,3 +289,25 @@ def test_report_opens_in_a_browser(finished, tmp_path):
         rst = (REPO / f"workflow/report/{captions[path]}.rst").read_text().replace("``", "")
         assert " ".join(rst.split())[:60] in " ".join(caption.split()), path
     assert Image.open(screenshot).size == (1400, 800) and screenshot.stat().st_size > 30_000
+
+
+def test_infbench_reward_runs_as_a_command(finished, tmp_path):
+    """README's development loop: ``infbench reward`` on a package, against the run's search set; it prints the
+    record's summary and appends the same record to the log."""
+    workdir, config = finished
+    package = workdir / "results/candidates/smollm2-135m/gguf-Q4_0"
+    log = tmp_path / "reward_log.jsonl"
+    proc = subprocess.run(
+        [str(Path(sys.executable).with_name("infbench")), "reward", str(package), "--task", "smollm2-135m-0.12gib"]
+        + ["--config", str(config), "--results", str(workdir / "results"), "--log", str(log)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=workdir,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    printed = json.loads(proc.stdout)
+    (logged,) = [json.loads(line) for line in log.read_text().splitlines()]
+    assert printed["failed_check"] is None and printed["reward"] == logged["reward"] > 0
+    assert logged["reward"] == pytest.approx(10 * logged["f"])
+    assert logged["kind"] == "reward" and logged["task"] == "smollm2-135m-0.12gib"
