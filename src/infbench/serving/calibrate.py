@@ -114,6 +114,27 @@ def _scan(
     return scan, best, [_seed_run(r) for r in seed_runs]
 
 
+def _scored(
+    serving: ServingCore,
+    scan: dict[int, replay_job.RunSummary],
+    best: int,
+    per_seed: list[SeedRun],
+    targets: Targets,
+) -> dict:
+    """What the reference's record and a further engine's share: the scan, the chosen concurrency, its runs each
+    scored with ``targets`` (D) and their means over seeds."""
+    for r in per_seed:
+        r.D = replay_job.rescore(r.records, serving, targets).D
+    return dict(
+        concurrency_scan={c: r.score.G for c, r in scan.items()},
+        concurrency=best,
+        runs=per_seed,
+        baseline_p90_ttft_s=statistics.fmean(r.p90_ttft_s for r in per_seed),
+        baseline_p90_tpot_s=statistics.fmean(r.p90_tpot_s for r in per_seed),
+        baseline_D=statistics.fmean(r.D for r in per_seed),
+    )
+
+
 def calibrate(
     serving: ServingCore,
     sessions_path: str,
@@ -127,20 +148,13 @@ def calibrate(
     ref = serving.calibration.reference
     scan, best, per_seed = _scan(serving, sessions_path, ref, model_dir, gguf, out_dir, server_log, inputs)
     targets = Targets(tau_first_s=max(r.p90_ttft_s for r in per_seed), tau_token_s=max(r.p90_tpot_s for r in per_seed))
-    for r in per_seed:
-        r.D = replay_job.rescore(r.records, serving, targets).D
     record = TargetsRecord(
         key=key(serving, inputs[sessions_path]),
         deployment=serving.deployment.name,
         reference=ref,
-        concurrency_scan={c: r.score.G for c, r in scan.items()},
-        concurrency=best,
         targets=targets,
-        runs=per_seed,
-        baseline_p90_ttft_s=statistics.fmean(r.p90_ttft_s for r in per_seed),
-        baseline_p90_tpot_s=statistics.fmean(r.p90_tpot_s for r in per_seed),
-        baseline_D=statistics.fmean(r.D for r in per_seed),
         provenance=provenance.collect({"serving": serving.model_dump(mode="json")}, inputs),
+        **_scored(serving, scan, best, per_seed, targets),
     )
     atomic.write_json(targets_path, record.model_dump(mode="json"))
     return record
@@ -179,19 +193,12 @@ def baseline(
     scan, best, per_seed = _scan(
         serving, sessions_path, engine, model_dir, gguf, out_dir, server_log, inputs, frozen.targets
     )
-    for r in per_seed:
-        r.D = replay_job.rescore(r.records, serving, frozen.targets).D
     record = BaselineRecord(
         engine=engine,
         deployment=serving.deployment.name,
         targets_key=frozen.key,
-        concurrency_scan={c: r.score.G for c, r in scan.items()},
-        concurrency=best,
-        runs=per_seed,
-        baseline_p90_ttft_s=statistics.fmean(r.p90_ttft_s for r in per_seed),
-        baseline_p90_tpot_s=statistics.fmean(r.p90_tpot_s for r in per_seed),
-        baseline_D=statistics.fmean(r.D for r in per_seed),
         provenance=provenance.collect({"serving": serving.model_dump(mode="json"), "engine": engine}, inputs),
+        **_scored(serving, scan, best, per_seed, frozen.targets),
     )
     atomic.write_json(record_path, record.model_dump(mode="json"))
     return record
