@@ -10,6 +10,7 @@ import pytest
 import torch
 
 REPO = Path(__file__).resolve().parents[1]
+INFBENCH = str(Path(sys.executable).with_name("infbench"))  # the CLI of the environment running the tests
 SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
 EMBEDDED_ORIGIN = {
     "type": "python_package",

@@ -4,14 +4,11 @@ the workflow starts (src/infbench/preflight.py), so a dry run stops on it in sec
 
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO, run_snakemake
-
-INFBENCH = str(Path(sys.executable).with_name("infbench"))
+from conftest import INFBENCH, REPO, run_snakemake
 
 
 def _infbench(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:

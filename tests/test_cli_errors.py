@@ -2,13 +2,9 @@
 40, item 4): each command run as a user runs it, in an empty working directory."""
 
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
-from conftest import REPO
-
-INFBENCH = str(Path(sys.executable).with_name("infbench"))
+from conftest import INFBENCH, REPO
 
 # name -> (arguments, the start of the one line after "infbench: error: ")
 CASES = {

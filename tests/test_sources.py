@@ -2,12 +2,10 @@
 
 import json
 import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import EMBEDDED_ORIGIN
+from conftest import EMBEDDED_ORIGIN, INFBENCH
 
 from infbench import gguf_twin, sources
 from infbench.errors import ConfigError, InputFileError
@@ -35,7 +33,7 @@ def test_infbench_source_as_a_command_writes_the_same_checkpoint(smollm2_source,
     out, record = smollm2_source
     proc = subprocess.run(
         [
-            str(Path(sys.executable).with_name("infbench")),
+            INFBENCH,
             "source",
             "smollm2-135m",
             "--origin",

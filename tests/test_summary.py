@@ -1,15 +1,14 @@
 """``infbench summary`` (and the workflow's onsuccess): the verdicts and scores of the tables a run made."""
 
 import subprocess
-import sys
 from pathlib import Path
+
+from conftest import INFBENCH
 
 from infbench.layout import Layout
 from infbench.tables.compression import CompressionRow
 from infbench.tables.io import write_table
 from infbench.tables.serving_verified import VerifiedRow
-
-INFBENCH = str(Path(sys.executable).with_name("infbench"))
 
 
 def _row(model, **values):

@@ -3,14 +3,10 @@ key, the key meant (issue 40, item 1): through the workflow (a dry run) and `inf
 also names the line of a YAML syntax error (Snakemake reads --configfile before the workflow)."""
 
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO, run_snakemake
-
-INFBENCH = str(Path(sys.executable).with_name("infbench"))
+from conftest import INFBENCH, REPO, run_snakemake
 
 
 def _embedded() -> dict:

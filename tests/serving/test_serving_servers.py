@@ -1,11 +1,9 @@
 """The package's engines with the real embedded model: S0 launched as a process on loopback, llama.cpp's
 detokenizer against the source tokenizer."""
 
-import json
-
 import httpx
 import pytest
-import torch
+from serving_helpers import stream_completion, transformers_greedy
 
 from infbench.serving import servers
 
@@ -44,24 +42,13 @@ def test_s0_streams_greedy_token_ids_with_usage(tmp_path, smollm2_source):
             "ignore_eos": True,
             "stream_options": {"include_usage": True},
         }
-        chunks = []
-        with httpx.stream("POST", base + "/v1/completions", json=body, timeout=120) as r:
-            for line in r.iter_lines():
-                if line.startswith("data: ") and line != "data: [DONE]":
-                    chunks.append(json.loads(line[6:]))
+        chunks = stream_completion(base, body, timeout=120)
         too_long = httpx.post(base + "/v1/completions", json={"prompt": prompt, "max_tokens": 60}, timeout=60)
     ids = [i for c in chunks for ch in c["choices"] for i in ch["token_ids"]]
     assert chunks[-1]["usage"] == {"prompt_tokens": 24, "completion_tokens": 6, "total_tokens": 30}
     assert too_long.status_code == 400 and "context limit 64" in too_long.text
 
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(out / "hf", dtype=torch.float32).eval()
-    seq = list(prompt)
-    with torch.inference_mode():
-        for _ in range(6):  # plain greedy decoding, EOS not special
-            seq.append(int(model(torch.tensor([seq])).logits[0, -1].argmax()))
-    assert ids == seq[len(prompt) :]
+    assert ids == transformers_greedy(out / "hf", prompt, 6)
     assert "Uvicorn running" in (tmp_path / "s0.log").read_text() or (tmp_path / "s0.log").stat().st_size > 0
 
 

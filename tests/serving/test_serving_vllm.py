@@ -3,12 +3,10 @@ the config: started once with ``--enforce-eager`` (about 22 s on 2 idle cores, 1
 token ids with usage and the source tokenizer's text, decodes greedily as transformers does, generates exactly
 ``max_tokens`` with ``ignore_eos`` and refuses a prompt over its context limit."""
 
-import json
-
 import httpx
 import pytest
-import torch
 from conftest import needs_vllm
+from serving_helpers import stream_completion, transformers_greedy
 
 from infbench.config.model import default_servers
 from infbench.serving import servers
@@ -16,16 +14,6 @@ from infbench.serving import servers
 pytestmark = [pytest.mark.slow, needs_vllm()]
 
 CONTEXT_LIMIT = 256
-
-
-def _stream(base: str, body: dict) -> list[dict]:
-    chunks = []
-    with httpx.stream("POST", base + "/v1/completions", json=body, timeout=300) as r:
-        assert r.status_code == 200, r.read()
-        for line in r.iter_lines():
-            if line.startswith("data: ") and line != "data: [DONE]":
-                chunks.append(json.loads(line[6:]))
-    return chunks
 
 
 def test_vllm_serves_greedy_token_ids_with_usage(tmp_path, smollm2_source):
@@ -47,7 +35,7 @@ def test_vllm_serves_greedy_token_ids_with_usage(tmp_path, smollm2_source):
         **spec.request_fields,
     }
     with servers.launched("vllm", spec, launch, tmp_path / "vllm.log") as base:
-        chunks = _stream(base, body)
+        chunks = stream_completion(base, body, timeout=300)
         too_long = httpx.post(
             base + "/v1/completions",
             json={"model": "smollm2", "prompt": list(range(2000, 2000 + CONTEXT_LIMIT)), "max_tokens": 8},
@@ -59,13 +47,8 @@ def test_vllm_serves_greedy_token_ids_with_usage(tmp_path, smollm2_source):
     assert all(ch["token_ids"] for c in chunks for ch in c["choices"] if ch["text"]), "text without its ids"
     assert too_long.status_code == 400
 
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
 
     assert text == AutoTokenizer.from_pretrained(out / "hf").decode(ids, skip_special_tokens=False)
-    model = AutoModelForCausalLM.from_pretrained(out / "hf", dtype=torch.float32).eval()
-    seq = list(prompt)
-    with torch.inference_mode():
-        for _ in range(6):  # plain greedy decoding, EOS not special
-            seq.append(int(model(torch.tensor([seq])).logits[0, -1].argmax()))
-    assert ids == seq[len(prompt) :]
+    assert ids == transformers_greedy(out / "hf", prompt, 6)
     assert "vllm.entrypoints.openai.api_server" in (tmp_path / "vllm.log").read_text()

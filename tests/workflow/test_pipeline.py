@@ -4,15 +4,13 @@ failures, the summary at the end."""
 import json
 import shutil
 import subprocess
-import sys
-from pathlib import Path
 
 import headless_chromium
 import pandas as pd
 import pytest
 import snakemake_report
 import yaml
-from conftest import REPO, planned_jobs, run_snakemake
+from conftest import INFBENCH, REPO, planned_jobs, run_snakemake
 
 pytestmark = pytest.mark.slow
 
@@ -298,7 +296,7 @@ def test_infbench_reward_runs_as_a_command(finished, tmp_path):
     package = workdir / "results/candidates/smollm2-135m/gguf-Q4_0"
     log = tmp_path / "reward_log.jsonl"
     proc = subprocess.run(
-        [str(Path(sys.executable).with_name("infbench")), "reward", str(package), "--task", "smollm2-135m-0.12gib"]
+        [INFBENCH, "reward", str(package), "--task", "smollm2-135m-0.12gib"]
         + ["--config", str(config), "--results", str(workdir / "results"), "--log", str(log)],
         capture_output=True,
         text=True,
