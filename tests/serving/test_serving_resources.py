@@ -45,6 +45,26 @@ if __name__ == "__main__":
     http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
 """
 
+# A server that says which CPUs it and a child it started may run on.
+AFFINITY = """
+import http.server, json, os, subprocess, sys
+
+child = subprocess.run(
+    [sys.executable, "-c", "import os; print(sorted(os.sched_getaffinity(0)))"], capture_output=True, text=True
+).stdout
+
+
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = json.dumps({"server": sorted(os.sched_getaffinity(0)), "child": json.loads(child)})
+        self.send_response(200)
+        self.end_headers()
+        self.wfile.write(body.encode())
+
+
+http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
+"""
+
 
 def _cpuset_possible() -> str | None:
     from infbench.sandbox import cgroup, cpus
@@ -99,6 +119,25 @@ def test_a_pool_on_every_cpu_is_held_to_the_charged_cpus(tmp_path):
     assert resources.devices_scored(dep, record) == 1
     assert resources.describe(dep, record).startswith(f"1 of {len(cpus.job_cpus())} CPUs (cpuset), ")
     assert resources.describe(dep, record).endswith("d = 1")
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs to hold an engine to 1")
+def test_a_trusted_engine_runs_on_the_charged_cpus(tmp_path):
+    """The calibration reference and a development replay's server are launched on the CPUs a verified server is
+    charged for (devices x cpus_per_device, the first of the job's), from their first instruction: a server and
+    the child it starts run on that CPU only. (Their affinity, not a cpuset: a trusted engine does not widen it.)"""
+    from infbench.config.model import Deployment, ServerSpec
+    from infbench.sandbox import cpus
+    from infbench.serving import servers
+
+    (tmp_path / "affinity.py").write_text(AFFINITY)
+    charged = servers.charged_cpus(Deployment(devices=1, accelerator="cpu", cpus_per_device=1))
+    assert charged == cpus.job_cpus()[:1]
+    spec = ServerSpec(command=["{python}", str(tmp_path / "affinity.py"), "{port}"], startup_timeout_s=30)
+    with servers.launched("affinity", spec, servers.LaunchVars(), tmp_path / "affinity.log", charged) as base:
+        shown = json.loads(httpx.get(f"{base}/", timeout=10).text)
+    assert shown == {"server": charged, "child": charged}, shown
+    assert servers.describe_cpus(charged) == f"1 of {len(cpus.job_cpus())} CPUs (affinity)"
 
 
 def test_d_divides_by_the_devices_the_sandbox_allowed():

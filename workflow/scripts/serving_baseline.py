@@ -6,14 +6,16 @@ from infbench.config.model import ServingCore
 from infbench.serving import calibrate
 
 record = calibrate.baseline(
-    ServingCore.model_validate(snakemake.params.serving),
-    snakemake.wildcards.engine,
-    snakemake.input.sessions,
-    snakemake.input.targets,
-    snakemake.input.model_dir,
-    snakemake.input.gguf,
-    snakemake.output.runs,
-    snakemake.output.record,
-    snakemake.log.server,
+    calibrate.CalibrationJob(
+        serving=ServingCore.model_validate(snakemake.params.serving),
+        engine=snakemake.wildcards.engine,
+        sessions=snakemake.input.sessions,
+        targets=snakemake.input.targets,
+        model_dir=snakemake.input.model_dir,
+        gguf=snakemake.input.gguf,
+        runs_dir=snakemake.output.runs,
+        record=snakemake.output.record,
+        server_log=snakemake.log.server,
+    )
 )
 print(record.model_dump_json(exclude={"provenance"}), file=sys.stderr)

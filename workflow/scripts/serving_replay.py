@@ -16,6 +16,7 @@ with servers.launched(
     serving.servers[server],
     servers.LaunchVars.for_serving(serving, snakemake.input.model_dir, snakemake.input.gguf),
     snakemake.log.server,
+    servers.charged_cpus(serving.deployment),
 ) as base:
     summary = replay_job.replay_once(
         serving,

@@ -20,7 +20,7 @@ import json
 import statistics
 from pathlib import Path
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
 
 from infbench import atomic, provenance
 from infbench.config.model import ServingCore
@@ -45,6 +45,7 @@ class TargetsRecord(BaseModel):
     reference: str
     concurrency_scan: dict[int, float]
     concurrency: int
+    cpus: str  # what the engine ran on, e.g. "1 of 2 CPUs (affinity)"
     targets: Targets
     runs: list[SeedRun]
     baseline_p90_ttft_s: float
@@ -82,31 +83,42 @@ def _seed_run(summary: replay_job.RunSummary) -> SeedRun:
     return SeedRun(seed=summary.seed, records=summary.records, p90_ttft_s=s.p90_ttft_s, p90_tpot_s=s.p90_tpot_s, G=s.G)
 
 
+class CalibrationJob(BaseModel):
+    """What one ``serving_calibrate`` or ``serving_baseline`` job is given: the engine it scans, its inputs and
+    where its outputs go."""
+
+    model_config = ConfigDict(frozen=True)
+
+    serving: ServingCore
+    engine: str  # serving.calibration.reference, or a further engine of serving.calibration.baselines
+    sessions: str  # the workload's sessions
+    model_dir: str  # the source checkpoint (transformers)
+    gguf: str  # the source as GGUF ("" when the deployment has none)
+    runs_dir: str  # the scan's request records, one parquet file per concurrency and seed
+    record: str  # the targets record (reference) or the baseline record (JSON)
+    server_log: str
+    targets: str = ""  # a further engine's: the reference's frozen targets
+
+
 def _scan(
-    serving: ServingCore,
-    sessions_path: str,
-    engine: str,
-    model_dir: str,
-    gguf: str,
-    out_dir: str,
-    server_log: str,
-    inputs: dict[str, str],
-    targets: Targets | None = None,
+    job: CalibrationJob, inputs: dict[str, str], targets: Targets | None = None
 ) -> tuple[dict[int, replay_job.RunSummary], int, list[SeedRun]]:
-    """``engine`` replayed at every calibration concurrency on the first calibration seed, then at the one of
+    """``job.engine`` replayed at every calibration concurrency on the first calibration seed, then at the one of
     best gross value G (the lower on a tie) on the other seeds: the scan, that concurrency and its runs."""
-    sessions = workload.load(sessions_path)
+    serving = job.serving
+    sessions = workload.load(job.sessions)
     seeds = serving.seeds.calibration
-    out = Path(out_dir)
+    out = Path(job.runs_dir)
     out.mkdir(parents=True, exist_ok=True)
 
     def one(base: str, c: int, seed: int) -> replay_job.RunSummary:
         return replay_job.replay_once(
-            serving, sessions, engine, base, c, seed, str(out / f"c{c}_seed{seed}.parquet"), None, inputs, targets
+            serving, sessions, job.engine, base, c, seed, str(out / f"c{c}_seed{seed}.parquet"), None, inputs, targets
         )
 
+    launch = servers.LaunchVars.for_serving(serving, job.model_dir, job.gguf)
     with servers.launched(
-        engine, serving.servers[engine], servers.LaunchVars.for_serving(serving, model_dir, gguf), server_log
+        job.engine, serving.servers[job.engine], launch, job.server_log, servers.charged_cpus(serving.deployment)
     ) as base:
         scan = {c: one(base, c, seeds[0]) for c in serving.calibration.concurrencies}
         best = max(scan, key=lambda c: (scan[c].score.G, -c))
@@ -127,6 +139,7 @@ def _scored(
         r.D = replay_job.rescore(r.records, serving, targets).D
     return dict(
         concurrency_scan={c: r.score.G for c, r in scan.items()},
+        cpus=servers.describe_cpus(servers.charged_cpus(serving.deployment)),
         concurrency=best,
         runs=per_seed,
         baseline_p90_ttft_s=statistics.fmean(r.p90_ttft_s for r in per_seed),
@@ -135,28 +148,23 @@ def _scored(
     )
 
 
-def calibrate(
-    serving: ServingCore,
-    sessions_path: str,
-    model_dir: str,
-    gguf: str,
-    out_dir: str,
-    targets_path: str,
-    server_log: str,
-) -> TargetsRecord:
-    inputs = replay_job.input_hashes(sessions_path)
-    ref = serving.calibration.reference
-    scan, best, per_seed = _scan(serving, sessions_path, ref, model_dir, gguf, out_dir, server_log, inputs)
+def calibrate(job: CalibrationJob) -> TargetsRecord:
+    """Scan the reference engine, freeze the targets from its runs and write its record."""
+    serving = job.serving
+    if job.engine != serving.calibration.reference:
+        raise InfbenchError(f"calibrate: {job.engine} is not the reference ({serving.calibration.reference})")
+    inputs = replay_job.input_hashes(job.sessions)
+    scan, best, per_seed = _scan(job, inputs)
     targets = Targets(tau_first_s=max(r.p90_ttft_s for r in per_seed), tau_token_s=max(r.p90_tpot_s for r in per_seed))
     record = TargetsRecord(
-        key=key(serving, inputs[sessions_path]),
+        key=key(serving, inputs[job.sessions]),
         deployment=serving.deployment.name,
-        reference=ref,
+        reference=job.engine,
         targets=targets,
         provenance=provenance.collect({"serving": serving.model_dump(mode="json")}, inputs),
         **_scored(serving, scan, best, per_seed, targets),
     )
-    atomic.write_json(targets_path, record.model_dump(mode="json"))
+    atomic.write_json(job.record, record.model_dump(mode="json"))
     return record
 
 
@@ -167,6 +175,7 @@ class BaselineRecord(BaseModel):
     deployment: str
     targets_key: str
     concurrency_scan: dict[int, float]
+    cpus: str  # what the engine ran on, e.g. "1 of 2 CPUs (affinity)"
     concurrency: int
     runs: list[SeedRun]
     baseline_p90_ttft_s: float
@@ -175,32 +184,21 @@ class BaselineRecord(BaseModel):
     provenance: provenance.Provenance
 
 
-def baseline(
-    serving: ServingCore,
-    engine: str,
-    sessions_path: str,
-    targets_path: str,
-    model_dir: str,
-    gguf: str,
-    out_dir: str,
-    record_path: str,
-    server_log: str,
-) -> BaselineRecord:
-    """Calibrate ``engine`` as the reference is calibrated (its own c of best G) and score its runs with the
-    reference's frozen targets."""
-    frozen = read_targets(targets_path, serving, sessions_path)
-    inputs = replay_job.input_hashes(sessions_path, targets_path)
-    scan, best, per_seed = _scan(
-        serving, sessions_path, engine, model_dir, gguf, out_dir, server_log, inputs, frozen.targets
-    )
+def baseline(job: CalibrationJob) -> BaselineRecord:
+    """Calibrate a further engine as the reference is calibrated (its own c of best G) and score its runs with the
+    reference's frozen targets (``job.targets``)."""
+    serving = job.serving
+    frozen = read_targets(job.targets, serving, job.sessions)
+    inputs = replay_job.input_hashes(job.sessions, job.targets)
+    scan, best, per_seed = _scan(job, inputs, frozen.targets)
     record = BaselineRecord(
-        engine=engine,
+        engine=job.engine,
         deployment=serving.deployment.name,
         targets_key=frozen.key,
-        provenance=provenance.collect({"serving": serving.model_dump(mode="json"), "engine": engine}, inputs),
+        provenance=provenance.collect({"serving": serving.model_dump(mode="json"), "engine": job.engine}, inputs),
         **_scored(serving, scan, best, per_seed, frozen.targets),
     )
-    atomic.write_json(record_path, record.model_dump(mode="json"))
+    atomic.write_json(job.record, record.model_dump(mode="json"))
     return record
 
 

@@ -23,8 +23,9 @@ import httpx
 from pydantic import BaseModel, ConfigDict
 
 from infbench import vllm_env
-from infbench.config.model import ServerSpec, ServingCore
+from infbench.config.model import Deployment, ServerSpec, ServingCore
 from infbench.errors import ConfigError, InfbenchError
+from infbench.sandbox import cpus
 
 
 def url_at(base_url: str, path: str) -> str:
@@ -57,6 +58,18 @@ class LaunchVars(BaseModel):
             context_limit=serving.deployment.context_limit,
             devices=serving.deployment.devices,
         )
+
+
+def charged_cpus(deployment: Deployment) -> list[int]:
+    """The CPUs a trusted engine (the calibration reference, a development replay's server) runs on: as many as
+    a verified server is charged for (``devices x cpus_per_device``), the first of the job's, as the verified
+    server's cpuset takes them."""
+    return cpus.allot(deployment.devices * deployment.cpus_per_device)
+
+
+def describe_cpus(allowed: list[int]) -> str:
+    """e.g. ``1 of 2 CPUs (affinity)``."""
+    return f"{len(allowed)} of {len(cpus.job_cpus())} CPUs (affinity)"
 
 
 class ServerFailed(InfbenchError):
@@ -106,8 +119,12 @@ def stop(proc: subprocess.Popen, grace_s: float = 10.0) -> None:
 
 
 @contextlib.contextmanager
-def launched(name: str, spec: ServerSpec, launch: LaunchVars, log_path: str | Path) -> Iterator[str]:
-    """Start the server, wait until healthy, yield its base URL; always tear it down."""
+def launched(
+    name: str, spec: ServerSpec, launch: LaunchVars, log_path: str | Path, cpus: list[int] | None = None
+) -> Iterator[str]:
+    """Start the server, wait until healthy, yield its base URL; always tear it down. ``cpus``: the CPUs it runs
+    on (its affinity, set before it starts: a trusted engine is held to what a verified server is charged for;
+    None: all of the job's)."""
     if not spec.runnable:
         raise ConfigError(f"serving.servers.{name}.runnable", "this spec is validated only (dry run)")
     launch = launch.model_copy(update={"port": launch.port or free_port(launch.host)})
@@ -125,6 +142,7 @@ def launched(name: str, spec: ServerSpec, launch: LaunchVars, log_path: str | Pa
             stdin=subprocess.DEVNULL,
             env={**os.environ, **spec.env},
             start_new_session=True,
+            preexec_fn=None if cpus is None else lambda: os.sched_setaffinity(0, cpus),
         )
         try:
             _wait_healthy(name, proc, url_at(base, spec.health_path), spec.startup_timeout_s, log_path)

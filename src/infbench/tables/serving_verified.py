@@ -70,7 +70,7 @@ def rows(
             checks_passed="",
             probes="",
             isolation="operator's",
-            resources=f"d = {serving.deployment.devices}",
+            resources=f"{targets.cpus}, d = {serving.deployment.devices}",
             cause="",
         )
     ]
