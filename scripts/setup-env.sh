@@ -51,4 +51,8 @@ install libseccomp2; Fedora/RHEL: sudo dnf install libseccomp).
 MSG
 if [ "${1:-}" = "--tests" ]; then
   command -v chromium >/dev/null || apt_install chromium || echo "infbench: chromium is missing (the report test needs it)" >&2
+  # llama.cpp's own tools (llama-quantize reads the pipeline's imatrix file in a test), compiled once from the
+  # installed llama-cpp-python's sources and kept in ~/.cache/infbench/llama-tools (about 4.5 min on 2 cores).
+  command -v cmake >/dev/null || apt_install cmake || echo "infbench: cmake is missing (llama.cpp's tools need it)" >&2
+  .venv/bin/python -m infbench.llama_tools build >/dev/null
 fi
