@@ -12,6 +12,14 @@ CASES = {
         ["reward", str(REPO / "examples/starter_submission"), "--task", "smollm2-135m-0.1gib"],
         "results/sources/smollm2-135m/hf: the template",
     ),
+    "reward of a missing submission": (
+        ["reward", "nope", "--task", "smollm2-135m-0.1gib"],
+        "nope: not a submission directory (it does not exist)",
+    ),
+    "reward of a package directory before the search set is built": (
+        ["reward", str(REPO / "examples/servers/S0"), "--task", "smollm2-135m-0.1gib"],
+        "results/sources/smollm2-135m/source.json: smollm2-135m's search set is not built: run `snakemake",
+    ),
     "stage-times without benchmarks/": (["stage-times"], "benchmarks: no benchmark files here"),
     "replay-log on a missing summary": (
         ["replay-log", "nope.json", "--server", ".", "--log", "log.jsonl", "--wall-s", "1"],

@@ -363,7 +363,7 @@ def _reward(args) -> None:
     from infbench.compression import tasks, verification
     from infbench.compression.baselines.package import from_template
     from infbench.config import files
-    from infbench.errors import ConfigError
+    from infbench.errors import ConfigError, InputFileError
     from infbench.layout import Layout
 
     config = files.load(args.config)
@@ -371,7 +371,21 @@ def _reward(args) -> None:
     if args.task not in known:
         raise ConfigError("--task", f"unknown task '{args.task}' (tasks in {args.config}: {', '.join(known)})")
     results = Layout(args.results)
-    package = from_template(args.submission, results, known[args.task].source)
+    if not Path(args.submission).is_dir():
+        raise InputFileError(args.submission, "not a submission directory (it does not exist)")
+    source = known[args.task].source
+    package = from_template(args.submission, results, source)
+    search_set = [
+        results.source_record(source),
+        results.continuations(source, "search"),
+        results.reference_scores(source, "search"),
+        results.reference_top(source, "search"),
+    ]
+    missing = [str(f) for f in search_set if not Path(f).is_file()]
+    if missing:
+        raise InputFileError(
+            missing[0], f"{source}'s search set is not built: run `snakemake --cores all {' '.join(missing)}` first"
+        )
     record = verification.reward(
         str(package),
         known[args.task],
