@@ -375,13 +375,8 @@ def _reward(args) -> None:
         raise InputFileError(args.submission, "not a submission directory (it does not exist)")
     source = known[args.task].source
     package = from_template(args.submission, results, source)
-    search_set = [
-        results.source_record(source),
-        results.continuations(source, "search"),
-        results.reference_scores(source, "search"),
-        results.reference_top(source, "search"),
-    ]
-    missing = [str(f) for f in search_set if not Path(f).is_file()]
+    needed = [results.source_record(source), *verification.search_set(results, source).model_dump().values()]
+    missing = [f for f in needed if not Path(f).is_file()]
     if missing:
         raise InputFileError(
             missing[0], f"{source}'s search set is not built: run `snakemake --cores all {' '.join(missing)}` first"

@@ -63,6 +63,15 @@ def measure_for_pipeline(
     return measured
 
 
+def search_set(results: Layout, source: str) -> LikelihoodSet:
+    """The files of ``source``'s search set in the pipeline's results tree (the reward is scored on it)."""
+    return LikelihoodSet(
+        continuations=results.continuations(source, "search"),
+        reference_scores=results.reference_scores(source, "search"),
+        reference_top=results.reference_top(source, "search"),
+    )
+
+
 def reward(
     package: str,
     task: Task,
@@ -86,11 +95,7 @@ def reward(
         source_checkpoint=results.checkpoint(task.source),
         n_params=record.n_params,
         vocab_size=record.vocab_size,
-        scored=LikelihoodSet(
-            continuations=results.continuations(task.source, "search"),
-            reference_scores=results.reference_scores(task.source, "search"),
-            reference_top=results.reference_top(task.source, "search"),
-        ),
+        scored=search_set(results, task.source),
         settings=EvaluationSettings.for_job(settings, sandbox, threads),
         memory_limit_gib=task.limit_gib,
     )
