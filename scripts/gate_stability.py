@@ -10,11 +10,19 @@ question of each benchmark.
 ``verdicts``: for each secret and size, the questions the gate draws and each candidate's verdict
 ``A(a) >= rho * A(p)`` from those outcomes.
 
+``consistency``: ``gate_consistency`` of each package under the demo and each secret: the source's ``A(p)`` file
+for that secret computed as the pipeline's ``answers_reference`` does (kept in ``--out``), each package
+teacher-forced on the source's answers in one pass (the pipeline's own runtimes), its excess against the band
+around the ``E_v`` of its measured record (the demo secret's verification set).
+
     .venv/bin/python scripts/gate_stability.py answer --reference results/sources/smollm2-135m/hf \
         --out o/ref.json
     .venv/bin/python scripts/gate_stability.py answer --package results/candidates/smollm2-135m/gguf-Q4_0 \\
         --source results/sources/smollm2-135m/hf --out o/gguf-Q4_0.json
     .venv/bin/python scripts/gate_stability.py verdicts o/ref.json o/gguf-Q4_0.json
+    .venv/bin/python scripts/gate_stability.py consistency --source results/sources/smollm2-135m/hf \
+        --measured results/compression/smollm2-135m/measured --out o/consistency \
+        results/candidates/smollm2-135m/gguf-Q4_0 results/runs/reference-search/final
 """
 
 from __future__ import annotations
@@ -143,6 +151,69 @@ def verdicts(args) -> None:
             )
 
 
+def consistency(args) -> None:
+    import numpy as np
+    import torch
+
+    from infbench.compression import accuracy, integrity
+    from infbench.compression.harness.likelihood import answers_teacher_forced
+    from infbench.compression.runtimes import load_runner
+    from infbench.compression.submission import load_manifest
+
+    torch.set_num_threads(args.threads)
+    s, integrity_settings = settings(), files.load(REPO / "config/config.yaml").verification.integrity
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    jobs = {}
+    for value in [None, *SECRETS]:
+        name = value or "demo"
+        seed = held_out.question_seed(secret(value), s.seed)
+        reference = out / f"reference-{name}.json"
+        if not reference.exists():
+            start = time.perf_counter()
+            accuracy.compute_reference(
+                "source",
+                args.source,
+                s,
+                reference,
+                out / f"reference-{name}.parquet",
+                question_seed=seed,
+                sandbox=SandboxSettings(),
+                threads=args.threads,
+            )
+            print(f"A(p) under {name}: {time.perf_counter() - start:.0f} s", flush=True)
+        jobs[name] = accuracy.GateJob(
+            answers=s, reference_json=str(reference), source_checkpoint=args.source, label=name, question_seed=seed
+        )
+    rows = []
+    for package in map(Path, args.packages):
+        manifest = load_manifest(package)
+        record = Path(args.measured) / f"{package.name if package.name != 'final' else package.parent.name}.json"
+        checks = {c["name"]: c for c in json.loads(record.read_text())["checks"]}
+        e_v = checks["gate_consistency"]["evidence"]["verification_excess_nats_per_token"]
+        runner = load_runner(package, manifest, "cpu", args.threads)
+        for name, job in jobs.items():
+            ids, prompts, tokens, source_lp = accuracy.source_answers(job)
+            candidate = answers_teacher_forced(runner, prompts, tokens, batch_size=s.batch_size, one_pass=True)
+            check = integrity.gate_consistency(
+                [np.asarray(lp, dtype=np.float64) for lp in source_lp],
+                candidate,
+                ids,
+                verification_excess=e_v,
+                ratio=integrity_settings.gate_excess_ratio,
+                margin=integrity_settings.gate_excess_margin,
+            )
+            e = check.evidence
+            rows.append((record.stem, name, e["gate_excess_nats_per_token"], e_v, e["band"], e["items"], check.passed))
+            print(
+                f"{record.stem:24} {name:18} E_gate {e['gate_excess_nats_per_token']:.3f} E_v {e_v:.3f} "
+                f"ratio {e['gate_excess_nats_per_token'] / e_v:.2f} band [{e['band'][0]:.2f}, {e['band'][1]:.2f}] "
+                f"items {e['items']} {'pass' if check.passed else 'FAIL'}",
+                flush=True,
+            )
+    (out / "consistency.json").write_text(json.dumps(rows, indent=1))
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True)
@@ -155,8 +226,14 @@ def main() -> None:
     a.add_argument("--out", required=True)
     v = sub.add_parser("verdicts")
     v.add_argument("items", nargs="+", help="answer outputs, the reference's first")
+    c = sub.add_parser("consistency")
+    c.add_argument("--source", required=True, help="the BF16 source checkpoint")
+    c.add_argument("--measured", required=True, help="the source's measured/ directory (each package's E_v)")
+    c.add_argument("--threads", type=int, default=2)
+    c.add_argument("--out", required=True)
+    c.add_argument("packages", nargs="+", help="package directories (the pipeline's own runtimes)")
     args = p.parse_args()
-    answer(args) if args.command == "answer" else verdicts(args)
+    {"answer": answer, "verdicts": verdicts, "consistency": consistency}[args.command](args)
 
 
 if __name__ == "__main__":

@@ -167,19 +167,20 @@ def gate_job(answers, reference_json: Path, src: Path, question_seed: int = 0) -
     )
 
 
-def build_tiny_source(out: Path, smollm2_dir: Path) -> Path:
-    """A tiny Llama with SmolLM2's tokenizer under ``out``, its search and verification sets and reference scores."""
+def build_tiny_source(out: Path, smollm2_dir: Path, *, hidden_size: int = 32, heads: int = 4) -> Path:
+    """A tiny Llama with SmolLM2's tokenizer under ``out``, its search and verification sets and reference scores
+    (``hidden_size / heads``: its head size; vLLM's CPU attention takes 32 and more, not the default 8)."""
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
     model = LlamaForCausalLM(
         LlamaConfig(
             vocab_size=49152,
-            hidden_size=32,
-            intermediate_size=64,
+            hidden_size=hidden_size,
+            intermediate_size=2 * hidden_size,
             num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=2,
+            num_attention_heads=heads,
+            num_key_value_heads=heads // 2 or 1,
             max_position_embeddings=512,
             tie_word_embeddings=True,
         )

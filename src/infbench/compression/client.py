@@ -31,7 +31,7 @@ import torch
 
 from infbench.checks import CheckFailed
 from infbench.compression.harness.transport import LogitsBuffer, frame_bytes
-from infbench.compression.runtimes import optional_modules
+from infbench.compression.runtimes import WorkerLaunch, optional_modules
 from infbench.compression.warm_up import SourceShapes
 from infbench.compression.worker import IMPORTS
 from infbench.config.model import SandboxSettings
@@ -41,6 +41,7 @@ from infbench.sandbox.launch import Sandboxed, SandboxRecord, SandboxUnavailable
 from infbench.sandbox.policy import Policy, base_env, python_policy
 
 PACKAGE = "/package"  # where the worker sees its package
+DEFAULT_LAUNCH = WorkerLaunch()  # this interpreter, the worker profile
 
 
 class WorkerFailure(InfbenchError):
@@ -72,8 +73,9 @@ class SubmissionProcess:
         vocab_size: int | None = None,
         max_logits: int = 1,
         warm_up: SourceShapes | None = None,
+        launch: WorkerLaunch = DEFAULT_LAUNCH,
     ):
-        self.warm_up, self.max_logits = warm_up, max_logits
+        self.warm_up, self.max_logits, self.launch = warm_up, max_logits, launch
         self.package = Path(package).resolve() if package else None
         self.vocab_size, self._requests = vocab_size, 0
         self.sandbox_settings, self.preload, self.baseline = sandbox, list(preload), baseline
@@ -87,17 +89,20 @@ class SubmissionProcess:
     # -- start and stop --------------------------------------------------------------------------------
     def _policy(self, package: Path | None) -> Policy:
         modules = (*IMPORTS, *self.preload, *optional_modules(self.preload))
-        return python_policy(
+        policy = python_policy(
             modules=modules,
             mounts={PACKAGE: str(package)} if package else {},
-            env=base_env(self.threads),
+            env=base_env(self.threads, self.launch.python),
+            read_only=list(self.launch.read_only),
             cuda=self.device.startswith("cuda"),
             tmp_bytes=self.sandbox_settings.tmp_mb << 20,
+            python=None if self.launch.python == sys.executable else self.launch.python,
         )
+        return policy.model_copy(update={"seccomp": self.launch.seccomp})
 
     def _command(self) -> list[str]:
         cmd = [
-            sys.executable,
+            self.launch.python,
             "-m",
             "infbench.compression.worker",
             "--logits-fd",
@@ -111,6 +116,8 @@ class SubmissionProcess:
         ]
         if self.warm_up is not None:
             cmd += ["--warm-up", self.warm_up.model_dump_json()]
+        if self.launch.kv_cache_mib is not None:
+            cmd += ["--kv-cache-mib", str(self.launch.kv_cache_mib)]
         return cmd + (["--baseline"] if self.baseline else ["--package", self.policy.path(PACKAGE)])
 
     def _stage(self) -> Path | None:
@@ -355,11 +362,19 @@ class EmptyWorkers:
         device: str,
         threads: int,
         warm_up: SourceShapes | None,
+        launch: WorkerLaunch = DEFAULT_LAUNCH,
         **process,
     ) -> tuple[meter.MemoryUse, int | None]:
         """Host memory and (on CUDA) device memory of an empty worker with these settings; ``process``: the
         rest of :class:`SubmissionProcess`'s arguments (its log, deadline, vocabulary), which it does not hold."""
-        key = (sandbox.model_dump_json(), tuple(preload), device, threads, warm_up and warm_up.model_dump_json())
+        key = (
+            sandbox.model_dump_json(),
+            tuple(preload),
+            device,
+            threads,
+            warm_up and warm_up.model_dump_json(),
+            launch.model_dump_json(),
+        )
         if key not in self._measured:
             with SubmissionProcess(
                 None,
@@ -369,6 +384,7 @@ class EmptyWorkers:
                 device=device,
                 threads=threads,
                 warm_up=warm_up,
+                launch=launch,
                 **process,
             ) as empty:
                 self._measured[key] = empty.memory(), empty.device_memory()

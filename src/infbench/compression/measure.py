@@ -33,7 +33,7 @@ from infbench.compression.harness.likelihood import answers_teacher_forced, batc
 from infbench.compression.likelihood_files import TopLogProbs, read_continuations, read_top, stack
 from infbench.compression.package_api import TRUSTED
 from infbench.compression.records import EvaluationRecord
-from infbench.compression.runtimes import preload_modules
+from infbench.compression.runtimes import preload_modules, worker_launch
 from infbench.compression.storage import ResidentMeasure, memory_cap, workspace_bytes
 from infbench.compression.submission import GIB, Manifest, SubmissionError, check_tokenizer, load_manifest
 from infbench.compression.warm_up import SourceShapes
@@ -42,6 +42,7 @@ from infbench.errors import InfbenchError
 from infbench.operator_secret import OperatorSecret
 from infbench.package_files import PackageFilesError, content_hash, package_bytes
 from infbench.provenance import collect as collect_provenance
+from infbench.vllm_env import VllmEnvironmentMissing
 
 
 class EvaluationSettings(VerificationSettings):
@@ -237,6 +238,7 @@ def _process(run: _Run, log: BinaryIO | None, checking: bool) -> dict:
         )
     batch = min(settings.score_batch_size, n)
     return dict(
+        launch=worker_launch(run.manifest, vllm_kv_cache_mib=settings.vllm_kv_cache_mib),
         sandbox=settings.sandbox,
         preload=preload,
         device=settings.device,
@@ -274,7 +276,14 @@ def _memory_cap(run: _Run, baseline) -> int | None:
             n_last=run.rows.continuations.shape[1],
             vocab=job.vocab_size,
         ),
+        engine_workspace_bytes=_engine_workspace(run),
     )
+
+
+def _engine_workspace(run: _Run) -> int:
+    """What vLLM's engine holds beside a ``vllm`` package's model: its KV pool and buffers (0 elsewhere)."""
+    s = run.settings
+    return (s.vllm_kv_cache_mib + s.vllm_workspace_mib) << 20 if run.manifest.runtime == "vllm" else 0
 
 
 def _likelihood(run: _Run, proc: SubmissionProcess) -> None:
@@ -417,6 +426,7 @@ def _measure_worker(run: _Run, proc: SubmissionProcess, fresh: SubmissionProcess
         device_after_load=device_after_load,
         device_after_inference=device_after_inference,
         runtime_allowance_bytes=int(run.settings.runtime_allowance_mib * 2**20),
+        engine=run.manifest.runtime == "vllm",
     )
     record.s_res_load_bytes = record.resident.s_res_after_load
     record.s_res_after_inference_bytes = record.resident.s_res_after_inference
@@ -482,6 +492,8 @@ def measure(
             if fresh is not None:
                 with run.step("statefulness", phase="statefulness"):
                     record.checks.append(_statefulness(run, fresh))
+        except VllmEnvironmentMissing:
+            raise  # the machine's setup, not the package: no verdict
         except Exception as exc:
             _fail(run, exc)
     record.wall_s = time.monotonic() - start

@@ -33,7 +33,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-TRUSTED = ("hf", "llama.cpp")
+TRUSTED = ("hf", "llama.cpp", "vllm")
 """Runtimes whose inference code is infbench's: one-pass scoring, no state of the package's own."""
 
 

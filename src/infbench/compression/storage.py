@@ -34,6 +34,13 @@ The measured worker's cgroup has a hard limit (:func:`memory_cap`): the largest 
 under (or its package size, if larger: such a package fails ``storage_package`` anyway and is still measured),
 plus the baseline, the allowance and the temporary workspace of the largest request (:func:`workspace_bytes`;
 the protocol excludes temporary workspace from ``S_res``, so an honest package may use it during a call).
+A package of runtime ``vllm`` brings weights and no code: vLLM's engine and the pipeline's runtime code are all
+that run in its worker. The engine holds, beside the model, a KV pool it preallocates
+(``verification.vllm_kv_cache_mib``) and buffers it makes at its first requests (measured: about 150 MiB of
+shared memory and 45 MiB of heap for a 13 MB model), none of which an empty worker can have. Its ``S_res``
+is therefore the engine's own count of the tensors of the model it loaded (parameters and buffers, each
+storage once), and the outside figures are kept in the record beside it; its cap adds the KV pool and
+``verification.vllm_workspace_mib``.
 Beyond it the kernel kills the worker and the record fails ``memory_limit``.
 """
 
@@ -51,10 +58,22 @@ def workspace_bytes(workspace: MemoryWorkspace, *, batch: int, n_last: int, voca
 
 
 def memory_cap(
-    *, limit_bytes: int, s_pkg_bytes: int, baseline: MemoryUse, allowance_bytes: int, workspace_bytes: int
+    *,
+    limit_bytes: int,
+    s_pkg_bytes: int,
+    baseline: MemoryUse,
+    allowance_bytes: int,
+    workspace_bytes: int,
+    engine_workspace_bytes: int = 0,
 ) -> int:
-    """The hard memory limit of the measured worker's cgroup."""
-    return max(limit_bytes, s_pkg_bytes) + baseline.counted_bytes + allowance_bytes + workspace_bytes
+    """The hard memory limit of the measured worker's cgroup (``engine_workspace_bytes``: runtime ``vllm``)."""
+    return (
+        max(limit_bytes, s_pkg_bytes)
+        + baseline.counted_bytes
+        + allowance_bytes
+        + workspace_bytes
+        + engine_workspace_bytes
+    )
 
 
 class ResidentMeasure(BaseModel):
@@ -70,6 +89,7 @@ class ResidentMeasure(BaseModel):
     device_after_inference: int | None = None
     peak_rss_bytes: dict[str, int] = {}  # sampled every 10 ms, per request kind (load, logits, prefill, decode)
     runtime_allowance_bytes: int
+    engine: bool = False  # runtime vllm: S_res is the engine's count of the model's tensors (the outside figure kept)
 
     def outside(self, use: MemoryUse, device: int | None) -> int:
         """The sandbox's memory beyond the baseline's, on the host and (CUDA) the device."""
@@ -78,6 +98,8 @@ class ResidentMeasure(BaseModel):
         return max(0, host) + max(0, gpu)
 
     def _s_res(self, use: MemoryUse, device: int | None, inprocess: int) -> int:
+        if self.engine:
+            return inprocess
         return max(self.outside(use, device) - self.runtime_allowance_bytes, inprocess, 0)
 
     @property

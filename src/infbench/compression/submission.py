@@ -29,7 +29,7 @@ class Manifest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str
     source: str
-    runtime: Literal["hf", "llama.cpp", "python"]
+    runtime: Literal["hf", "llama.cpp", "vllm", "python"]
     weights: str
     tokenizer: str
     entrypoint: str | None = None
@@ -61,6 +61,8 @@ def load_manifest(package: str | Path) -> Manifest:
         raise SubmissionError(f"{path}: {fields}") from exc
     _inside(root, manifest.weights, "weights", path)
     _inside(root, manifest.tokenizer, "tokenizer", path)
+    if manifest.runtime == "vllm" and not (root / manifest.weights / "config.json").is_file():
+        raise SubmissionError(f"{path}: field 'weights': runtime vllm needs a transformers checkpoint directory")
     if manifest.runtime == "python":
         if not manifest.entrypoint or ":" not in manifest.entrypoint:
             raise SubmissionError(f"{path}: field 'entrypoint': runtime python needs 'file.py:factory'")

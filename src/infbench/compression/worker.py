@@ -127,13 +127,17 @@ class Requests:
 
 
 class Worker:
-    def __init__(self, package: Path, frames: FrameWriter, device: str, threads: int, access: AccessLog):
-        self.package, self.frames, self.device, self.threads, self.access = package, frames, device, threads, access
+    def __init__(self, package: Path, frames: FrameWriter, args: argparse.Namespace, access: AccessLog):
+        self.package, self.frames, self.access = package, frames, access
+        self.device, self.threads, self.kv_cache_mib = args.device, args.threads, args.kv_cache_mib
         self.runner = None
         self.runtime = None
 
     def _inprocess_resident(self) -> int:
-        """The package's live tensors and arrays, counted in this process: a second figure only."""
+        """The package's live tensors and arrays, counted in this process: a second figure only; for runtime
+        ``vllm`` (the pipeline's and vLLM's code only) the tensors of the model the engine loaded, ``S_res``."""
+        if self.runtime == "vllm":
+            return int(self.runner.model_bytes())
         native = getattr(self.runner, "native_resident_bytes", None)
         return inprocess_memory.resident_bytes(self.device, int(native()) if native else 0)
 
@@ -149,7 +153,9 @@ class Worker:
         manifest = load_manifest(self.package)
         self.runtime = manifest.runtime
         start = time.perf_counter()
-        self.runner = runtimes.load_runner(self.package, manifest, self.device, self.threads)
+        self.runner = runtimes.load_runner(
+            self.package, manifest, self.device, self.threads, kv_cache_mib=self.kv_cache_mib
+        )
         load_s = time.perf_counter() - start
         inprocess = self._inprocess_resident()
         trim_heap()
@@ -187,6 +193,7 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--preload", default="", help="comma-separated modules imported before anything else")
     p.add_argument("--baseline", action="store_true", help="import the runtime, load nothing, wait for exit")
     p.add_argument("--warm-up", default=None, help="the source's shapes to run on the CPU first (JSON, warm_up.py)")
+    p.add_argument("--kv-cache-mib", type=int, default=None, help="vLLM's KV cache (runtime vllm)")
     return p.parse_args(argv)
 
 
@@ -216,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
     package = args.package.resolve()
     access = AccessLog(allowed_roots(package))
     sys.addaudithook(access)
-    worker = Worker(package, FrameWriter(args.logits_fd), args.device, args.threads, access)
+    worker = Worker(package, FrameWriter(args.logits_fd), args, access)
     protocol.write(json.dumps({"ok": True, "ready": True}) + "\n")
     while (req := requests.next()) is not None:
         try:

@@ -325,6 +325,15 @@ class GptqVariant(Section):
     bits: Annotated[Bits, Field(description="Width of every quantized layer (but the low_bits layers).")]
     group_size: Annotated[Absent[Int], Field(ge=-1, description="Columns sharing one scale; -1: a whole row.")] = None
     damp_percent: Annotated[Absent[Number], Field(gt=0, description="Dampening added to the Hessian diagonal.")] = None
+    act_order: Annotated[
+        Absent[StrictBool],
+        Field(
+            description=(
+                "Quantize columns in order of decreasing activation (vLLM's CPU GPTQ kernels take only false, at "
+                "a group size that divides the rows: docs/vllm.md)."
+            )
+        ),
+    ] = None
     low_bits: Annotated[
         Absent[Bits],
         Field(
@@ -352,6 +361,11 @@ def _once(names: list[str]) -> None:
         raise PydanticCustomError(
             "baseline_twice", "{names} given twice: one candidate each", {"names": ", ".join(twice)}
         )
+
+
+def _twins_once(names: tuple[str, ...]) -> tuple[str, ...]:
+    _once(list(names))
+    return names
 
 
 def _variants_once(variants: tuple[GptqVariant, ...]) -> tuple[GptqVariant, ...]:
@@ -493,6 +507,18 @@ class CompressionSettings(Section):
         dict[Name, ReleasedGguf], Field(description="Released GGUF files run unchanged, by name.")
     ] = {}
     gptq: GptqSettings = GptqSettings()
+    vllm_twins: Annotated[
+        tuple[Name, ...],
+        AfterValidator(_twins_once),
+        Field(
+            description=(
+                "Baselines whose weights are verified a second time through vLLM 0.32.0 (runtime vllm), each a "
+                "candidate <name>-vllm beside <name>: bf16, gptq-<limit>gib or gptq-<variant> (transformers "
+                "checkpoints; vLLM's CPU GPTQ kernels take act_order false at a group size that divides the rows, "
+                "docs/vllm.md)."
+            )
+        ),
+    ] = ()
 
     @property
     def gguf_baselines(self) -> dict[str, GgufTypeSpec]:
@@ -606,6 +632,27 @@ class VerificationSettings(Section):
         ),
     ] = 16
     memory_workspace: MemoryWorkspace = MemoryWorkspace()
+    vllm_kv_cache_mib: Annotated[
+        Int,
+        Field(
+            ge=1,
+            description=(
+                "The KV cache vLLM preallocates for a package of runtime vllm; it must hold one sequence of the "
+                "model's length (SmolLM2: 8192 tokens, 180 MiB in BF16). Engine workspace: added to the "
+                "worker's memory cap, not to S_res (src/infbench/compression/storage.py)."
+            ),
+        ),
+    ] = 256
+    vllm_workspace_mib: Annotated[
+        Int,
+        Field(
+            ge=0,
+            description=(
+                "What vLLM's engine holds beside the model and its KV cache (buffers made at its first requests), "
+                "added to a vllm package's memory cap."
+            ),
+        ),
+    ] = 512
     score_batch_size: Annotated[Int, Field(ge=1, description="Rows scored at once.")] = 8
     bootstrap_resamples: Annotated[Int, Field(ge=100, description="Bootstrap resamples of the interval of F_v.")] = 1000
     seed: Annotated[Seed, Field(description="Seed of the bootstrap.")] = 0

@@ -19,7 +19,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from infbench.sandbox.runtime import pythonpath, runtime
+from infbench.sandbox.runtime import pythonpath, runtime, runtime_of
 
 SYSTEM_DIRS = ("/usr",)
 SYSTEM_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
@@ -50,7 +50,7 @@ class Policy(BaseModel):
     listen_fd: int | None = None  # a listening socket passed in (servers; see relay)
     distributions: tuple[str, ...] = ()  # "name==version" of the runtime's distributions
     hidden: dict[str, str] = {}  # runtime files left out or covered, and why
-    seccomp: Literal["worker", "server"] = "worker"  # the system calls allowed inside (.seccomp: sockets differ)
+    seccomp: Literal["worker", "server", "engine"] = "worker"  # the system calls allowed (.seccomp: sockets differ)
 
     def path(self, inside: str) -> str:
         """Where the process sees mount ``inside`` (or a path below it): there, or unsandboxed its host path."""
@@ -62,10 +62,10 @@ class Policy(BaseModel):
         return inside
 
 
-def base_env(threads: int) -> dict[str, str]:
-    """The allowlisted environment every sandboxed Python process starts from."""
+def base_env(threads: int, python: str = sys.executable) -> dict[str, str]:
+    """The allowlisted environment every sandboxed Python process (run by ``python``) starts from."""
     env = {
-        "PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin",
+        "PATH": f"{Path(python).parent}:/usr/local/bin:/usr/bin:/bin",
         "HOME": "/tmp",
         "TMPDIR": "/tmp",
         "LANG": "C.UTF-8",
@@ -120,13 +120,15 @@ def python_policy(
     gpus: list[int] | None = None,
     tmp_bytes: int | None = None,
     listen_fd: int | None = None,
+    python: str | None = None,
 ) -> Policy:
     """A policy for a Python program that imports ``modules`` (the runtime is their closure, :mod:`.runtime`).
     ``mounts``: inside path -> host path, read-only; ``read_only``: host paths bound at their own path;
-    ``gpus``: with ``cuda``, the only GPUs whose device nodes are bound (None: all)."""
+    ``gpus``: with ``cuda``, the only GPUs whose device nodes are bound (None: all); ``python``: the program's
+    interpreter where it is another environment's (its runtime is the closure in that environment)."""
     from infbench.sandbox import bwrap
 
-    rt = runtime(tuple(modules))
+    rt = runtime(tuple(modules)) if python is None else runtime_of(python, tuple(modules))
     system = [p for p in (*SYSTEM_DIRS, *ETC_FILES) if os.path.exists(p)]
     if cuda:
         system += [p for p in ("/sys",) if os.path.exists(p)]  # the driver's files are under /usr already

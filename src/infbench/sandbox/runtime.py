@@ -21,7 +21,9 @@ by content), and so is every file a distribution outside the closure installed t
 files anywhere under its prefix).
 
 The walk behind this takes about a second in an environment with torch; it is done once per process (a
-pipeline job) for each set of modules.
+pipeline job) for each set of modules. A program run by another environment's interpreter (the vLLM
+environment's, :mod:`infbench.vllm_env`) gets the runtime that interpreter computes for itself
+(:func:`runtime_of`: ``python -m infbench.sandbox.runtime MODULE...`` prints it).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ import importlib.machinery
 import importlib.metadata as md
 import os
 import site
+import subprocess
 import sys
 import sysconfig
 from collections import deque
@@ -309,6 +312,24 @@ def runtime(modules: tuple[str, ...], system: tuple[str, ...] = ("/usr",)) -> Ru
     return _runtime(tuple(modules), system, tuple(site_dirs()))
 
 
+@functools.lru_cache(maxsize=4)
+def runtime_of(python: str, modules: tuple[str, ...], system: tuple[str, ...] = ("/usr",)) -> Runtime:
+    """The runtime of a sandbox whose program ``python`` runs (another environment's interpreter): computed by
+    that interpreter, from its own site directories and distributions (cached per process)."""
+    if os.path.abspath(python) == os.path.abspath(sys.executable):  # a venv's python links to its base
+        return runtime(modules, system)
+    done = subprocess.run(
+        [python, "-m", "infbench.sandbox.runtime", "--system", ",".join(system), *modules],
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(pythonpath())},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"{python} could not list its sandbox runtime: {done.stderr.strip()[-2000:]}")
+    return Runtime.model_validate_json(done.stdout)
+
+
 @functools.lru_cache(maxsize=16)
 def _runtime(modules: tuple[str, ...], system: tuple[str, ...], site: tuple[str, ...]) -> Runtime:
     dirs = list(site)
@@ -335,3 +356,18 @@ def _runtime(modules: tuple[str, ...], system: tuple[str, ...], site: tuple[str,
         hidden_reasons=reasons,
         distributions=tuple(sorted(f"{d.metadata['Name']}=={d.version}" for d in dists)),
     )
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Print, as JSON, the runtime this interpreter's sandbox needs for the modules named (:func:`runtime_of`)."""
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m infbench.sandbox.runtime")
+    p.add_argument("--system", default="/usr", help="comma-separated directories the caller binds whole")
+    p.add_argument("modules", nargs="+")
+    args = p.parse_args(argv)
+    print(runtime(tuple(args.modules), tuple(filter(None, args.system.split(",")))).model_dump_json())
+
+
+if __name__ == "__main__":
+    main()

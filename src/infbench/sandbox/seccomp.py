@@ -24,7 +24,9 @@ or its count, and every way to read state that other sandboxes share:
   ``inotify``/``fanotify``, whose events on a shared file are every reader's;
 - a package worker opens Unix sockets only: on cgroup v1, TCP buffers are not charged to the memory cgroup
   (64 MiB queued on a loopback connection inside a sandbox were charged nothing), and a worker has no use for
-  a network. A server's profile adds IPv4, IPv6 and routing netlink sockets.
+  a network. A server's profile adds IPv4, IPv6 and routing netlink sockets, and so does an engine's: the
+  worker of the ``vllm`` runtime, whose code is vLLM's and the pipeline's only (the package brings weights, no
+  code), and whose one-process ``torch.distributed`` group opens a gloo TCP device on loopback.
 
 Memory that may be locked is bounded by ``RLIMIT_MEMLOCK`` (:data:`MEMLOCK_BYTES`), set before bubblewrap runs
 (:mod:`.launch`); the sandbox has no capability to raise it.
@@ -43,7 +45,7 @@ import tempfile
 from dataclasses import dataclass
 from typing import Literal
 
-Profile = Literal["worker", "server"]
+Profile = Literal["worker", "server", "engine"]
 
 MEMLOCK_BYTES = 64 << 10  # RLIMIT_MEMLOCK inside every sandbox (Docker's default): no runtime locks memory
 
@@ -410,7 +412,7 @@ class Only:
 def conditions(profile: Profile) -> dict[str, list[Only]]:
     """The argument filters: a call listed here is allowed where one of its rules holds."""
     sockets = [Only(0, values=(AF_UNIX,))]
-    if profile == "server":
+    if profile in ("server", "engine"):
         sockets += [Only(0, values=(AF_INET, AF_INET6)), Only(0, values=(AF_NETLINK,), then=(2, NETLINK_ROUTE))]
     return {
         "mmap": [Only(3, clear=MAP_HUGETLB)],

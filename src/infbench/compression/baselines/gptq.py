@@ -271,6 +271,7 @@ def variant_package(
     checkpoint = Path(checkpoint)
     group_size = variant.group_size if variant.group_size is not None else group_size
     damp_percent = variant.damp_percent if variant.damp_percent is not None else damp_percent
+    act_order = variant.act_order if variant.act_order is not None else act_order
     layer_bits = {}
     if variant.low_bits is not None:
         n_layers = AutoConfig.from_pretrained(checkpoint).num_hidden_layers

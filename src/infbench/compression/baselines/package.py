@@ -76,3 +76,29 @@ def bf16(checkpoint: str | Path, source: str, out_dir: str | Path) -> None:
         description=f"{source}'s BF16 checkpoint, unchanged, through transformers",
     )
     write_package(out_dir, manifest, lambda tmp: shutil.copytree(checkpoint, tmp / manifest.weights))
+
+
+def vllm_twin(package: str | Path, out_dir: str | Path) -> None:
+    """``package`` (a transformers checkpoint of the pipeline's own: BF16 or GPTQ) with runtime ``vllm``: a copy
+    of the same weights, run by vLLM's engine instead of transformers (``compression.vllm_twins``; docs/vllm.md)."""
+    package = Path(package)
+    theirs = yaml.safe_load((package / MANIFEST).read_text())
+    manifest = Manifest.model_validate(
+        {
+            **theirs,
+            "name": f"{theirs['name']}-vllm",
+            "runtime": "vllm",
+            "description": f"{theirs.get('description', theirs['name'])}; run by vLLM 0.32.0 (the same weights)",
+        }
+    )
+
+    def fill(tmp: Path) -> None:  # copies: a package holds its own bytes (no hard link out of it)
+        for item in package.iterdir():
+            if item.name == MANIFEST:
+                continue
+            if item.is_dir():
+                shutil.copytree(item, tmp / item.name)
+            else:
+                shutil.copy2(item, tmp / item.name)
+
+    write_package(out_dir, manifest, fill)

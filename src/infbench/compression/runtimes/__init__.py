@@ -10,7 +10,11 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import sys
 from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
 
 from infbench.compression.submission import Manifest
 
@@ -38,6 +42,8 @@ def preload_modules(package: Path, manifest: Manifest) -> list[str]:
     modules, those of a transformers checkpoint in ``weights``, and a ``python`` package's own ``preload``."""
     if manifest.runtime == "llama.cpp":
         return ["numpy", "llama_cpp", "llama_cpp._internals"]
+    if manifest.runtime == "vllm":  # the engine's own imports (its model code is imported at load)
+        return ["numpy", "torch", "vllm", "vllm.entrypoints.llm"]
     modules = ["numpy", "torch", *_transformers_modules(package / manifest.weights)]
     if manifest.runtime == "python":
         modules += manifest.preload
@@ -55,7 +61,40 @@ def optional_modules(preload: list[str]) -> list[str]:
     return [m for top, extra in OPTIONAL.items() if top in tops for m in extra]
 
 
-def load_runner(package: Path, manifest: Manifest, device: str, threads: int):
+class WorkerLaunch(BaseModel):
+    """How the workers of a runtime start (the measured one and its empty twin alike): the Python that runs
+    them, their system-call profile (:mod:`infbench.sandbox.seccomp`) and, for ``vllm``, its KV cache."""
+
+    model_config = ConfigDict(frozen=True)
+    python: str = sys.executable
+    seccomp: Literal["worker", "engine"] = "worker"
+    kv_cache_mib: int | None = None
+    read_only: tuple[str, ...] = ()  # host paths bound read-only at their own path, beyond the runtime
+
+
+def worker_launch(manifest: Manifest, *, vllm_kv_cache_mib: int) -> WorkerLaunch:
+    """``vllm``: the vLLM environment's interpreter (vLLM pins its own torch and transformers,
+    :mod:`infbench.vllm_env`) under the engine profile (loopback sockets: vLLM's code only runs there), with
+    the host's CPU topology readable; every other runtime: this interpreter under the worker profile."""
+    if manifest.runtime == "vllm":
+        from infbench.vllm_env import require_vllm_python
+
+        return WorkerLaunch(
+            python=str(require_vllm_python()),
+            seccomp="engine",
+            kv_cache_mib=vllm_kv_cache_mib,
+            # vLLM's CPU worker reads the CPU topology (lscpu) and NUMA nodes' memory before it starts
+            read_only=tuple(p for p in ("/sys/devices/system/cpu", "/sys/devices/system/node") if Path(p).exists()),
+        )
+    return WorkerLaunch()
+
+
+def load_runner(package: Path, manifest: Manifest, device: str, threads: int, *, kv_cache_mib: int | None = None):
+    """``manifest``'s runner over ``package``; ``kv_cache_mib``: the size of vLLM's KV cache (runtime ``vllm``)."""
+    if manifest.runtime == "vllm":
+        from infbench.compression.runtimes.vllm import VllmRunner
+
+        return VllmRunner(package / manifest.weights, device, kv_cache_mib=kv_cache_mib)
     if manifest.runtime == "hf":
         from infbench.compression.runtimes.hf import HFRunner
 

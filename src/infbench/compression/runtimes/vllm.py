@@ -17,7 +17,9 @@ sampler uses). Nothing vLLM samples is used: the pipeline takes every argmax and
   are the cached blocks of the same tokens): vLLM's offline API has no way to feed a token the caller chose into
   a running request, so every step is a short request (slower than vLLM's own decoding loop: docs/compression.md).
 - ``release()``: drops the prefix cache. The KV cache itself is vLLM's preallocated pool, kept for the engine's
-  life: :meth:`kv_cache_bytes` says its size, which ``S_res`` leaves out (:mod:`infbench.compression.storage`).
+  life (:meth:`kv_cache_bytes`). ``S_res`` of a ``vllm`` package is :meth:`model_bytes`, the tensors of the
+  model the engine loaded; what the engine holds besides (the KV pool, its buffers) is its workspace
+  (:mod:`infbench.compression.storage`).
 """
 
 from __future__ import annotations
@@ -67,8 +69,13 @@ class VllmRunner:
         self._rows: list[list[int]] | None = None
 
     def kv_cache_bytes(self) -> int:
-        """Bytes of vLLM's preallocated KV cache (left out of ``S_res``)."""
+        """Bytes of vLLM's preallocated KV cache (engine workspace)."""
         return self._kv_bytes
+
+    def model_bytes(self) -> int:
+        """Bytes of the tensors of the model the engine loaded (its parameters and buffers, each storage once):
+        the package's ``S_res`` (:mod:`infbench.compression.storage`)."""
+        return int(self.llm.collective_rpc(_model_bytes)[0])
 
     def _generate(self, prompts: list[list[int]], prompt_logprobs: bool) -> list:
         from vllm import SamplingParams
@@ -154,3 +161,15 @@ def _tensors(value):
     elif isinstance(value, dict):
         for v in value.values():
             yield from _tensors(v)
+
+
+def _model_bytes(worker) -> int:
+    """In the (in-process) worker: bytes of the loaded model's parameters and buffers, each storage once."""
+    seen, total = set(), 0
+    model = worker.model_runner.model
+    for tensor in [*model.parameters(), *model.buffers()]:
+        storage = tensor.untyped_storage()
+        if storage.data_ptr() not in seen:
+            seen.add(storage.data_ptr())
+            total += storage.nbytes()
+    return total
