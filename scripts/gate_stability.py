@@ -12,8 +12,9 @@ question of each benchmark.
 
 ``consistency``: ``gate_consistency`` of each package under the demo and each secret: the source's ``A(p)`` file
 for that secret computed as the pipeline's ``answers_reference`` does (kept in ``--out``), each package
-teacher-forced on the source's answers in one pass (the pipeline's own runtimes), its excess against the band
-around the ``E_v`` of its measured record (the demo secret's verification set).
+teacher-forced on the source's answers in one pass (the pipeline's own runtimes; an item several secrets draw
+once), its excess against the band around the ``E_v`` of its measured record (the demo secret's verification
+set).
 
     .venv/bin/python scripts/gate_stability.py answer --reference results/sources/smollm2-135m/hf \
         --out o/ref.json
@@ -185,6 +186,7 @@ def consistency(args) -> None:
         jobs[name] = accuracy.GateJob(
             answers=s, reference_json=str(reference), source_checkpoint=args.source, label=name, question_seed=seed
         )
+    answers = {name: accuracy.source_answers(job) for name, job in jobs.items()}
     rows = []
     for package in map(Path, args.packages):
         manifest = load_manifest(package)
@@ -192,12 +194,26 @@ def consistency(args) -> None:
         checks = {c["name"]: c for c in json.loads(record.read_text())["checks"]}
         e_v = checks["gate_consistency"]["evidence"]["verification_excess_nats_per_token"]
         runner = load_runner(package, manifest, "cpu", args.threads)
-        for name, job in jobs.items():
-            ids, prompts, tokens, source_lp = accuracy.source_answers(job)
-            candidate = answers_teacher_forced(runner, prompts, tokens, batch_size=s.batch_size, one_pass=True)
+        # an item the secrets share (the TriviaQA-style pool, HumanEval draws) is teacher-forced once
+        unique = {i: (p, a) for ids, prompts, tokens, _ in answers.values() for i, p, a in zip(ids, prompts, tokens)}
+        start = time.perf_counter()
+        forced = dict(
+            zip(
+                unique,
+                answers_teacher_forced(
+                    runner,
+                    [p for p, _ in unique.values()],
+                    [a for _, a in unique.values()],
+                    batch_size=s.batch_size,
+                    one_pass=True,
+                ),
+            )
+        )
+        print(f"{record.stem}: {len(unique)} items teacher-forced in {time.perf_counter() - start:.0f} s", flush=True)
+        for name, (ids, _, _, source_lp) in answers.items():
             check = integrity.gate_consistency(
                 [np.asarray(lp, dtype=np.float64) for lp in source_lp],
-                candidate,
+                [forced[i] for i in ids],
                 ids,
                 verification_excess=e_v,
                 ratio=integrity_settings.gate_excess_ratio,
@@ -211,7 +227,8 @@ def consistency(args) -> None:
                 f"items {e['items']} {'pass' if check.passed else 'FAIL'}",
                 flush=True,
             )
-    (out / "consistency.json").write_text(json.dumps(rows, indent=1))
+        (out / "consistency.json").write_text(json.dumps(rows, indent=1))
+        del runner
 
 
 def main() -> None:

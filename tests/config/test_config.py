@@ -107,6 +107,7 @@ QUICK_SIZES = (
     "compression.gguf_types",
     "compression.imatrix.",
     "compression.gptq.",
+    "compression.vllm_twins",
     "verification.timeout_s",
     "verification.score_batch_size",
     "verification.decode.",

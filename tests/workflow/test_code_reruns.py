@@ -18,7 +18,7 @@ from infbench import code_digest
 from infbench.perf import noop_rerun
 
 COPIED = ["Snakefile", "workflow", "config", "envs", "examples", "src"]
-VERIFICATION = {"measure_candidate": 9, "verify": 18, "compression_table": 1, "operator_secret": 1}
+VERIFICATION = {"measure_candidate": 11, "verify": 22, "compression_table": 1, "operator_secret": 1}
 RUNS = {"reference_search": 1, "ingest_run": 1, "runs_analysis": 1}
 
 

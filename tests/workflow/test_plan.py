@@ -36,8 +36,9 @@ EMBEDDED = {
     "gguf_imatrix_baseline": 1,  # IQ3_S
     "gptq_baseline": 2,  # one per task
     "gptq_variant": 1,
-    "measure_candidate": 9,  # bf16, starter, 3 GGUF, 2 GPTQ baselines, the variant, the reference search's
-    "verify": 18,  # 9 candidates x 2 tasks
+    "vllm_twin": 2,  # bf16 and the variant through vLLM
+    "measure_candidate": 11,  # bf16, starter, 3 GGUF, 2 GPTQ baselines, the variant, 2 vLLM twins, the search's
+    "verify": 22,  # 11 candidates x 2 tasks
     "serving_replay": 2,  # S0, llama.cpp
 }
 QUICK = {
@@ -54,3 +55,19 @@ QUICK = {
 )
 def test_the_plan_per_rule(workdir, args, expected):
     assert planned_jobs(run_snakemake(workdir, "-n", *args)) == expected
+
+
+def test_a_vllm_twin_of_no_transformers_baseline_stops_planning_naming_the_key(workdir, tmp_path):
+    """compression.vllm_twins names baselines whose weights vLLM runs again: a GGUF one is refused at start."""
+    import yaml
+    from conftest import REPO
+
+    cfg = yaml.safe_load((REPO / "config/config.yaml").read_text())
+    cfg["compression"]["vllm_twins"] = ["bf16", "gguf-Q4_0"]
+    config = tmp_path / "twins.yaml"
+    config.write_text(yaml.safe_dump(cfg))
+    proc = run_snakemake(workdir, "-n", "--configfile", str(config), check=False)
+    assert proc.returncode != 0
+    out = proc.stdout + proc.stderr
+    assert "config key 'compression.vllm_twins.gguf-Q4_0': not a transformers baseline this config builds" in out
+    assert "Traceback" not in out

@@ -7,8 +7,8 @@ runtimes, GPTQModel), llama.cpp through llama-cpp-python, the servers (uvicorn w
 relay) and the HumanEval judge's standard-library interpreter; on CUDA the NVIDIA driver's library needs
 ``ioctl`` and ``mmap`` on its device files (not yet run under the filter). It was built by running each of them
 under this filter with the default action set to *log* (``SCMP_ACT_LOG``; ``tests/seccomp_log.py``) and adding
-what the kernel logged; ``docs/sandbox.md`` has the table. To admit a new runtime (vLLM's CPU engine), run its
-honest tests that way and add what it needs to the group it belongs to, with who needs it.
+what the kernel logged; ``docs/sandbox.md`` has the table. To admit a new runtime, run its honest tests that way
+and add what it needs to the group it belongs to, with who needs it.
 
 What is left out on purpose (:data:`REFUSED`) is every way to hold memory outside the sandbox's memory cgroup
 or its count, and every way to read state that other sandboxes share:
