@@ -37,9 +37,10 @@ the protocol excludes temporary workspace from ``S_res``, so an honest package m
 A package of runtime ``vllm`` brings weights and no code: vLLM's engine and the pipeline's runtime code are all
 that run in its worker. The engine holds, beside the model, a KV pool it preallocates
 (``verification.vllm_kv_cache_mib``) and buffers it makes at its first requests (measured: about 150 MiB of
-shared memory and 45 MiB of heap for a 13 MB model), none of which an empty worker can have. Its ``S_res``
-is therefore the engine's own count of the tensors of the model it loaded (parameters and buffers, each
-storage once), and the outside figures are kept in the record beside it; its cap adds the KV pool and
+shared memory and 45 MiB of heap for a 13 MB model, and about 50 MiB at load whatever the model), none of
+which an empty worker can have. Its ``S_res`` is therefore the engine's own count of the tensors it loaded
+from the package (parameters and buffers, each storage once, counted before its CPU kernels repack them), and
+the outside figures are kept in the record beside it; its cap adds the KV pool and
 ``verification.vllm_workspace_mib``.
 Beyond it the kernel kills the worker and the record fails ``memory_limit``.
 """

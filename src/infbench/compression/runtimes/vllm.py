@@ -17,8 +17,8 @@ sampler uses). Nothing vLLM samples is used: the pipeline takes every argmax and
   are the cached blocks of the same tokens): vLLM's offline API has no way to feed a token the caller chose into
   a running request, so every step is a short request (slower than vLLM's own decoding loop: docs/compression.md).
 - ``release()``: drops the prefix cache. The KV cache itself is vLLM's preallocated pool, kept for the engine's
-  life (:meth:`kv_cache_bytes`). ``S_res`` of a ``vllm`` package is :meth:`model_bytes`, the tensors of the
-  model the engine loaded; what the engine holds besides (the KV pool, its buffers) is its workspace
+  life (:meth:`kv_cache_bytes`). ``S_res`` of a ``vllm`` package is :meth:`model_bytes`, the tensors the engine
+  loaded from it; what the engine holds besides (the KV pool, its buffers) is its workspace
   (:mod:`infbench.compression.storage`).
 """
 
@@ -53,6 +53,8 @@ class VllmRunner:
         options = {}
         if kv_cache_mib is not None:
             options["kv_cache_memory_bytes"] = int(kv_cache_mib) * MIB
+        self._loaded_bytes: list[int] = []
+        _count_loaded_tensors(self._loaded_bytes)
         self.llm = LLM(
             model=str(checkpoint),
             dtype=dtype,
@@ -73,9 +75,12 @@ class VllmRunner:
         return self._kv_bytes
 
     def model_bytes(self) -> int:
-        """Bytes of the tensors of the model the engine loaded (its parameters and buffers, each storage once):
-        the package's ``S_res`` (:mod:`infbench.compression.storage`)."""
-        return int(self.llm.collective_rpc(_model_bytes)[0])
+        """Bytes of the model's tensors as the engine loaded them from the package (parameters and buffers, each
+        storage once), counted before its CPU kernels repack them (oneDNN and sgl-kernel hold the packed
+        weights outside the module's parameters): the package's ``S_res`` (:mod:`infbench.compression.storage`)."""
+        if not self._loaded_bytes:
+            raise RuntimeError("vLLM loaded no model through its default loader")
+        return self._loaded_bytes[-1]
 
     def _generate(self, prompts: list[list[int]], prompt_logprobs: bool) -> list:
         from vllm import SamplingParams
@@ -163,10 +168,25 @@ def _tensors(value):
             yield from _tensors(v)
 
 
-def _model_bytes(worker) -> int:
-    """In the (in-process) worker: bytes of the loaded model's parameters and buffers, each storage once."""
+def _count_loaded_tensors(into: list[int]) -> None:
+    """Have vLLM's loader (in this process) append to ``into`` the bytes of each model's tensors once its weights
+    are loaded, before they are processed into kernel layouts."""
+    from vllm.model_executor.model_loader import base_loader
+
+    process = getattr(base_loader.process_weights_after_loading, "infbench_original", None)
+    process = process or base_loader.process_weights_after_loading
+
+    def counted(model, *args, **kwargs):
+        into.append(_tensor_bytes(model))
+        return process(model, *args, **kwargs)
+
+    counted.infbench_original = process
+    base_loader.process_weights_after_loading = counted
+
+
+def _tensor_bytes(model) -> int:
+    """Bytes of a module's parameters and buffers, each storage once."""
     seen, total = set(), 0
-    model = worker.model_runner.model
     for tensor in [*model.parameters(), *model.buffers()]:
         storage = tensor.untyped_storage()
         if storage.data_ptr() not in seen:
