@@ -341,7 +341,8 @@ def test_every_refused_call_fails(tmp_path):
 
 def test_a_package_worker_has_unix_sockets_only(tmp_path):
     """A package worker opens no IPv4, IPv6 or netlink socket (on cgroup v1 TCP buffers are not charged); a
-    server can, netlink for routes only (the C library's getaddrinfo asks for addresses that way)."""
+    server can, netlink for routes only (the C library's getaddrinfo asks for addresses that way), and so can
+    the worker of the vllm runtime (the engine profile: vLLM's code only, its gloo group on loopback)."""
     code = """
         import errno, json, socket
         out = []
@@ -357,6 +358,7 @@ def test_a_package_worker_has_unix_sockets_only(tmp_path):
     """
     assert run_inside(tmp_path, code) == ["allowed", "EPERM", "EPERM", "EPERM", "EPERM"]
     assert run_inside(tmp_path, code, profile="server") == ["allowed", "allowed", "allowed", "allowed", "EPERM"]
+    assert run_inside(tmp_path, code, profile="engine") == ["allowed", "allowed", "allowed", "allowed", "EPERM"]
 
 
 STASH = 64 << 20
