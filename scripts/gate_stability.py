@@ -194,8 +194,13 @@ def consistency(args) -> None:
         checks = {c["name"]: c for c in json.loads(record.read_text())["checks"]}
         e_v = checks["gate_consistency"]["evidence"]["verification_excess_nats_per_token"]
         runner = load_runner(package, manifest, "cpu", args.threads)
-        # an item the secrets share (the TriviaQA-style pool, HumanEval draws) is teacher-forced once
-        unique = {i: (p, a) for ids, prompts, tokens, _ in answers.values() for i, p, a in zip(ids, prompts, tokens)}
+        # an item the secrets share (the TriviaQA-style pool, HumanEval draws) is teacher-forced once; a
+        # GSM8K-style item of the same id is another problem under another secret, so items are keyed by content
+        unique = {
+            (i, tuple(p), tuple(a)): (p, a)
+            for ids, prompts, tokens, _ in answers.values()
+            for i, p, a in zip(ids, prompts, tokens)
+        }
         start = time.perf_counter()
         forced = dict(
             zip(
@@ -210,10 +215,10 @@ def consistency(args) -> None:
             )
         )
         print(f"{record.stem}: {len(unique)} items teacher-forced in {time.perf_counter() - start:.0f} s", flush=True)
-        for name, (ids, _, _, source_lp) in answers.items():
+        for name, (ids, prompts, tokens, source_lp) in answers.items():
             check = integrity.gate_consistency(
                 [np.asarray(lp, dtype=np.float64) for lp in source_lp],
-                [forced[i] for i in ids],
+                [forced[(i, tuple(p), tuple(a))] for i, p, a in zip(ids, prompts, tokens)],
                 ids,
                 verification_excess=e_v,
                 ratio=integrity_settings.gate_excess_ratio,
