@@ -190,7 +190,8 @@ def consistency(args) -> None:
     rows = []
     for package in map(Path, args.packages):
         manifest = load_manifest(package)
-        record = Path(args.measured) / f"{package.name if package.name != 'final' else package.parent.name}.json"
+        name = package.name if package.name != "final" else f"run-{package.parent.name}"  # an agent run's final
+        record = Path(args.measured) / f"{name}.json"
         checks = {c["name"]: c for c in json.loads(record.read_text())["checks"]}
         e_v = checks["gate_consistency"]["evidence"]["verification_excess_nats_per_token"]
         runner = load_runner(package, manifest, "cpu", args.threads)
