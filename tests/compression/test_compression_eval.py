@@ -263,3 +263,16 @@ def test_reward_reads_only_the_search_set(tiny_source, smollm2_source, tmp_path)
     )
     assert judged.failure is None and judged.reward == pytest.approx(10.0, abs=1e-3)
     assert judged.secret_label is None
+
+
+def test_a_vllm_package_without_the_vllm_environment_stops_the_job(tiny_source, tmp_path, monkeypatch):
+    """The machine's setup, not the package, is at fault: no failure record, one line naming the interpreter."""
+    import infbench.vllm_env
+    from infbench.vllm_env import VllmEnvironmentMissing
+
+    pkg = tmp_path / "pkg"
+    shutil.copytree(tiny_source / "hf", pkg / "model")
+    (pkg / "manifest.yaml").write_text("name: p\nsource: tiny\nruntime: vllm\nweights: model\ntokenizer: model\n")
+    monkeypatch.setattr(infbench.vllm_env, "vllm_python", lambda: tmp_path / "no-venv/bin/python")
+    with pytest.raises(VllmEnvironmentMissing, match=r"no-venv/bin/python: the vLLM environment is not installed"):
+        run(pkg, tiny_source)
