@@ -42,6 +42,7 @@ def stage_config(raw: dict[str, Any], device: str, origin: dict[str, Any] | None
         "gguf_types": [],
         "gptq": {**out.get("compression", {}).get("gptq", {}), "enabled": False, "variants": []},
         "released_gguf": {},
+        "vllm_twins": [],
     }
     out["runs"] = {
         **out.get("runs", {}),
