@@ -180,7 +180,7 @@ def tokenizer_loads(directory: str | Path, manifest: Manifest) -> None:
 def server_requirements(directory: str | Path, cfg: Config) -> None:
     """A server's spec and its ``requires``: each importable by the server's Python, in its sandbox."""
     sub = server_submission.load(directory)
-    missing = server_submission.missing_requirements(sub, server_submission.python(), directory, cfg.sandbox)
+    missing = server_submission.missing_requirements(sub, directory, cfg.sandbox)
     if missing:
         raise InputFileError(
             server_submission.spec_path(directory), f"field 'requires': not importable: {', '.join(missing)}"

@@ -8,6 +8,10 @@ from pathlib import Path
 
 from infbench.errors import InfbenchError
 
+# What vLLM's CPU worker reads of the host before it starts (lscpu's CPU topology, the NUMA nodes' memory): a
+# sandbox running vLLM binds these read-only at their own paths (a package's worker and a server alike).
+HOST_TOPOLOGY = ("/sys/devices/system/cpu", "/sys/devices/system/node")
+
 
 class VllmEnvironmentMissing(InfbenchError):
     """A step needs vLLM and ``.venv-vllm`` is not there: the machine's setup, not the package, is at fault."""
@@ -26,3 +30,8 @@ def require_vllm_python() -> Path:
             f"{python}: the vLLM environment is not installed; `bash scripts/setup-env.sh` makes it (docs/vllm.md)"
         )
     return python
+
+
+def host_topology() -> tuple[str, ...]:
+    """The paths of :data:`HOST_TOPOLOGY` this host has."""
+    return tuple(p for p in HOST_TOPOLOGY if Path(p).exists())

@@ -39,10 +39,14 @@ def server_policy(
     settings: SandboxSettings,
     cwd: str = WORK,
     gpus: list[int] | None = None,
+    python: str | None = None,
+    read_only: tuple[str, ...] = (),
 ) -> Policy:
     """The policy of a server that imports ``requires`` (its spec's), with ``mounts`` (inside -> host); its system
     calls are the server profile's (it listens and connects on its own loopback). ``gpus``: with ``cuda``, the
-    GPUs it is charged for, the only ones whose device nodes it gets (and its ``CUDA_VISIBLE_DEVICES``)."""
+    GPUs it is charged for, the only ones whose device nodes it gets (and its ``CUDA_VISIBLE_DEVICES``);
+    ``python``: its interpreter where it is another environment's (vLLM's), whose closure of ``requires`` it
+    sees; ``read_only``: host paths bound at their own path (vLLM's CPU topology)."""
     visible = {}
     if cuda and gpus:
         visible = {"CUDA_VISIBLE_DEVICES": ",".join(map(str, gpus)), "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
@@ -54,6 +58,8 @@ def server_policy(
         cuda=cuda,
         gpus=gpus,
         tmp_bytes=settings.tmp_mb << 20,
+        python=python,
+        read_only=list(read_only),
     )
     return policy.model_copy(update={"seccomp": "server"})
 
@@ -68,16 +74,18 @@ def sandboxed(
     settings: SandboxSettings,
     log: BinaryIO,
     charged_cpus: int | None = None,
+    python: str | None = None,
 ) -> Iterator[tuple[str, Sandboxed]]:
     """Start ``command`` (rendered to listen on ``127.0.0.1:inner_port``); yield its base URL and sandbox, which
-    runs on ``charged_cpus`` of the job's CPUs only (:mod:`.cpus`; None: all)."""
+    runs on ``charged_cpus`` of the job's CPUs only (:mod:`.cpus`; None: all). The relay (standard library only)
+    runs under ``python``, the server's interpreter where it is another environment's (the only one bound)."""
     listener = socket.socket()
     listener.bind((host, 0))
     listener.listen(1024)
     listener.set_inheritable(True)
     port = listener.getsockname()[1]
     relay = [
-        sys.executable,
+        python or sys.executable,
         "-m",
         "infbench.sandbox.relay",
         "--listen-fd",

@@ -77,14 +77,13 @@ def worker_launch(manifest: Manifest, *, vllm_kv_cache_mib: int) -> WorkerLaunch
     :mod:`infbench.vllm_env`) under the engine profile (loopback sockets: vLLM's code only runs there), with
     the host's CPU topology readable; every other runtime: this interpreter under the worker profile."""
     if manifest.runtime == "vllm":
-        from infbench.vllm_env import require_vllm_python
+        from infbench.vllm_env import host_topology, require_vllm_python
 
         return WorkerLaunch(
             python=str(require_vllm_python()),
             seccomp="engine",
             kv_cache_mib=vllm_kv_cache_mib,
-            # vLLM's CPU worker reads the CPU topology (lscpu) and NUMA nodes' memory before it starts
-            read_only=tuple(p for p in ("/sys/devices/system/cpu", "/sys/devices/system/node") if Path(p).exists()),
+            read_only=host_topology(),
         )
     return WorkerLaunch()
 

@@ -50,6 +50,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from infbench import vllm_env
 from infbench.config.model import HealthPath, SandboxSettings
 from infbench.errors import ConfigError, InfbenchError, InputFileError
 from infbench.sandbox.launch import Sandboxed, SandboxRecord, SandboxUnavailable
@@ -154,11 +155,27 @@ def workspace(directory: str | Path) -> Iterator[Path]:
         yield fresh_copy(directory, tmp)
 
 
-def missing_requirements(sub: ServerSubmission, python: str, cwd: str | Path, sandbox: SandboxSettings) -> list[str]:
-    """The modules of ``requires`` that ``python`` cannot import from ``cwd`` (found, not imported). Finding a
-    submodule runs its package's ``__init__``, the submission's own code: so this runs in its sandbox too."""
+def interpreter(sub: ServerSubmission) -> str | None:
+    """The Python of another environment that runs ``sub``'s command: the vLLM environment's where the command
+    starts with ``{vllm_python}`` (:class:`~infbench.vllm_env.VllmEnvironmentMissing` where it is not
+    installed: the machine's fault, not the submission's); None: the pipeline's own."""
+    if sub.command[0] == "{vllm_python}":
+        return str(vllm_env.require_vllm_python())
+    return None
+
+
+def host_paths(python: str | None) -> tuple[str, ...]:
+    """What the server's sandbox binds of the host beyond its runtime: vLLM's CPU topology under vLLM."""
+    return vllm_env.host_topology() if python is not None else ()
+
+
+def missing_requirements(sub: ServerSubmission, cwd: str | Path, sandbox: SandboxSettings) -> list[str]:
+    """The modules of ``requires`` that the server's Python (:func:`interpreter`) cannot import from ``cwd``
+    (found, not imported). Finding a submodule runs its package's ``__init__``, the submission's own code: so
+    this runs in its sandbox too."""
     if not sub.requires:
         return []
+    other = interpreter(sub)
     code = (
         "import importlib.util, sys\n"
         "for m in sys.argv[1:]:\n"
@@ -166,11 +183,18 @@ def missing_requirements(sub: ServerSubmission, python: str, cwd: str | Path, sa
         "    except (ImportError, ValueError):\n        ok = False\n"
         "    print(m if not ok else '')\n"
     )
-    policy = python_policy(modules=[*sub.requires, *SERVER_IMPORTS], mounts={WORK: str(cwd)}, env=base_env(1), cwd=WORK)
+    policy = python_policy(
+        modules=[*sub.requires, *SERVER_IMPORTS],
+        mounts={WORK: str(cwd)},
+        env=base_env(1),
+        cwd=WORK,
+        python=other,
+        read_only=list(host_paths(other)),
+    )
     try:
         with Sandboxed(
             policy,
-            [python, "-c", code, *sub.requires],
+            [other or sys.executable, "-c", code, *sub.requires],
             allow_unsandboxed=sandbox.allow_unsandboxed,
             network="none",
             stdout=subprocess.PIPE,
@@ -227,6 +251,7 @@ def running(
     whole sandbox afterwards. It runs on ``charged_cpus`` CPUs only and, with ``cuda``, sees ``launch.devices``
     GPUs only (the first of the job's)."""
     models = _model_mounts(sub.command, launch)
+    other = interpreter(sub)
     policy = server_policy(
         sub.requires,
         mounts={WORK: str(workdir)} | {inside: getattr(launch, key) for key, inside in models.items()},
@@ -235,6 +260,8 @@ def running(
         threads=launch.threads,
         settings=sandbox,
         gpus=job_gpus()[: launch.devices] if cuda else None,
+        python=other,
+        read_only=host_paths(other),
     )
     inner = launch.model_copy(
         update={
@@ -258,6 +285,7 @@ def running(
                 settings=sandbox,
                 log=log,
                 charged_cpus=charged_cpus,
+                python=other,
             ) as (base_url, box):
                 try:
                     servers._wait_healthy(
@@ -268,10 +296,6 @@ def running(
                 yield Running(base_url, box.proc, log_path, cmd, box.record)
         except (SandboxUnavailable, OSError) as exc:
             raise LaunchError(f"launch failed: {exc}") from None
-
-
-def python() -> str:
-    return sys.executable
 
 
 def discover(roots: list[str]) -> dict[str, str]:

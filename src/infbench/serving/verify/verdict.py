@@ -127,7 +127,7 @@ def _submission(v: Verification) -> submission.ServerSubmission | None:
 
 
 def _requirements(v: Verification, sub: submission.ServerSubmission, workdir: str) -> bool:
-    missing = submission.missing_requirements(sub, submission.python(), workdir, v.job.sandbox)
+    missing = submission.missing_requirements(sub, workdir, v.job.sandbox)
     return v.add(
         Check(
             name="requirements",
