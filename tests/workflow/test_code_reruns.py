@@ -104,7 +104,7 @@ def test_editing_the_replay_client_plans_the_serving_jobs_that_replay(up_to_date
         "serving_calibrate": 1,
         "serving_replay": 2,
         "serving_table": 1,
-        "serving_verify": 2,
+        "serving_verify": 3,
         "serving_verified_table": 1,
         "operator_secret": 1,
         "all": 1,
@@ -128,7 +128,7 @@ def test_code_added_to_a_docstring_only_package_init_plans_every_job_importing_t
         "serving_replay": 2,
         "serving_table": 1,
         "serving_verification_reference": 1,
-        "serving_verify": 2,
+        "serving_verify": 3,
         "serving_verified_table": 1,
     }
     assert planned == {**serving, "operator_secret": 1, "all": 1}
