@@ -40,9 +40,10 @@ def test_vllm_serves_greedy_token_ids_with_usage(tmp_path, smollm2_source):
         "stream_options": {"include_usage": True},
         **sub.request_fields,
     }
-    with submission.workspace(directory) as workdir, submission.running(
-        sub, launch, workdir, tmp_path / "vllm.log", SandboxSettings(), charged_cpus=1
-    ) as server:
+    with (
+        submission.workspace(directory) as workdir,
+        submission.running(sub, launch, workdir, tmp_path / "vllm.log", SandboxSettings(), charged_cpus=1) as server,
+    ):
         base = server.base_url
         record = server.sandbox
         chunks = stream_completion(base, body, timeout=300)
@@ -62,6 +63,7 @@ def test_vllm_serves_greedy_token_ids_with_usage(tmp_path, smollm2_source):
     assert text == AutoTokenizer.from_pretrained(out / "hf").decode(ids, skip_special_tokens=False)
     assert ids == transformers_greedy(out / "hf", prompt, 6)
     assert "vllm.entrypoints.openai.api_server" in (tmp_path / "vllm.log").read_text()
-    assert record.kind == "bwrap" and any(d.startswith("vllm") and d.endswith("==0.32.0") for d in record.distributions), record
+    assert record.kind == "bwrap", record
+    assert any(d.startswith("vllm") and d.endswith("==0.32.0") for d in record.distributions), record.distributions
     assert record.cpus is not None and len(record.cpus.allowed) == 1  # the one CPU it is charged for
     assert "/sys/devices/system/cpu" in record.read_only
