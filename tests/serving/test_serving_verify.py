@@ -758,3 +758,13 @@ def test_suspects_are_sampled_over_the_whole_window():
     assert [c.origin for _, c in again] == [c.origin for _, c in picks] != [c.origin for _, c in other]
     late = [c for c in cands if c.position >= 0.9]  # strata left empty give their draws away
     assert len(fidelity.stratified(late, 8, np.random.default_rng(1))) == 8
+
+
+def test_a_vllm_server_without_the_vllm_environment_stops_the_job(env, tmp_path, monkeypatch):
+    """The machine's setup, not the submission, is at fault: no record, one line naming the interpreter."""
+    import infbench.vllm_env
+    from infbench.vllm_env import VllmEnvironmentMissing
+
+    monkeypatch.setattr(infbench.vllm_env, "vllm_python", lambda: tmp_path / "no-venv/bin/python")
+    with pytest.raises(VllmEnvironmentMissing, match=r"no-venv/bin/python: the vLLM environment is not installed"):
+        _run(env, vh.example(tmp_path, "vllm"))

@@ -43,6 +43,7 @@ from infbench.serving.verify import (
 from infbench.serving.verify.record import SeedReplay, VerificationRecord
 from infbench.serving.verify.source_text import SourceText, TokenizerUnavailable
 from infbench.serving.verify.verification import Verification, VerifyJob
+from infbench.vllm_env import VllmEnvironmentMissing
 
 
 @dataclass
@@ -355,13 +356,16 @@ def verify(job: VerifyJob) -> VerificationRecord:
 
 
 def run_job(job: VerifyJob, threads: int | None = None) -> VerificationRecord:
-    """The rule's entry point: a record is written whatever happens (an internal error names itself)."""
+    """The rule's entry point: a record is written whatever happens (an internal error names itself), unless the
+    vLLM environment a submission needs is not installed (the job stops naming it)."""
     import torch
 
     if threads:
         torch.set_num_threads(threads)
     try:
         return verify(job)
+    except VllmEnvironmentMissing:
+        raise  # the machine's setup, not the submission: no verdict
     except Exception as exc:
         crashed = Verification(job)
         crashed.add(
