@@ -176,9 +176,10 @@ def adversary(
     return submission_dir(root, f"adv_{mode}", spec, {"adversary.py": HERE / "adversarial_server.py"})
 
 
-def example(root: Path, name: str, **changes) -> Path:
+def example(root: Path, name: str, *, root_in_repo: str = "examples/servers", **changes) -> Path:
+    """A copy of the example server ``name`` (under ``root_in_repo``) in ``root``, its spec changed by ``changes``."""
     d = root / name
-    shutil.copytree(REPO / "examples/servers" / name, d)
+    shutil.copytree(REPO / root_in_repo / name, d)
     spec = yaml.safe_load((d / "submission.yaml").read_text())
     spec.update(changes)
     (d / "submission.yaml").write_text(yaml.safe_dump(spec))

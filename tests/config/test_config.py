@@ -121,6 +121,7 @@ QUICK_SIZES = (
     "serving.replay.request_timeout_s",
     "serving.calibration.baselines",
     "serving.systems",
+    "serving.submissions",  # the quick look verifies the examples without vLLM's
 )
 
 

@@ -603,8 +603,12 @@ def test_the_failed_check_is_the_first_failure_in_the_documented_order():
 def test_examples_are_valid_submissions():
     from infbench.serving.verify import submission
 
-    for name in ("S0", "llamacpp", "vllm"):
-        sub = submission.load(REPO / "examples/servers" / name)
+    for directory in (
+        *(REPO / "examples/servers" / n for n in ("S0", "llamacpp")),
+        REPO / "examples/servers-vllm/vllm",
+    ):
+        sub = submission.load(directory)
+        name = directory.name
         assert sub.name == name and sub.model == "smollm2-135m" and sub.concurrency >= 1
 
 
@@ -616,10 +620,10 @@ def test_plan_one_verify_job_per_submission(tmp_path):
     path.write_text(yaml.safe_dump(cfg))
     target = "results/tables/serving_verified.md"
     jobs = planned_jobs(run_snakemake(tmp_path, "-n", target, "--configfile", str(path)))
-    assert jobs["serving_verify"] == 3 and jobs["serving_verification_reference"] == 1
+    assert jobs["serving_verify"] == 2 and jobs["serving_verification_reference"] == 1
     shutil.copytree(REPO / "examples/servers/S0", extra / "S0copy")
     proc = run_snakemake(tmp_path, "-n", target, "--configfile", str(path))
-    assert planned_jobs(proc)["serving_verify"] == 4 and "results/serving/verification/S0copy.json" in proc.stdout
+    assert planned_jobs(proc)["serving_verify"] == 3 and "results/serving/verification/S0copy.json" in proc.stdout
 
 
 # Token-level truth, suspects over the whole replay, probes drawn with the operator's secret: no server needed.
@@ -767,4 +771,4 @@ def test_a_vllm_server_without_the_vllm_environment_stops_the_job(env, tmp_path,
 
     monkeypatch.setattr(infbench.vllm_env, "vllm_python", lambda: tmp_path / "no-venv/bin/python")
     with pytest.raises(VllmEnvironmentMissing, match=r"no-venv/bin/python: the vLLM environment is not installed"):
-        _run(env, vh.example(tmp_path, "vllm"))
+        _run(env, vh.example(tmp_path, "vllm", root_in_repo="examples/servers-vllm"))

@@ -23,9 +23,11 @@ def test_vllm_serves_greedy_token_ids_with_usage(tmp_path, smollm2_source):
     out, _ = smollm2_source
     launch = servers.LaunchVars(model_dir=str(out / "hf"), model_name="smollm2", context_limit=CONTEXT_LIMIT)
     assert servers.render("vllm", default_servers()["vllm"], launch)[0].endswith(".venv-vllm/bin/python")
-    example = submission.load(REPO / "examples/servers/vllm")
+    example = submission.load(REPO / "examples/servers-vllm/vllm")
     # float32, as the transformers decoding below
-    directory = vh.example(tmp_path, "vllm", command=[*example.command, "--dtype", "float32"])
+    directory = vh.example(
+        tmp_path, "vllm", root_in_repo="examples/servers-vllm", command=[*example.command, "--dtype", "float32"]
+    )
     sub = submission.load(directory)
     assert submission.interpreter(sub).endswith(".venv-vllm/bin/python")
     assert submission.missing_requirements(sub, directory, SandboxSettings()) == []
