@@ -228,7 +228,7 @@ def run_job(directory, serving: dict, answers, model_dir, gguf, reference, sessi
     settings = ServingSettings.model_validate(serving)
     job = VerifyJob(
         directory=str(directory),
-        serving=settings.core,
+        serving=settings.for_servers(),
         verification=settings.verification,
         answers=answers,
         sandbox=SandboxSettings.model_validate(sandbox),

@@ -73,6 +73,24 @@ def _bench_vllm_agreement(args) -> None:
     )
 
 
+def _bench_vllm_likelihood(args) -> None:
+    from infbench import atomic
+    from infbench.perf import vllm_agreement as bench
+
+    table = bench.likelihood(
+        args.model,
+        args.contexts,
+        set_name="search",
+        n_tokens=args.tokens,
+        dtype=args.dtype,
+        batch_size=args.batch_size,
+        kv_cache_mib=args.kv_cache_mib,
+    ).table()
+    print(table)
+    if args.out:
+        atomic.write_text(args.out, table + "\n")
+
+
 def _bench_far_context(args) -> None:
     from infbench.config import files
     from infbench.errors import ConfigError
@@ -605,6 +623,18 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--out", default=None, help="also write the table (Markdown) here")
     p.set_defaults(func=_bench_vllm_agreement)
+    p = sub.add_parser(
+        "bench-vllm-likelihood",
+        help="likelihood.backend vllm against transformers: the likelihood stage on one set with each backend",
+    )
+    p.add_argument("--model", default=LAYOUT.checkpoint("smollm2-135m"), help="the checkpoint (the embedded source)")
+    p.add_argument("--contexts", default=LAYOUT.contexts("smollm2-135m", "search"), help="a search set's contexts")
+    p.add_argument("--tokens", type=int, default=256, help="continuation tokens (the embedded default's)")
+    p.add_argument("--dtype", default="bfloat16")
+    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--kv-cache-mib", type=int, default=256, help="vLLM's KV cache (one 8,192-token row in BF16)")
+    p.add_argument("--out", default=None, help="also write the table (Markdown) here")
+    p.set_defaults(func=_bench_vllm_likelihood)
     p = sub.add_parser(
         "bench-far-context",
         help="how the reference, servers that keep only a prompt's end and llama.cpp continue "

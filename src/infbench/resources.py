@@ -52,9 +52,9 @@ def device_gpus(device: str, key: str, devices: int = 1) -> int:
 
 
 def likelihood_gpus(likelihood: LikelihoodSettings, devices: int = 1) -> int:
-    """GPUs a sampling or scoring job needs: vLLM uses ``tensor_parallel`` of them, transformers on
-    ``cuda``/``cuda:N`` the source's ``devices``, on ``cpu`` or ``auto`` none."""
-    if likelihood.backend == "vllm":
+    """GPUs a sampling or scoring job needs: vLLM uses ``tensor_parallel`` of them (none on ``cpu``, its CPU
+    build), transformers on ``cuda``/``cuda:N`` the source's ``devices``, on ``cpu`` or ``auto`` none."""
+    if likelihood.backend == "vllm" and likelihood.device != "cpu":
         return likelihood.tensor_parallel
     return device_gpus(likelihood.device, "likelihood.device", devices)
 

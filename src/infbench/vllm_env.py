@@ -32,6 +32,17 @@ def require_vllm_python() -> Path:
     return python
 
 
+def python_with_vllm() -> Path:
+    """An interpreter that imports vLLM: this one where it does (a job run in the ``vllm`` conda environment,
+    ``--sdm conda``), else the vLLM environment's (:func:`require_vllm_python`)."""
+    import importlib.util
+    import sys
+
+    if importlib.util.find_spec("vllm") is not None:
+        return Path(sys.executable)
+    return require_vllm_python()
+
+
 def host_topology() -> tuple[str, ...]:
     """The paths of :data:`HOST_TOPOLOGY` this host has."""
     return tuple(p for p in HOST_TOPOLOGY if Path(p).exists())

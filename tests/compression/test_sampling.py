@@ -3,7 +3,6 @@ import pytest
 import torch
 
 from infbench.compression import sampling
-from infbench.errors import ConfigError
 
 
 def test_draw_follows_softmax():
@@ -62,23 +61,20 @@ def test_stored_logprobs_are_the_raw_model_logprobs_at_any_temperature(tiny_llam
         assert s.logprobs[i, 0] == pytest.approx(raw[i, s.tokens[i, 0]].item(), abs=1e-5)
 
 
-def test_vllm_backend_without_the_extra_names_it():
-    pytest.importorskip("torch")
-    try:
-        import vllm  # noqa: F401
+def test_the_vllm_backend_without_the_vllm_environment_names_it(monkeypatch, tmp_path):
+    from infbench import vllm_env
+    from infbench.compression import vllm_likelihood
 
-        pytest.skip("vllm is installed")
-    except ImportError:
-        pass
-    with pytest.raises(ConfigError, match="likelihood.backend.*pip install -e '.\\[vllm\\]'"):
-        sampling.sample_vllm(
-            "x",
+    monkeypatch.setattr(vllm_env, "vllm_python", lambda: tmp_path / ".venv-vllm/bin/python")
+    with pytest.raises(vllm_env.VllmEnvironmentMissing, match=r"\.venv-vllm/bin/python.*setup-env\.sh"):
+        vllm_likelihood.sample(
             np.zeros((1, 2), dtype=np.int32),
-            [0],
+            checkpoint="x",
+            indices=[0],
             set_name="search",
             n_tokens=2,
             temperature=1.0,
             seed=0,
+            batch_size=1,
             dtype="bfloat16",
-            tensor_parallel=1,
         )

@@ -5,6 +5,7 @@ a package of runtime ``vllm`` is verified end to end in its sandbox. Skipped onl
 absent and this is not CI."""
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -101,3 +102,25 @@ def test_a_vllm_package_verifies_end_to_end_in_its_sandbox(smollm2_source, tmp_p
         weights,
     )
     assert record.resident.outside(record.resident.after_load, None) > 32 << 20  # the engine's workspace, kept
+
+
+def test_the_vllm_likelihood_backend_draws_and_scores_what_transformers_does(smollm2_source, tmp_path):
+    """likelihood.backend vllm (the paper profiles'): vLLM computes the logits, the pipeline draws each token from
+    its context's uniforms and scores with the same code as transformers. ``infbench bench-vllm-likelihood`` runs
+    the likelihood stage with each backend: in float32 on a tiny source they draw the same tokens and agree to
+    rounding, and the records name vLLM's CPU build."""
+    from compression_helpers import build_tiny_source
+
+    src = build_tiny_source(tmp_path / "source", smollm2_source[0], hidden_size=64, heads=2)  # head size 32
+    cli = [sys.executable, "-m", "infbench.cli", "bench-vllm-likelihood", "--model", str(src / "hf")]
+    cli += ["--contexts", str(src / "search/contexts.parquet"), "--tokens", "8", "--dtype", "float32"]
+    cli += ["--batch-size", "3", "--kv-cache-mib", "32", "--out", str(tmp_path / "table.md")]
+    done = subprocess.run(cli, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    table = (tmp_path / "table.md").read_text()
+    assert "| vllm | cpu |" in table and "100.0% of the tokens and 4 rows the same" in table, table
+    most = float(re.search(r"differ by at most (\S+) ", table).group(1))
+    top1 = float(re.search(r"agree at (\S+)%", table).group(1))
+    assert most < 1e-4 and top1 > 99, table
+    hf, vllm = (line.split("|") for line in table.splitlines()[2:4])
+    assert float(vllm[3]) == pytest.approx(float(hf[3]), rel=1e-4) and float(vllm[4]) == pytest.approx(1, abs=1e-4)

@@ -7,6 +7,7 @@ import time
 import pytest
 from serving_helpers import instant_server, settings
 
+from infbench.config.model import default_servers
 from infbench.serving import replay, request_records, servers, streamed_response, workload
 from infbench.serving.traces import weka
 
@@ -82,6 +83,13 @@ def test_spec_placeholders_are_checked():
         servers.dry_run("vllm", spec, servers.LaunchVars(model_dir="m"))
     ok = servers.ServerSpec(command=["{python}", "-m", "x", "--port", "{port}"])
     assert servers.dry_run("x", ok, servers.LaunchVars()) == f"{sys.executable} -m x --port 8000"
+
+
+def test_a_specs_cpu_arguments_follow_its_command_on_a_cpu_deployment_only():
+    vllm = default_servers()["vllm"]
+    on_cpu = servers.render("vllm", vllm, servers.LaunchVars(model_dir="m", accelerator="cpu"))
+    on_gpu = servers.render("vllm", vllm, servers.LaunchVars(model_dir="m", accelerator="gpu"))
+    assert on_cpu == on_gpu + ["--enforce-eager"]
 
 
 def test_sse_events_split_across_reads_and_data_after_done():

@@ -12,9 +12,11 @@ import re
 import shutil
 
 import pytest
+import yaml
 from conftest import REPO, planned_jobs
 
 from infbench import code_digest
+from infbench.config.model import default_servers
 from infbench.perf import noop_rerun
 
 COPIED = ["Snakefile", "workflow", "config", "envs", "examples", "src"]
@@ -102,13 +104,29 @@ def test_editing_the_replay_client_plans_the_serving_jobs_that_replay(up_to_date
     planned = _edited(up_to_date, "serving/replay.py", _statement_in("run", "assert settings is not None"))
     assert planned == {
         "serving_calibrate": 1,
-        "serving_replay": 2,
+        "serving_baseline": 1,
+        "serving_replay": 3,
         "serving_table": 1,
         "serving_verify": 3,
         "serving_verified_table": 1,
         "operator_secret": 1,
         "all": 1,
     }
+
+
+def test_changing_one_servers_spec_plans_only_that_servers_jobs(up_to_date, tmp_path):
+    """The targets' key holds the reference's spec only: a change to vLLM's spec reruns vLLM's baseline and
+    development replay and the table, not the calibration, the other replays or the verifications."""
+    root, workdir, env = up_to_date
+    config = yaml.safe_load((root / "config/config.yaml").read_text())
+    specs = {name: spec.model_dump(mode="json") for name, spec in default_servers().items()}
+    specs["vllm"]["command"] += ["--max-num-seqs", "4"]
+    config["serving"]["servers"] = specs
+    changed = tmp_path / "config.yaml"
+    changed.write_text(yaml.safe_dump(config, sort_keys=False))
+    proc = noop_rerun.dry_run(root, workdir, changed, env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert planned_jobs(proc) == {"serving_baseline": 1, "serving_replay": 1, "serving_table": 1, "all": 1}
 
 
 @pytest.mark.parametrize("module", ["compression/scoring.py", "serving/__init__.py"])
@@ -125,7 +143,8 @@ def test_code_added_to_a_docstring_only_package_init_plans_every_job_importing_t
         "serving_workload": 1,
         "serving_coverage": 1,
         "serving_calibrate": 1,
-        "serving_replay": 2,
+        "serving_baseline": 1,
+        "serving_replay": 3,
         "serving_table": 1,
         "serving_verification_reference": 1,
         "serving_verify": 3,

@@ -62,6 +62,7 @@ rule sample_continuations:
         dtype=CFG.likelihood.dtype,
         device=CFG.likelihood.device,
         tensor_parallel=CFG.likelihood.tensor_parallel,
+        vllm_kv_cache_mib=CFG.likelihood.vllm_kv_cache_mib,
         secret=secret_of_set,
     script:
         "../scripts/sample_continuations.py"
@@ -94,6 +95,7 @@ rule score_reference:
         dtype=CFG.likelihood.dtype,
         device=CFG.likelihood.device,
         tensor_parallel=CFG.likelihood.tensor_parallel,
+        vllm_kv_cache_mib=CFG.likelihood.vllm_kv_cache_mib,
         bootstrap_resamples=CFG.likelihood.bootstrap_resamples,
         seed=CFG.likelihood.seed,
         secret=secret_of_set,

@@ -2,12 +2,18 @@
 # when the config has a `serving` section.
 
 SERVING_SOURCE = SERVING.source
-# The serving section as the workload, calibration and replay jobs use it: the verification settings, the
-# submission directories and the tables' uncertainty settings do not rerun them.
-SERVING_CORE = SERVING.core.model_dump(mode="json")
+
+
+def serving_view(*servers):
+    """The serving section as a job uses it that launches `servers` (ServingCore.for_servers): the verification
+    settings, the submission directories, the tables' uncertainty settings and the other servers' specs do not
+    rerun it."""
+    return SERVING.for_servers(*servers).model_dump(mode="json")
+
+
 # Package modules the configured servers run (`{python} -m infbench.serving.starter`): part of the code of
 # the jobs that launch them.
-SERVING_SERVER_MODULES = code_digest.modules_named(SERVING_CORE["servers"])
+SERVING_SERVER_MODULES = code_digest.modules_named(SERVING.model_dump(mode="json")["servers"])
 SERVING_MODEL = {
     "model_dir": LAYOUT.checkpoint(SERVING_SOURCE),
     "gguf": LAYOUT.source_gguf(SERVING_SOURCE),
@@ -83,7 +89,7 @@ rule serving_coverage:
         runtime=10,
     params:
         code=code("serving_coverage"),
-        serving=SERVING_CORE,
+        serving=serving_view(),
     script:
         "../scripts/serving_coverage.py"
 
@@ -109,7 +115,7 @@ rule serving_calibrate:
         gpu=SERVING_GPUS,
     params:
         code=code("serving_calibrate", also_modules=SERVING_SERVER_MODULES),
-        serving=SERVING_CORE,
+        serving=serving_view(),
     script:
         "../scripts/serving_calibrate.py"
 
@@ -136,7 +142,7 @@ rule serving_baseline:
         gpu=SERVING_GPUS,
     params:
         code=code("serving_baseline", also_modules=SERVING_SERVER_MODULES),
-        serving=SERVING_CORE,
+        serving=lambda wc: serving_view(wc.engine),
     script:
         "../scripts/serving_baseline.py"
 
@@ -163,7 +169,7 @@ rule serving_replay:
         gpu=SERVING_GPUS,
     params:
         code=code("serving_replay", also_modules=SERVING_SERVER_MODULES),
-        serving=SERVING_CORE,
+        serving=lambda wc: serving_view(wc.system),
         concurrency=lambda wc: PLAN.serving_systems[wc.system],
     script:
         "../scripts/serving_replay.py"
@@ -204,7 +210,7 @@ rule serving_table:
         runtime=10,
     params:
         code=code("serving_table"),
-        serving=SERVING_CORE,
+        serving=serving_view(),
         uncertainty=SERVING.uncertainty.model_dump(mode="json"),
     script:
         "../scripts/serving_table.py"

@@ -58,7 +58,7 @@ rule serving_verify:
             also_files=submission_files(wc),
             also_modules=SERVING_SERVER_MODULES,
         ),
-        serving=SERVING_CORE,
+        serving=serving_view(),
         verification=SERVING.verification.model_dump(mode="json"),
         answers=CFG.answers.model_dump(mode="json"),
         sandbox=CFG.sandbox.model_dump(mode="json"),
@@ -94,7 +94,7 @@ rule serving_verified_table:
         runtime=10,
     params:
         code=code("serving_verified_table"),
-        serving=SERVING_CORE,
+        serving=serving_view(),
         uncertainty=SERVING.uncertainty.model_dump(mode="json"),
     script:
         "../scripts/serving_verified_table.py"

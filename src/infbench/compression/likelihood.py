@@ -26,7 +26,7 @@ import torch
 
 from infbench import atomic, provenance
 from infbench.compression import contexts as ctx
-from infbench.compression import divergence, held_out, sampling, scoring
+from infbench.compression import divergence, held_out, sampling, scoring, vllm_likelihood
 from infbench.compression.likelihood_files import (
     CONTINUATIONS_SCHEMA,
     SCORES_SCHEMA,
@@ -51,8 +51,9 @@ def _label(set_name: str, secret: OperatorSecret | None) -> str | None:
 
 
 def check_devices(backend: str, device: str, tensor_parallel: int) -> None:
-    """The job must see the GPUs its config asks for (under SLURM: the ones it was given)."""
-    if backend == "vllm":
+    """The job must see the GPUs its config asks for (under SLURM: the ones it was given); vLLM on ``cpu`` runs
+    its CPU build (docs/vllm.md)."""
+    if backend == "vllm" and device != "cpu":
         check_visible_gpus(tensor_parallel, "likelihood.tensor_parallel")
     elif device.startswith("cuda"):
         check_visible_gpus(1, "likelihood.device")
@@ -75,6 +76,7 @@ def sample_set(
     device: str,
     tensor_parallel: int = 1,
     cuda_graphs: bool = True,
+    vllm_kv_cache_mib: int | None = None,
     threads: int | None = None,
     secret: OperatorSecret | None = None,
 ) -> SamplingSummary:
@@ -87,18 +89,19 @@ def sample_set(
     contexts = stack(table["token_ids"], np.int32)
     indices = table["index"].tolist()
     if backend == "vllm":
-        result = sampling.sample_vllm(
-            checkpoint,
+        result, used_device = vllm_likelihood.sample(
             contexts,
-            indices,
+            checkpoint=checkpoint,
+            indices=indices,
             set_name=set_name,
             n_tokens=n_tokens,
             temperature=temperature,
             seed=draw_seed,
+            batch_size=batch_size,
             dtype=dtype,
             tensor_parallel=tensor_parallel,
+            kv_cache_mib=vllm_kv_cache_mib,
         )
-        used_device = "cuda"
     else:
         model = load_causal_lm(checkpoint, dtype, device)
         used_device = str(next(model.parameters()).device)
@@ -150,6 +153,8 @@ def sample_set(
                 "dtype": dtype,
                 "device": device,
                 "cuda_graphs": cuda_graphs,
+                "tensor_parallel": tensor_parallel,
+                "vllm_kv_cache_mib": vllm_kv_cache_mib,
                 "secret": secret.public() if set_name == held_out.VERIFICATION else None,
             },
             {"contexts.parquet": sha256_file(contexts_parquet)},
@@ -175,6 +180,7 @@ def score_reference(
     bootstrap_resamples: int,
     seed: int,
     tensor_parallel: int = 1,
+    vllm_kv_cache_mib: int | None = None,
     threads: int | None = None,
     secret: OperatorSecret | None = None,
 ) -> ReferenceSummary:
@@ -186,8 +192,15 @@ def score_reference(
     continuations = stack(table["continuation_ids"], np.int32)
     sampler_logprobs = stack(table["logprobs"], np.float32)
     if backend == "vllm":
-        scored, top = sampling.score_vllm(
-            checkpoint, contexts, continuations, dtype=dtype, tensor_parallel=tensor_parallel, top_k=top_k
+        scored, top, _ = vllm_likelihood.score(
+            contexts,
+            continuations,
+            checkpoint=checkpoint,
+            top_k=top_k,
+            batch_size=batch_size,
+            dtype=dtype,
+            tensor_parallel=tensor_parallel,
+            kv_cache_mib=vllm_kv_cache_mib,
         )
     else:
         model = load_causal_lm(checkpoint, dtype, device)
@@ -227,6 +240,8 @@ def score_reference(
                 "batch_size": batch_size,
                 "dtype": dtype,
                 "device": device,
+                "tensor_parallel": tensor_parallel,
+                "vllm_kv_cache_mib": vllm_kv_cache_mib,
                 "bootstrap_resamples": bootstrap_resamples,
                 "seed": seed,
             },

@@ -12,7 +12,8 @@ The stored log-prob of each token is the source's own, ``log_softmax(z)`` of
 the raw logits.
 
 Backends: ``transformers`` (CPU or CUDA; ``batched_decoding`` with a static
-cache, and CUDA graphs on CUDA) and ``vllm`` (optional extra).
+cache, and CUDA graphs on CUDA) and ``vllm`` (:func:`sample_causal` over vLLM's logits, in the vLLM
+environment: :mod:`infbench.compression.vllm_likelihood`).
 """
 
 from __future__ import annotations
@@ -25,8 +26,6 @@ from tqdm import tqdm
 
 from infbench.bf16_on_cpu import float32_weights_held
 from infbench.compression import batched_decoding
-from infbench.compression.likelihood_files import TopLogProbs
-from infbench.errors import ConfigError
 from infbench.seeding import derive_seed
 
 
@@ -131,19 +130,9 @@ def sample_transformers(
     return Samples(tokens, logprobs)
 
 
-def _require_vllm():
-    try:
-        import vllm
-    except ImportError:
-        raise ConfigError(
-            "likelihood.backend",
-            "backend 'vllm' needs the optional extra: pip install -e '.[vllm]' (on a CUDA machine)",
-        ) from None
-    return vllm
-
-
-def sample_vllm(
-    checkpoint: str,
+@torch.inference_mode()
+def sample_causal(
+    runner,
     contexts: np.ndarray,
     indices: list[int],
     *,
@@ -151,72 +140,28 @@ def sample_vllm(
     n_tokens: int,
     temperature: float,
     seed: int,
-    dtype: str,
-    tensor_parallel: int,
+    batch_size: int,
+    progress: bool = True,
 ) -> Samples:
-    """The same draw through vLLM: raw-logit log-probs, no truncation, EOS ignored."""
-    vllm = _require_vllm()
-    llm = vllm.LLM(model=checkpoint, dtype=dtype, tensor_parallel_size=tensor_parallel, seed=seed)
-    params = [
-        vllm.SamplingParams(
-            n=1,
-            temperature=temperature,
-            top_p=1.0,
-            top_k=-1,
-            min_p=0.0,
-            max_tokens=n_tokens,
-            min_tokens=n_tokens,
-            ignore_eos=True,
-            logprobs=0,
-            seed=context_seed(seed, set_name, i) % (2**31),
-        )
-        for i in indices
-    ]
-    prompts = [vllm.inputs.TokensPrompt(prompt_token_ids=[int(t) for t in row]) for row in contexts]
-    outputs = llm.generate(prompts, params)
-    tokens = np.array([o.outputs[0].token_ids for o in outputs], dtype=np.int32)
-    logprobs = np.array(
-        [[step[t].logprob for step, t in zip(o.outputs[0].logprobs, o.outputs[0].token_ids)] for o in outputs],
-        dtype=np.float32,
-    )
+    """The same draw from a runner of the causal package interface (:mod:`infbench.compression.package_api`:
+    ``prefill``, ``step``, ``release``): the ``vllm`` backend (:mod:`infbench.compression.vllm_likelihood`). The
+    runner computes logits only; every token is drawn here from its context's uniforms."""
+    n = len(contexts)
+    uniforms = context_uniforms(seed, set_name, indices, n_tokens)
+    tokens = np.empty((n, n_tokens), dtype=np.int32)
+    logprobs = np.empty((n, n_tokens), dtype=np.float32)
+    bar = tqdm(total=n * n_tokens, desc=f"sample {set_name}", unit="tok", disable=not progress)
+    for start in range(0, n, batch_size):
+        rows = np.arange(start, min(n, start + batch_size))
+        live = np.arange(len(rows))
+        logits = torch.as_tensor(runner.prefill([np.asarray(contexts[r], dtype=np.int64) for r in rows], n_tokens))
+        for step in range(n_tokens):
+            u = torch.as_tensor(uniforms[rows, step], device=logits.device)
+            token, logprob = _next_token(logits, u, temperature)
+            tokens[rows, step], logprobs[rows, step] = token.cpu().numpy(), logprob.cpu().numpy()
+            if step + 1 < n_tokens:
+                logits = torch.as_tensor(runner.step(token.cpu().numpy().astype(np.int64), live))
+            bar.update(len(rows))
+        runner.release()
+    bar.close()
     return Samples(tokens, logprobs)
-
-
-def score_vllm(
-    checkpoint: str,
-    contexts: np.ndarray,
-    continuations: np.ndarray,
-    *,
-    dtype: str,
-    tensor_parallel: int,
-    top_k: int,
-) -> tuple[np.ndarray, TopLogProbs]:
-    """Teacher-forced log-probs of the continuations through vLLM prompt log-probs (of the raw logits), and
-    the ``top_k`` most probable tokens of every scored position (vLLM's ranks 1 to ``top_k``)."""
-    vllm = _require_vllm()
-    llm = vllm.LLM(model=checkpoint, dtype=dtype, tensor_parallel_size=tensor_parallel, max_logprobs=top_k)
-    seqs = np.concatenate([contexts, continuations], axis=1)
-    prompts = [vllm.inputs.TokensPrompt(prompt_token_ids=[int(t) for t in row]) for row in seqs]
-    outputs = llm.generate(prompts, vllm.SamplingParams(max_tokens=1, prompt_logprobs=top_k))
-    m, length = continuations.shape[1], contexts.shape[1]
-    scored = np.array(
-        [
-            [o.prompt_logprobs[length + j][int(seq[length + j])].logprob for j in range(m)]
-            for o, seq in zip(outputs, seqs)
-        ],
-        dtype=np.float32,
-    )
-    top = TopLogProbs(
-        np.empty((*continuations.shape, top_k), dtype=np.int32),
-        np.empty((*continuations.shape, top_k), dtype=np.float32),
-    )
-    for i, o in enumerate(outputs):
-        for j in range(m):
-            ranked = sorted(
-                (lp.rank, token, lp.logprob) for token, lp in o.prompt_logprobs[length + j].items() if lp.rank <= top_k
-            )
-            if len(ranked) != top_k:
-                raise RuntimeError(f"vLLM gave {len(ranked)} tokens of rank <= {top_k} at row {i}, position {j}")
-            top.ids[i, j] = [token for _, token, _ in ranked]
-            top.logprobs[i, j] = [value for _, _, value in ranked]
-    return scored, top

@@ -288,6 +288,16 @@ class LikelihoodSettings(Section):
     tensor_parallel: Annotated[
         Int, Field(ge=1, description="GPUs per vLLM engine (the paper's MoE sources use 2).")
     ] = 1
+    vllm_kv_cache_mib: Annotated[
+        Int | None,
+        Field(
+            ge=1,
+            description=(
+                "backend vllm: the KV cache vLLM preallocates, in MiB; null: vLLM's own sizing (on GPUs its "
+                "memory fraction). On CPUs set it: the CPU build otherwise reserves most of the machine's memory."
+            ),
+        ),
+    ] = None
     bootstrap_resamples: Annotated[Int, Field(ge=100, description="Bootstrap resamples of the 95% interval.")] = 1000
 
 
@@ -1335,7 +1345,7 @@ class ServerSpec(Section):
             min_length=1,
             description=(
                 "argv template with {python} {vllm_python} {host} {port} {model_dir} {gguf} {model_name} {threads} "
-                "{context_limit} {devices}"
+                "{context_limit} {devices} {accelerator}"
             ),
         ),
     ]
@@ -1349,6 +1359,15 @@ class ServerSpec(Section):
         ),
     ] = "/health"
     startup_timeout_s: Annotated[Number, Field(gt=0, description="Time the server has to become healthy.")] = 600
+    cpu_args: Annotated[
+        list[str],
+        Field(
+            description=(
+                "Arguments appended to the command where the deployment's accelerator is cpu (vLLM's "
+                "--enforce-eager: its compiled start on one CPU takes minutes, docs/vllm.md)."
+            )
+        ),
+    ] = []
     request_fields: Annotated[dict[str, Any], Field(description="Extra JSON fields sent with every request.")] = {}
     env: Annotated[dict[str, str], Field(description="Environment variables of the server.")] = {}
     runnable: Annotated[StrictBool, Field(description="false: validated and dry-run only (SGLang).")] = True
@@ -1420,6 +1439,9 @@ def default_servers() -> dict[str, ServerSpec]:
                 "{context_limit}",
                 "--enable-prefix-caching",
             ],
+            # on CPUs the compiled graphs cost about 110 s of start-up, and in a one-CPU deployment the first
+            # requests outlived the replay's timeout (docs/vllm.md)
+            cpu_args=["--enforce-eager"],
             request_fields={"return_token_ids": True},
             # the CPU build's KV cache in GiB (without it, it reserves 92% of the machine's memory and refuses to
             # start on a shared one); the CUDA build ignores it
@@ -1478,16 +1500,20 @@ class ServingCore(Section):
             default_factory=default_servers,
             description=(
                 "Launch specs. command: argv template with {python} {vllm_python} {host} {port} {model_dir} {gguf} "
-                "{model_name} {threads} {context_limit} {devices}; runnable: false = validated and dry-run only "
-                "(SGLang)."
+                "{model_name} {threads} {context_limit} {devices} {accelerator}; cpu_args: appended on CPUs; "
+                "runnable: false = validated and dry-run only (SGLang)."
             ),
         ),
     ]
 
-    @model_validator(mode="after")
-    def _references(self) -> ServingCore:
-        checks.serving(self)
-        return self
+    def for_servers(self, *names: str) -> ServingCore:
+        """The section as a job sees it that launches the servers ``names`` (none: it launches no server): their
+        launch specs and the calibration reference's (whose spec is part of the targets' key, which every job
+        reading the targets checks), no other. Changing another server's spec reruns none of that job's work."""
+        keep = {self.calibration.reference, *names}
+        dumped = self.model_dump(include=set(ServingCore.model_fields))
+        dumped["servers"] = {name: spec for name, spec in dumped["servers"].items() if name in keep}
+        return ServingCore.model_validate(dumped)
 
     @property
     def replay_minutes(self) -> float:
@@ -1512,10 +1538,10 @@ class ServingSettings(ServingCore):
     ] = ("examples/servers", "submissions/servers")
     verification: VerifySettings = VerifySettings()
 
-    @property
-    def core(self) -> ServingCore:
-        """The section as the replays see it."""
-        return ServingCore.model_validate(self.model_dump(include=set(ServingCore.model_fields)))
+    @model_validator(mode="after")
+    def _references(self) -> ServingSettings:
+        checks.serving(self)
+        return self
 
 
 # the whole config -------------------------------------------------------------------------------------

@@ -5,6 +5,7 @@ difference of the log-probs of the rows' own tokens, and how often the two argma
 computed here from each engine's raw logits (float32 log-softmax), as the pipeline computes them.
 
 ``infbench bench-vllm-agreement``; ``python -m infbench.perf.vllm_agreement --vllm-side ...`` is the vLLM half.
+``infbench bench-vllm-likelihood`` (:func:`likelihood`): the likelihood stage's two backends on one set.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
+from pydantic import BaseModel
 
 
 def rows_of(contexts_parquet: str | None, n_rows: int, length: int, seed: int = 0) -> np.ndarray:
@@ -90,6 +92,114 @@ def run(
     if out:
         Path(out).write_text(table + "\n")
     return table
+
+
+class BackendRun(BaseModel):
+    """One backend's pass over a set: the likelihood stage's own records and its times."""
+
+    backend: str
+    device: str
+    ppl: float
+    f_self: float
+    sample_s: float
+    score_s: float
+
+
+class LikelihoodAgreement(BaseModel):
+    """``likelihood.backend`` vllm against transformers on one set: both sample from the same per-context
+    uniforms, so their draws are the same until the logits differ enough to move one token."""
+
+    rows: int
+    tokens: int
+    runs: list[BackendRun]
+    same_tokens: float  # share of continuation positions with the same token
+    same_rows: int  # rows whose whole continuation is the same
+    shared_positions: int  # positions before each row's first differing token
+    max_abs_logprob_diff: float  # of the sampler's log-probs at those positions
+    mean_abs_logprob_diff: float
+    top1_agreement: float  # of the scorers' most probable tokens at those positions
+
+    def table(self) -> str:
+        lines = [
+            "| backend | device | PPL | F_self | sample s | score s |",
+            "|---|---|---|---|---|---|",
+            *(
+                f"| {r.backend} | {r.device} | {r.ppl:.4f} | {r.f_self:.5f} | {r.sample_s:.0f} | {r.score_s:.0f} |"
+                for r in self.runs
+            ),
+            "",
+            f"{self.rows} rows x {self.tokens} tokens: {self.same_tokens:.1%} of the tokens and {self.same_rows} "
+            f"rows the same; before each row's first difference ({self.shared_positions} positions) the sampler's "
+            f"log-probs differ by at most {self.max_abs_logprob_diff:.3g} (mean {self.mean_abs_logprob_diff:.3g}) "
+            f"and the scorers' most probable tokens agree at {self.top1_agreement:.2%}",
+        ]
+        return "\n".join(lines)
+
+
+def likelihood(
+    checkpoint: str,
+    contexts_parquet: str,
+    *,
+    set_name: str,
+    n_tokens: int,
+    dtype: str,
+    batch_size: int,
+    kv_cache_mib: int,
+    top_k: int = 16,
+) -> LikelihoodAgreement:
+    """The likelihood stage (:mod:`infbench.compression.likelihood`: sampling, then scoring) on one contexts
+    file with each backend, in a temporary directory; ``set_name`` ``search`` (``verification`` is drawn from an
+    operator secret)."""
+    import time
+
+    from infbench.compression import likelihood as stage
+    from infbench.compression.likelihood_files import read_continuations, read_top
+
+    runs, rows, tops = [], {}, {}
+    with tempfile.TemporaryDirectory(prefix="infbench-vllm-likelihood-") as tmp:
+        for backend in ("transformers", "vllm"):
+            d = Path(tmp) / backend
+            d.mkdir()
+            common = dict(backend=backend, dtype=dtype, device="cpu", vllm_kv_cache_mib=kv_cache_mib)
+            start = time.perf_counter()
+            sampled = stage.sample_set(
+                "source", checkpoint, contexts_parquet, set_name, str(d / "continuations.parquet"),
+                str(d / "sampling.json"), n_tokens=n_tokens, temperature=1.0, seed=0, batch_size=batch_size,
+                **common,
+            )  # fmt: skip
+            sampled_s = time.perf_counter() - start
+            scored = stage.score_reference(
+                "source", checkpoint, str(d / "continuations.parquet"), str(d / "scores.parquet"),
+                str(d / "reference.json"), str(d / "top.npz"), top_k=top_k, batch_size=batch_size,
+                bootstrap_resamples=100, seed=0, **common,
+            )  # fmt: skip
+            runs.append(
+                BackendRun(
+                    backend=backend,
+                    device=sampled.device,
+                    ppl=scored.ppl,
+                    f_self=scored.f_self,
+                    sample_s=sampled_s,
+                    score_s=time.perf_counter() - start - sampled_s,
+                )
+            )
+            rows[backend] = read_continuations(d / "continuations.parquet")
+            tops[backend] = read_top(d / "top.npz", rows[backend]["index"].to_numpy()).ids[..., 0]
+    ours, theirs = (np.stack(rows[b]["continuation_ids"]) for b in ("transformers", "vllm"))
+    same = ours == theirs
+    shared = np.cumprod(same, axis=1).astype(bool)  # up to each row's first difference
+    diff = np.abs(np.stack(rows["transformers"]["logprobs"]) - np.stack(rows["vllm"]["logprobs"]))[shared]
+    return LikelihoodAgreement(
+        rows=ours.shape[0],
+        tokens=ours.shape[1],
+        runs=runs,
+        same_tokens=float(same.mean()),
+        same_rows=int(same.all(axis=1).sum()),
+        shared_positions=int(shared.sum()),
+        max_abs_logprob_diff=float(diff.max()),
+        mean_abs_logprob_diff=float(diff.mean()),
+        top1_agreement=float(np.mean(tops["transformers"][shared] == tops["vllm"][shared])),
+    )
 
 
 if __name__ == "__main__":

@@ -2,7 +2,8 @@
 
 A :class:`ServerSpec` is a command template whose ``{placeholders}`` are filled
 from :class:`LaunchVars` (``python``, ``vllm_python``, ``host``, ``port``, ``model_dir``,
-``gguf``, ``model_name``, ``threads``, ``context_limit``, ``devices``).
+``gguf``, ``model_name``, ``threads``, ``context_limit``, ``devices``, ``accelerator``), followed on a CPU
+deployment by the spec's ``cpu_args``.
 ``runnable: false`` marks specs (SGLang) that are only rendered
 and validated here (:func:`dry_run`).
 """
@@ -46,6 +47,7 @@ class LaunchVars(BaseModel):
     threads: int = 1
     context_limit: int = 8192
     devices: int = 1
+    accelerator: str = "cpu"  # the deployment's: "cpu" appends a spec's cpu_args
 
     @classmethod
     def for_serving(cls, serving: ServingCore, model_dir: str, gguf: str) -> LaunchVars:
@@ -57,6 +59,7 @@ class LaunchVars(BaseModel):
             threads=serving.replay.threads,
             context_limit=serving.deployment.context_limit,
             devices=serving.deployment.devices,
+            accelerator=serving.deployment.accelerator,
         )
 
 
@@ -77,9 +80,11 @@ class ServerFailed(InfbenchError):
 
 
 def render(name: str, spec: ServerSpec, launch: LaunchVars) -> list[str]:
+    """The spec's argv with its placeholders filled, and its ``cpu_args`` on a CPU deployment."""
     values = launch.model_dump()
+    args = spec.command + (spec.cpu_args if launch.accelerator == "cpu" else [])
     try:
-        return [arg.format(**values) for arg in spec.command]
+        return [arg.format(**values) for arg in args]
     except (KeyError, IndexError, ValueError) as exc:
         raise ConfigError(
             f"serving.servers.{name}.command", f"bad placeholder {exc} (known: {', '.join(sorted(values))})"

@@ -16,6 +16,8 @@ sampler uses). Nothing vLLM samples is used: the pipeline takes every argmax and
   token, as a request again. Prefix caching makes a step compute the new position only (its earlier positions
   are the cached blocks of the same tokens): vLLM's offline API has no way to feed a token the caller chose into
   a running request, so every step is a short request (slower than vLLM's own decoding loop: docs/compression.md).
+- Logits reach this process through ``collective_rpc`` (:func:`_drain`): the same call whether the worker is
+  in this process or, with tensor parallelism, one of vLLM's worker processes.
 - ``release()``: drops the prefix cache. The KV cache itself is vLLM's preallocated pool, kept for the engine's
   life (:meth:`kv_cache_bytes`). ``S_res`` of a ``vllm`` package is :meth:`model_bytes`, the tensors the engine
   loaded from it; what the engine holds besides (the KV pool, its buffers) is its workspace
@@ -42,7 +44,16 @@ def engine_env() -> None:
 class VllmRunner:
     """vLLM's offline engine over ``checkpoint`` (see the module docstring)."""
 
-    def __init__(self, checkpoint: Path, device: str, *, kv_cache_mib: int | None, dtype: str = "auto", seed: int = 0):
+    def __init__(
+        self,
+        checkpoint: Path,
+        device: str,
+        *,
+        kv_cache_mib: int | None,
+        dtype: str = "auto",
+        seed: int = 0,
+        tensor_parallel: int = 1,
+    ):
         engine_env()
         import json
 
@@ -63,11 +74,11 @@ class VllmRunner:
             enable_prefix_caching=True,
             max_num_batched_tokens=max(length, 2048),
             seed=seed,
+            tensor_parallel_size=tensor_parallel,
             disable_log_stats=True,
             **options,
         )
-        self.captured: list = []
-        self._kv_bytes = int(self.llm.collective_rpc(_install_hook, args=(self.captured,))[0])
+        self._kv_bytes = int(self.llm.collective_rpc(_install_hook)[0])
         self._rows: list[list[int]] | None = None
 
     def kv_cache_bytes(self) -> int:
@@ -87,10 +98,9 @@ class VllmRunner:
         from vllm.inputs import TokensPrompt
 
         params = SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=0 if prompt_logprobs else None)
-        self.captured.clear()
+        self.llm.collective_rpc(_drain)  # nothing of an earlier call
         outputs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params, use_tqdm=False)
-        captured, self.captured[:] = list(self.captured), []
-        return outputs, captured
+        return outputs, self.llm.collective_rpc(_drain)[0]
 
     def score(self, ids: np.ndarray, n_last: int):
         import torch
@@ -143,18 +153,30 @@ def _internal(request_id: str, known: dict) -> str | None:
     return next((k for k in known if k.startswith(request_id + "-") or request_id.startswith(k + "-")), None)
 
 
-def _install_hook(worker, captured: list) -> int:
-    """In the (in-process) worker: copy every logits tensor the model computes into ``captured``, with the batch
-    order of its requests; the KV cache's bytes."""
+_CAPTURED: list = []
+"""In a worker's process: the logits its model computed since the last :func:`_drain`, with their requests."""
+
+
+def _install_hook(worker) -> int:
+    """In each worker (this process with one device; with tensor parallelism, vLLM's worker processes): copy every
+    logits tensor the model computes into :data:`_CAPTURED`, with the batch order of its requests; the KV cache's
+    bytes. Under tensor parallelism the first rank gathers the whole vocabulary; the others compute none."""
     runner = worker.model_runner
     processor = runner.model.logits_processor
 
     def hook(module, inputs, output):
-        req_ids = list(runner.input_batch.req_ids[: output.shape[0]])
-        captured.append((output.detach().clone(), req_ids))
+        if output is not None:
+            req_ids = list(runner.input_batch.req_ids[: output.shape[0]])
+            _CAPTURED.append((output.detach().clone(), req_ids))
 
     processor.register_forward_hook(hook)
     return sum(t.numel() * t.element_size() for t in _tensors(runner.kv_caches))
+
+
+def _drain(worker) -> list:
+    """In each worker: the logits captured since the last call (the caller reads the first rank's)."""
+    captured, _CAPTURED[:] = list(_CAPTURED), []
+    return captured
 
 
 def _tensors(value):
