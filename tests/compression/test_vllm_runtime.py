@@ -122,5 +122,6 @@ def test_the_vllm_likelihood_backend_draws_and_scores_what_transformers_does(smo
     most = float(re.search(r"differ by at most (\S+) ", table).group(1))
     top1 = float(re.search(r"agree at (\S+)%", table).group(1))
     assert most < 1e-4 and top1 > 99, table
+    assert float(re.search(r"F = .* = (\S+)$", table).group(1)) == pytest.approx(1, abs=1e-4), table
     hf, vllm = (line.split("|") for line in table.splitlines()[2:4])
     assert float(vllm[3]) == pytest.approx(float(hf[3]), rel=1e-4) and float(vllm[4]) == pytest.approx(1, abs=1e-4)

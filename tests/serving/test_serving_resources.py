@@ -45,7 +45,7 @@ if __name__ == "__main__":
     http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
 """
 
-# A server that says which CPUs it and a child it started may run on.
+# A server that says which CPUs it and a child it started may run on, and the sizes of its thread pools.
 AFFINITY = """
 import http.server, json, os, subprocess, sys
 
@@ -56,7 +56,8 @@ child = subprocess.run(
 
 class H(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
-        body = json.dumps({"server": sorted(os.sched_getaffinity(0)), "child": json.loads(child)})
+        threads = {k: v for k, v in os.environ.items() if k.endswith(("_NUM_THREADS", "_MAXIMUM_THREADS"))}
+        body = json.dumps({"server": sorted(os.sched_getaffinity(0)), "child": json.loads(child), "threads": threads})
         self.send_response(200)
         self.end_headers()
         self.wfile.write(body.encode())
@@ -122,21 +123,25 @@ def test_a_pool_on_every_cpu_is_held_to_the_charged_cpus(tmp_path):
 
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs to hold an engine to 1")
-def test_a_trusted_engine_runs_on_the_charged_cpus(tmp_path):
+def test_a_trusted_engine_runs_on_the_charged_cpus(tmp_path, monkeypatch):
     """The calibration reference and a development replay's server are launched on the CPUs a verified server is
     charged for (devices x cpus_per_device, the first of the job's), from their first instruction: a server and
-    the child it starts run on that CPU only. (Their affinity, not a cpuset: a trusted engine does not widen it.)"""
+    the child it starts run on that CPU only. (Their affinity, not a cpuset: a trusted engine does not widen it.)
+    Their thread pools are sized to that CPU, not to the job's `threads` that Snakemake exports (with the job's
+    MKL_NUM_THREADS=2 on one CPU, vLLM decoded 2.8 times slower than verified in its sandbox)."""
     from infbench.config.model import Deployment, ServerSpec
     from infbench.sandbox import cpus
     from infbench.serving import servers
 
     (tmp_path / "affinity.py").write_text(AFFINITY)
+    for name in cpus.THREAD_COUNT_VARIABLES:  # as in a Snakemake job of 2 threads
+        monkeypatch.setenv(name, "2")
     charged = servers.charged_cpus(Deployment(devices=1, accelerator="cpu", cpus_per_device=1))
     assert charged == cpus.job_cpus()[:1]
     spec = ServerSpec(command=["{python}", str(tmp_path / "affinity.py"), "{port}"], startup_timeout_s=30)
     with servers.launched("affinity", spec, servers.LaunchVars(), tmp_path / "affinity.log", charged) as base:
         shown = json.loads(httpx.get(f"{base}/", timeout=10).text)
-    assert shown == {"server": charged, "child": charged}, shown
+    assert shown == {"server": charged, "child": charged, "threads": cpus.thread_env(1)}, shown
     assert servers.describe_cpus(charged) == f"1 of {len(cpus.job_cpus())} CPUs (affinity)"
 
 

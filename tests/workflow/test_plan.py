@@ -39,7 +39,8 @@ EMBEDDED = {
     "vllm_twin": 2,  # bf16 and the variant through vLLM
     "measure_candidate": 11,  # bf16, starter, 3 GGUF, 2 GPTQ baselines, the variant, 2 vLLM twins, the search's
     "verify": 22,  # 11 candidates x 2 tasks
-    "serving_replay": 2,  # S0, llama.cpp
+    "serving_baseline": 1,  # vLLM
+    "serving_replay": 3,  # S0, llama.cpp, vLLM
 }
 QUICK = {
     **COMMON,

@@ -34,7 +34,8 @@ def test_embedded_plan(tmp_path):
         "serving_workload": 1,
         "serving_coverage": 1,
         "serving_calibrate": 1,
-        "serving_replay": 2,
+        "serving_baseline": 1,  # vLLM
+        "serving_replay": 3,  # S0, llama.cpp, vLLM
         "serving_table": 1,
     }
 
@@ -51,7 +52,7 @@ def test_the_development_table_replays_the_development_seeds_only(tmp_path):
     )
     proc = run_snakemake(tmp_path, "-n", "results/tables/serving.md", "--configfile", str(config))
     replays = set(re.findall(r"results/serving/replays/(\w+)/seed(\d+)\.json", proc.stdout))
-    assert replays == {(s, d) for s in ("S0", "llamacpp") for d in ("3", "4")}
+    assert replays == {(s, d) for s in ("S0", "llamacpp", "vllm") for d in ("3", "4")}
     proc = run_snakemake(tmp_path, "-n", "results/tables/serving_verified.md", "--configfile", str(config))
     assert "results/serving/replays/" not in proc.stdout and planned_jobs(proc)["serving_verify"] == 2
 
@@ -81,12 +82,13 @@ def test_bad_serving_config_stops_before_any_job(tmp_path, changes, message):
 
 @pytest.mark.slow
 def test_tiny_serving_run(tmp_path):
-    """Calibration, a baseline engine scored with the reference's targets (S0 here: vLLM in its 1-CPU sandbox
-    completes nothing in these windows), the development replays, coverage and the table."""
+    """Calibration, a baseline engine scored with the reference's targets (S0 here: vLLM's start alone outlasts
+    these windows), the development replays, coverage and the table."""
     config = _config(
         tmp_path,
         **{
             "serving.calibration.baselines": ["S0"],
+            "serving.systems": [{"server": "S0", "concurrency": 1}, {"server": "llamacpp", "concurrency": "reference"}],
             "serving.replay.warmup_s": 1,
             "serving.replay.window_s": 8,
             "serving.replay.request_timeout_s": 6,

@@ -118,6 +118,7 @@ class LikelihoodAgreement(BaseModel):
     max_abs_logprob_diff: float  # of the sampler's log-probs at those positions
     mean_abs_logprob_diff: float
     top1_agreement: float  # of the scorers' most probable tokens at those positions
+    cross_f: float  # F of vLLM's scores against transformers' on transformers' continuations
 
     def table(self) -> str:
         lines = [
@@ -131,7 +132,8 @@ class LikelihoodAgreement(BaseModel):
             f"{self.rows} rows x {self.tokens} tokens: {self.same_tokens:.1%} of the tokens and {self.same_rows} "
             f"rows the same; before each row's first difference ({self.shared_positions} positions) the sampler's "
             f"log-probs differ by at most {self.max_abs_logprob_diff:.3g} (mean {self.mean_abs_logprob_diff:.3g}) "
-            f"and the scorers' most probable tokens agree at {self.top1_agreement:.2%}",
+            f"and the scorers' most probable tokens agree at {self.top1_agreement:.2%}; scored by both on "
+            f"transformers' continuations, vLLM's F = PPL(transformers) / PPL(vLLM) = {self.cross_f:.5f}",
         ]
         return "\n".join(lines)
 
@@ -152,7 +154,10 @@ def likelihood(
     operator secret)."""
     import time
 
+    import pandas as pd
+
     from infbench.compression import likelihood as stage
+    from infbench.compression import scoring
     from infbench.compression.likelihood_files import read_continuations, read_top
 
     runs, rows, tops = [], {}, {}
@@ -185,6 +190,16 @@ def likelihood(
             )
             rows[backend] = read_continuations(d / "continuations.parquet")
             tops[backend] = read_top(d / "top.npz", rows[backend]["index"].to_numpy()).ids[..., 0]
+        cross = Path(tmp) / "cross"
+        cross.mkdir()
+        stage.score_reference(
+            "source", checkpoint, str(Path(tmp) / "transformers/continuations.parquet"), str(cross / "scores.parquet"),
+            str(cross / "reference.json"), str(cross / "top.npz"), top_k=top_k, batch_size=batch_size,
+            bootstrap_resamples=100, seed=0, backend="vllm", dtype=dtype, device="cpu", vllm_kv_cache_mib=kv_cache_mib,
+        )  # fmt: skip
+        scores = [
+            np.stack(pd.read_parquet(Path(tmp) / d / "scores.parquet")["logprobs"]) for d in ("transformers", "cross")
+        ]
     ours, theirs = (np.stack(rows[b]["continuation_ids"]) for b in ("transformers", "vllm"))
     same = ours == theirs
     shared = np.cumprod(same, axis=1).astype(bool)  # up to each row's first difference
@@ -199,6 +214,7 @@ def likelihood(
         max_abs_logprob_diff=float(diff.max()),
         mean_abs_logprob_diff=float(diff.mean()),
         top1_agreement=float(np.mean(tops["transformers"][shared] == tops["vllm"][shared])),
+        cross_f=scoring.ppl_ratio(*scores),
     )
 
 

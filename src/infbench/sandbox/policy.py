@@ -19,6 +19,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from infbench.sandbox import cpus
 from infbench.sandbox.runtime import pythonpath, runtime, runtime_of
 
 SYSTEM_DIRS = ("/usr",)
@@ -77,9 +78,7 @@ def base_env(threads: int, python: str = sys.executable) -> dict[str, str]:
         "TRANSFORMERS_OFFLINE": "1",
         "HF_HOME": "/tmp/hf",
         "TOKENIZERS_PARALLELISM": "false",
-        "OMP_NUM_THREADS": str(threads),
-        "MKL_NUM_THREADS": str(threads),
-        "OPENBLAS_NUM_THREADS": str(threads),
+        **cpus.thread_env(threads),
     }
     for key in (
         "CUDA_VISIBLE_DEVICES",

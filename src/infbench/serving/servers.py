@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict
 from infbench import vllm_env
 from infbench.config.model import Deployment, ServerSpec, ServingCore
 from infbench.errors import ConfigError, InfbenchError
-from infbench.sandbox import cpus
+from infbench.sandbox import cpus as sandbox_cpus
 
 
 def url_at(base_url: str, path: str) -> str:
@@ -67,12 +67,12 @@ def charged_cpus(deployment: Deployment) -> list[int]:
     """The CPUs a trusted engine (the calibration reference, a development replay's server) runs on: as many as
     a verified server is charged for (``devices x cpus_per_device``), the first of the job's, as the verified
     server's cpuset takes them."""
-    return cpus.allot(deployment.devices * deployment.cpus_per_device)
+    return sandbox_cpus.allot(deployment.devices * deployment.cpus_per_device)
 
 
 def describe_cpus(allowed: list[int]) -> str:
     """e.g. ``1 of 2 CPUs (affinity)``."""
-    return f"{len(allowed)} of {len(cpus.job_cpus())} CPUs (affinity)"
+    return f"{len(allowed)} of {len(sandbox_cpus.job_cpus())} CPUs (affinity)"
 
 
 class ServerFailed(InfbenchError):
@@ -128,8 +128,8 @@ def launched(
     name: str, spec: ServerSpec, launch: LaunchVars, log_path: str | Path, cpus: list[int] | None = None
 ) -> Iterator[str]:
     """Start the server, wait until healthy, yield its base URL; always tear it down. ``cpus``: the CPUs it runs
-    on (its affinity, set before it starts: a trusted engine is held to what a verified server is charged for;
-    None: all of the job's)."""
+    on (its affinity, set before it starts, and thread pools of that size, as a sandboxed server's: a trusted
+    engine is held to what a verified server is charged for; None: all of the job's, in the job's environment)."""
     if not spec.runnable:
         raise ConfigError(f"serving.servers.{name}.runnable", "this spec is validated only (dry run)")
     launch = launch.model_copy(update={"port": launch.port or free_port(launch.host)})
@@ -145,7 +145,7 @@ def launched(
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
-            env={**os.environ, **spec.env},
+            env={**os.environ, **({} if cpus is None else sandbox_cpus.thread_env(len(cpus))), **spec.env},
             start_new_session=True,
             preexec_fn=None if cpus is None else lambda: os.sched_setaffinity(0, cpus),
         )
