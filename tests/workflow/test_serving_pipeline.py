@@ -63,7 +63,11 @@ def test_the_development_table_replays_the_development_seeds_only(tmp_path):
         ({"serving.calibration.reference": "tgi"}, "config key 'serving.calibration.reference': unknown server 'tgi'"),
         ({"serving.seeds.final": [0]}, "config key 'serving.seeds."),
         (
-            {"serving.servers": {"S0": {"command": ["x", "{nope}"]}, "llamacpp": {"command": ["y"]}}},
+            {
+                "serving.servers": {
+                    n: {"command": ["x", "{nope}" if n == "S0" else "y"]} for n in ("S0", "llamacpp", "vllm")
+                }
+            },
             "config key 'serving.servers.S0.command': bad placeholder",
         ),
         ({"serving.source": "gpt"}, "config key 'serving.source': unknown source 'gpt'"),
