@@ -205,7 +205,7 @@ def public_table(
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
     sessions = workload.load(sessions_path)
     table: dict = {"exact": {}, "by_length": {}}
-    core = ServingSettings.model_validate(serving).core
+    core = ServingSettings.model_validate(serving).for_servers()
     for seed in core.seeds.final:
         prompts = ReplaySettings.for_serving(
             core, "http://unused", concurrency, seed, {}, prompt_seed=workload.held_out_prompt_seed(secret(), seed)

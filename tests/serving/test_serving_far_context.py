@@ -191,7 +191,7 @@ def test_held_out_prompts_come_from_the_secret_and_keep_the_prefix_structure(tmp
 
     def prompts(secret, seed=1000):
         held_out = None if secret is None else workload.held_out_prompt_seed(secret, seed)
-        core = ServingSettings.model_validate(serving).core
+        core = ServingSettings.model_validate(serving).for_servers()
         settings = ReplaySettings.for_serving(core, "http://unused", 1, seed, {}, prompt_seed=held_out)
         builder = settings.prompt_builder()
         drawn = list(itertools.islice(workload.draw(sessions, seed), 6))
