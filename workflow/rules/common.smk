@@ -143,3 +143,10 @@ onsuccess:
     from infbench import summary  # its imports (pandas, the table rows) only after a run
 
     summary.print_summary(LAYOUT.root)
+
+
+def serving_view(*servers):
+    """The serving section as a job uses it that launches `servers` (ServingCore.for_servers): the verification
+    settings, the submission directories, the tables' uncertainty settings and the other servers' specs do not
+    rerun it."""
+    return SERVING.for_servers(*servers).model_dump(mode="json")

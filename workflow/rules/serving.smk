@@ -3,14 +3,6 @@
 
 SERVING_SOURCE = SERVING.source
 
-
-def serving_view(*servers):
-    """The serving section as a job uses it that launches `servers` (ServingCore.for_servers): the verification
-    settings, the submission directories, the tables' uncertainty settings and the other servers' specs do not
-    rerun it."""
-    return SERVING.for_servers(*servers).model_dump(mode="json")
-
-
 # Package modules the configured servers run (`{python} -m infbench.serving.starter`): part of the code of
 # the jobs that launch them.
 SERVING_SERVER_MODULES = code_digest.modules_named(SERVING.model_dump(mode="json")["servers"])
