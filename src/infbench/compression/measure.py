@@ -137,12 +137,18 @@ def source_shapes(
     revealed one token at a time, the gate's batches, the timed decoding) (:mod:`infbench.compression.warm_up`)."""
     tokens = context_tokens + continuation_tokens
     sizes = sorted({len(b) for b in batches(rows, settings.score_batch_size)})
+    gate_answers = list(gate_answers)
     answers = sorted({(1, prompt + answer - 1, answer) for prompt, answer in gate_answers})
+    longest_prompt = max((prompt for prompt, _ in gate_answers), default=64)
     return SourceShapes(
         config=json.loads((Path(source_checkpoint) / "config.json").read_text()),
         scores=[*[(n, tokens - 1, continuation_tokens) for n in sizes], *answers],
         generations=[
             *[(n, context_tokens, 2) for n in sizes],
+            # the gate's batches: every row count a batch can start with (its last batches are smaller), the
+            # full batch at the longest prompt, then a step for each row count as rows end
+            *[(n, 64, 1) for n in range(1, gate_batch)],
+            (gate_batch, longest_prompt, 2),
             (gate_batch, 64, gate_batch),
             (1, settings.decode.prompt_tokens, 2),
         ],
