@@ -34,6 +34,7 @@ from infbench.compression.likelihood_files import TopLogProbs, read_continuation
 from infbench.compression.package_api import TRUSTED
 from infbench.compression.records import EvaluationRecord
 from infbench.compression.runtimes import preload_modules, worker_launch
+from infbench.compression.runtimes.hf import PREFILL_BLOCK
 from infbench.compression.storage import ResidentMeasure, memory_cap, workspace_bytes
 from infbench.compression.submission import GIB, Manifest, SubmissionError, check_tokenizer, load_manifest
 from infbench.compression.warm_up import SourceShapes
@@ -139,7 +140,7 @@ def source_shapes(
     sizes = sorted({len(b) for b in batches(rows, settings.score_batch_size)})
     gate_answers = list(gate_answers)
     answers = sorted({(1, prompt + answer - 1, answer) for prompt, answer in gate_answers})
-    longest_prompt = max((prompt for prompt, _ in gate_answers), default=64)
+    longest_prompt = max((prompt for prompt, _ in gate_answers), default=PREFILL_BLOCK)
     return SourceShapes(
         config=json.loads((Path(source_checkpoint) / "config.json").read_text()),
         scores=[*[(n, tokens - 1, continuation_tokens) for n in sizes], *answers],
@@ -147,9 +148,9 @@ def source_shapes(
             *[(n, context_tokens, 2) for n in sizes],
             # the gate's batches: every row count a batch can start with (its last batches are smaller), the
             # full batch at the longest prompt, then a step for each row count as rows end
-            *[(n, 64, 1) for n in range(1, gate_batch)],
+            *[(n, PREFILL_BLOCK, 1) for n in range(1, gate_batch)],
             (gate_batch, longest_prompt, 2),
-            (gate_batch, 64, gate_batch),
+            (gate_batch, PREFILL_BLOCK, gate_batch),
             (1, settings.decode.prompt_tokens, 2),
         ],
     )
