@@ -13,6 +13,7 @@ from infbench.compression.harness.greedy import greedy
 from infbench.compression.harness.likelihood import teacher_forced
 from infbench.compression.runtimes.hf import HFRunner, NotCausal
 from infbench.compression.runtimes.llama_cpp import LlamaCppRunner
+from infbench.compression.scoring import target_log_probs
 
 pytestmark = pytest.mark.slow
 
@@ -96,3 +97,28 @@ def test_bf16_logits_leave_the_runtime_in_bf16(runners, smollm2_source):
     assert runner.score(np.arange(100, 110)[None], 3).dtype == torch.bfloat16
     assert runner.prefill([np.arange(100, 110)], 2).dtype == torch.bfloat16
     runner.release()
+
+
+def test_llama_cpp_computes_a_shared_prefix_once_and_gives_what_each_row_alone_does(runners):
+    """Rows that begin alike (the gate's few-shot examples) share their prefix's cache cells; each row still
+    generates and scores what it does alone, and a scored row that begins as the previous one did gives what a
+    fresh context gives (to llama.cpp's batch-shape tolerance)."""
+    runner = runners["llama.cpp"]
+    rng = np.random.default_rng(1)
+    prefix = [int(t) for t in rng.integers(100, 40000, 70)]
+    prompts = [prefix + [int(t) for t in rng.integers(100, 40000, n)] for n in (3, 17, 9)]
+    batch = greedy(runner, prompts, 6)
+    assert runner._batch.ctx.n_ctx() < sum(map(len, prompts)) + 3 * 6  # the prefix's cells are shared
+    for row, prompt in zip(batch, prompts):
+        alone = greedy(runner, [prompt], 6)[0]
+        assert np.abs(np.asarray(row.logprobs[:1]) - np.asarray(alone.logprobs[:1])).max() < TOLERANCE["llama.cpp"]
+    answers = [[int(t) for t in rng.integers(100, 40000, 5)] for _ in prompts]
+    reused = [runner.score(np.asarray([p + a[:-1]]), 5) for p, a in zip(prompts, answers)]
+    for (p, a), logits in zip(zip(prompts, answers), reused):
+        runner.release()
+        fresh = runner.score(np.asarray([p + a[:-1]]), 5)
+        target = torch.as_tensor([a])
+        diff = target_log_probs(torch.as_tensor(logits), target) - target_log_probs(torch.as_tensor(fresh), target)
+        assert diff.abs().max() < TOLERANCE["llama.cpp"]
+    runner.release()
+    assert runner._batch is None and runner._scoring is None

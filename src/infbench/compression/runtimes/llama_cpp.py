@@ -1,9 +1,15 @@
 """Runtime ``llama.cpp``: a GGUF file run unchanged through llama-cpp-python's model and context objects, behind
 the package interface (:mod:`infbench.compression.package_api`).
 
-The model is loaded once. ``score`` and each batch of ``prefill``/``step`` get their own llama.cpp context, sized
-to the call (every row a sequence of one KV cache) and freed when the call or the batch ends, so a KV cache and
-llama.cpp's compute buffers never outlive it: what stays resident after load and after inference is the model.
+The model is loaded once. Each batch of ``prefill``/``step`` gets its own llama.cpp context, sized to the batch
+(every row a sequence of one KV cache) and freed when the batch ends; ``score`` keeps one context across calls
+until the next batch or ``release``. So a KV cache and llama.cpp's compute buffers never outlive the work they
+serve: what stays resident after load and after inference is the model.
+
+Work on a prefix already in the cache is not done twice: the rows of a batch that begin alike (the few-shot
+examples of the accuracy gate's prompts) have their shared prefix computed once and shared by every row's
+sequence, and a scored row that begins as the previous scored row did computes from where the two part. The
+logits asked for are always of positions computed by the call itself.
 Attention is forced causal (``attention_type`` and ``llama_set_causal_attn``), whatever the GGUF's metadata says,
 and a model with an encoder is refused: one-pass scoring computes what revealing tokens one at a time would.
 Logits are asked for only at the positions a call needs.
@@ -44,6 +50,7 @@ class LlamaCppRunner:
             raise NotDecoderOnly(f"{gguf_path.name}: the model has an encoder; a package's model must be causal")
         self.n_vocab = self.model.n_vocab()
         self._batch: _Context | None = None
+        self._scoring: _Scoring | None = None
 
     def _context(self, n_ctx: int, n_seq: int) -> _Context:
         return _Context(self._lib, self.model, self.n_vocab, n_ctx=n_ctx, n_seq=n_seq, threads=self.threads)
@@ -53,26 +60,34 @@ class LlamaCppRunner:
             self._batch.close()
             self._batch = None
 
+    def _end_scoring(self) -> None:
+        if self._scoring is not None:
+            self._scoring.context.close()
+            self._scoring = None
+
     def score(self, ids: np.ndarray, n_last: int) -> np.ndarray:
         self._end_batch()
         ids = np.asarray(ids)
-        context = self._context(int(ids.shape[1]), 1)
-        try:
-            rows = []
-            for row in ids:
-                context.clear()
-                rows.append(context.decode([(0, [int(t) for t in row], 0, len(row) - n_last)]))
-            return np.stack(rows)
-        finally:
-            context.close()
+        if self._scoring is None or self._scoring.n_ctx < ids.shape[1]:
+            self._end_scoring()
+            n_ctx = -(-int(ids.shape[1]) // N_BATCH) * N_BATCH
+            self._scoring = _Scoring(self._context(n_ctx, 1), n_ctx)
+        return np.stack([self._scoring.logits([int(t) for t in row], n_last) for row in ids])
 
     def prefill(self, rows: list[np.ndarray], max_new_tokens: int) -> np.ndarray:
         self._end_batch()
+        self._end_scoring()
+        rows = [[int(t) for t in row] for row in rows]
         lengths = [len(r) for r in rows]
-        self._batch = self._context(sum(lengths) + len(rows) * int(max_new_tokens), len(rows))
+        shared = min(_common_prefix(rows), min(lengths) - 1) if len(rows) > 1 else 0
+        cells = shared + sum(n - shared for n in lengths) + len(rows) * int(max_new_tokens)
+        self._batch = self._context(cells, len(rows))
         self._lengths = lengths
-        out = self._batch.decode([(i, [int(t) for t in row], 0, len(row) - 1) for i, row in enumerate(rows)])
-        return out
+        if shared > 0:
+            self._batch.decode([(0, rows[0][:shared], 0, shared)])
+            for seq in range(1, len(rows)):
+                self._batch.ctx.kv_cache_seq_cp(0, seq, 0, shared)
+        return self._batch.decode([(i, row[shared:], shared, len(row) - 1) for i, row in enumerate(rows)])
 
     def step(self, tokens: np.ndarray, rows: np.ndarray) -> np.ndarray:
         if self._batch is None:
@@ -85,9 +100,37 @@ class LlamaCppRunner:
 
     def release(self) -> None:
         self._end_batch()
+        self._end_scoring()
 
     def native_resident_bytes(self) -> int:
         return int(self._lib.llama_model_size(self.model.model))
+
+
+def _common_prefix(rows: list[list[int]]) -> int:
+    """How many leading tokens every row of ``rows`` has in common."""
+    first = rows[0]
+    n = min(len(r) for r in rows)
+    for row in rows[1:]:
+        n = next((i for i, (a, b) in enumerate(zip(first[:n], row[:n])) if a != b), n)
+    return n
+
+
+class _Scoring:
+    """A context of one sequence that ``score`` keeps between calls, and the tokens its cache holds."""
+
+    def __init__(self, context: _Context, n_ctx: int):
+        self.context, self.n_ctx, self.cached = context, n_ctx, []
+
+    def logits(self, row: list[int], n_last: int) -> np.ndarray:
+        """The logits of the last ``n_last`` positions of ``row``, computed from where ``row`` parts from the
+        cached tokens (never later than its first scored position)."""
+        want_from = len(row) - n_last
+        keep = min(_common_prefix([self.cached, row]), want_from)
+        self.context.ctx.kv_cache_seq_rm(0, keep, -1)
+        self.cached = []
+        out = self.context.decode([(0, row[keep:], keep, want_from)])
+        self.cached = row
+        return out
 
 
 class _Context:
@@ -115,9 +158,6 @@ class _Context:
     def close(self) -> None:
         self.batch.close()
         self.ctx.close()
-
-    def clear(self) -> None:
-        self.ctx.kv_cache_clear()
 
     def decode(self, calls: list[tuple[int, list[int], int, int]]) -> np.ndarray:
         """Feed each call's ``(sequence, tokens, first position, want_from)``: its tokens at positions
