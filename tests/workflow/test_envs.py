@@ -192,3 +192,52 @@ def test_an_unreachable_wheel_page_is_left_out_of_the_install():
     dropped, a directory is kept."""
     args = ["install", "--find-links", "http://127.0.0.1:9/whl/", "--find-links", "/opt/wheels", "-e", ".[x]"]
     assert envs.reachable_links(args) == ["install", "--find-links", "/opt/wheels", "-e", ".[x]"]
+
+
+def _wheel(out: Path, name: str, version: str) -> None:
+    """A minimal wheel of one module ``name`` (a pure-Python file), as pip builds them."""
+    import base64
+    import hashlib
+    import zipfile
+
+    dist = f"{name}-{version}.dist-info"
+    files = {
+        f"{name}.py": f"VERSION = {version!r}\n".encode(),
+        f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode(),
+        f"{dist}/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    digest = lambda d: base64.urlsafe_b64encode(hashlib.sha256(d).digest()).rstrip(b"=").decode()
+    record = "".join(f"{p},sha256={digest(d)},{len(d)}\n" for p, d in files.items()) + f"{dist}/RECORD,,\n"
+    with zipfile.ZipFile(out / f"{name}-{version}-py3-none-any.whl", "w") as z:
+        for path, data in {**files, f"{dist}/RECORD": record.encode()}.items():
+            z.writestr(path, data)
+
+
+def test_uv_installs_what_pips_configuration_names(tmp_path, monkeypatch):
+    """setup-env.sh installs with the pinned uv, which reads neither pip's files nor its PIP_* variables: an
+    install is told them (here a wheel directory in PIP_FIND_LINKS, which outranks the file's, an index and a
+    constraint in the file) and compiles the bytecode, as pip does."""
+    uv = envs._uv(sys.executable)  # fetched (once) with this machine's own configuration
+    pin = next(r for r in envs._pyproject()["project"]["optional-dependencies"]["test"] if r.startswith("uv=="))
+    assert subprocess.run([uv, "--version"], capture_output=True, text=True).stdout.split()[1] == pin[4:]
+    wheels, index = tmp_path / "wheels", tmp_path / "index"
+    wheels.mkdir(), index.mkdir()
+    for version in ("1.0", "2.0"):
+        _wheel(wheels, "infbench_probe", version)
+    (tmp_path / "constraints.txt").write_text("infbench-probe<2\n")
+    (tmp_path / "pip.conf").write_text(
+        f"[global]\nindex-url = {index.as_uri()}\nfind-links = {tmp_path / 'nowhere'}\n"
+        f"constraint = {tmp_path / 'constraints.txt'}\n"
+    )
+    monkeypatch.setenv("PIP_CONFIG_FILE", str(tmp_path / "pip.conf"))
+    monkeypatch.setenv("PIP_FIND_LINKS", str(wheels))
+    subprocess.run([sys.executable, "-m", "venv", tmp_path / "venv"], check=True)
+    python = str(tmp_path / "venv/bin/python")
+    envs.uv_pip(python, ["install", "infbench-probe"])
+    site = Path(
+        subprocess.check_output(
+            [python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"], text=True
+        ).strip()
+    )
+    assert (site / "infbench_probe-1.0.dist-info").is_dir()
+    assert list((site / "__pycache__").glob("infbench_probe.*.pyc"))
