@@ -41,13 +41,8 @@ REPO = Path(__file__).resolve().parents[2]
 BUILD_ENV = {"CMAKE_ARGS": "-DGGML_NATIVE=OFF"}
 WHEELS = "${XDG_CACHE_HOME:-$HOME/.cache}/infbench/wheels/ggml-native-off"
 UV_HOME = "${XDG_CACHE_HOME:-$HOME/.cache}/infbench/uv"  # the pinned uv, in no environment
-# pip's configuration (its files and PIP_* variables) in uv's terms: uv reads neither
-_PIP_OPTIONS = {
-    "index-url": "--index-url",
-    "extra-index-url": "--extra-index-url",
-    "find-links": "--find-links",
-    "constraint": "--constraint",
-}
+# pip's configuration (its files and PIP_* variables) in uv's terms (uv reads neither), besides the indexes
+_PIP_OPTIONS = {"find-links": "--find-links", "constraint": "--constraint"}
 _PIP_VARIABLES = {"cert": "SSL_CERT_FILE", "default-timeout": "UV_HTTP_TIMEOUT"}
 _HEADER = (
     "Generated from pyproject.toml ([tool.infbench.environments.{name}]) by `python src/infbench/envs.py write`; "
@@ -232,8 +227,13 @@ def pip_config(python: str) -> dict[str, str]:
 
 
 def _pip_config_for_uv(python: str) -> tuple[list[str], dict[str, str]]:
+    """uv's options and variables for what ``python``'s pip would install. pip takes the best file of a version
+    over all its indexes, uv (with ``unsafe-best-match``: the best version over all) the files of the first index
+    that has the version: pip's main index (PyPI, whose files mirrors copy, some of them) goes first."""
     config = pip_config(python)
-    args = ["--index-strategy", "unsafe-best-match"]
+    main = config.get("index-url", "https://pypi.org/simple")
+    args = ["--index-strategy", "unsafe-best-match", "--default-index", main]
+    args += [a for url in [main, *config.get("extra-index-url", "").split()] for a in ("--index", url)]
     args += [
         a for option, flag in _PIP_OPTIONS.items() for value in config.get(option, "").split() for a in (flag, value)
     ]
