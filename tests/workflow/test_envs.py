@@ -192,3 +192,62 @@ def test_an_unreachable_wheel_page_is_left_out_of_the_install():
     dropped, a directory is kept."""
     args = ["install", "--find-links", "http://127.0.0.1:9/whl/", "--find-links", "/opt/wheels", "-e", ".[x]"]
     assert envs.reachable_links(args) == ["install", "--find-links", "/opt/wheels", "-e", ".[x]"]
+
+
+def _wheel(out: Path, name: str, version: str, tag: str = "py3-none-any") -> None:
+    """A minimal wheel of one module ``name``, as pip builds them."""
+    import base64
+    import hashlib
+    import zipfile
+
+    dist = f"{name}-{version}.dist-info"
+    files = {
+        f"{name}.py": f"VERSION = {version!r}\n".encode(),
+        f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode(),
+        f"{dist}/WHEEL": f"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: {tag}\n".encode(),
+    }
+    digest = lambda d: base64.urlsafe_b64encode(hashlib.sha256(d).digest()).rstrip(b"=").decode()
+    record = "".join(f"{p},sha256={digest(d)},{len(d)}\n" for p, d in files.items()) + f"{dist}/RECORD,,\n"
+    out.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(out / f"{name}-{version}-{tag}.whl", "w") as z:
+        for path, data in {**files, f"{dist}/RECORD": record.encode()}.items():
+            z.writestr(path, data)
+
+
+def _index(root: Path, name: str, wheels: list[tuple[str, str]]) -> str:
+    """A package index in ``root`` (the simple API, as files) holding ``name``'s ``wheels`` (version, tag)."""
+    project = root / name.replace("_", "-")
+    for version, tag in wheels:
+        _wheel(project, name, version, tag)
+    links = "".join(f'<a href="{w.name}">{w.name}</a>\n' for w in sorted(project.glob("*.whl")))
+    (project / "index.html").write_text(f"<html><body>\n{links}</body></html>\n")
+    return root.as_uri()
+
+
+def test_uv_installs_what_pip_would(tmp_path, monkeypatch):
+    """setup-env.sh installs with the pinned uv, which reads neither pip's files nor its PIP_* variables: an
+    install is told them (here a wheel directory in PIP_FIND_LINKS, which outranks the file's; indexes and a
+    constraint in the file), takes the best file of a version over all indexes as pip does (uv alone takes the
+    first index's: a mirror with the py310 wheel only would give it to Python 3.11), and compiles the bytecode."""
+    uv = envs._uv(sys.executable)  # fetched (once) with this machine's own configuration
+    pin = next(r for r in envs._pyproject()["project"]["optional-dependencies"]["test"] if r.startswith("uv=="))
+    assert subprocess.run([uv, "--version"], capture_output=True, text=True).stdout.split()[1] == pin[4:]
+    for version in ("1.0", "2.0"):
+        _wheel(tmp_path / "wheels", "infbench_probe", version)
+    main = _index(tmp_path / "main", "infbench_probe_tags", [("1.0", "py310-none-any"), ("1.0", "py311-none-any")])
+    mirror = _index(tmp_path / "mirror", "infbench_probe_tags", [("1.0", "py310-none-any")])
+    (tmp_path / "constraints.txt").write_text("infbench-probe<2\n")
+    (tmp_path / "pip.conf").write_text(
+        f"[global]\nindex-url = {main}\nextra-index-url = {mirror}\nfind-links = {tmp_path / 'nowhere'}\n"
+        f"constraint = {tmp_path / 'constraints.txt'}\n"
+    )
+    monkeypatch.setenv("PIP_CONFIG_FILE", str(tmp_path / "pip.conf"))
+    monkeypatch.setenv("PIP_FIND_LINKS", str(tmp_path / "wheels"))
+    subprocess.run([sys.executable, "-m", "venv", tmp_path / "venv"], check=True)
+    python = str(tmp_path / "venv/bin/python")
+    envs.uv_pip(python, ["install", "infbench-probe", "infbench-probe-tags"])
+    purelib = "import sysconfig; print(sysconfig.get_path('purelib'))"
+    site = Path(subprocess.check_output([python, "-c", purelib], text=True).strip())
+    assert (site / "infbench_probe-1.0.dist-info").is_dir()
+    assert "Tag: py311-none-any" in (site / "infbench_probe_tags-1.0.dist-info/WHEEL").read_text()
+    assert list((site / "__pycache__").glob("infbench_probe.*.pyc"))
