@@ -41,6 +41,16 @@ print(float((p - s[:, 0]).abs().max()), float((q - s[:, 1]).abs().max()), float(
 """
 
 
+@pytest.fixture(scope="module")
+def tiny_vllm_source(smollm2_source, tmp_path_factory):
+    """A tiny source whose head size vLLM's CPU attention takes (32; compression_helpers.build_tiny_source), with
+    its likelihood sets: built once for the tests below, which only read it."""
+    from compression_helpers import build_tiny_source
+
+    root = tmp_path_factory.mktemp("tiny_vllm_source")
+    return build_tiny_source(root / "source", smollm2_source[0], hidden_size=64, heads=2)
+
+
 def test_vllm_scores_as_transformers_in_float32(smollm2_source):
     src, _ = smollm2_source
     table = vllm_agreement.run(
@@ -65,17 +75,17 @@ def test_vllm_prefill_and_step_are_its_one_pass_logits(smollm2_source):
 
 
 @needs_sandbox()
-def test_a_vllm_package_verifies_end_to_end_in_its_sandbox(smollm2_source, tmp_path_factory):
+def test_a_vllm_package_verifies_end_to_end_in_its_sandbox(tiny_vllm_source, tmp_path_factory):
     """A tiny source's checkpoint as a ``vllm`` twin (compression.vllm_twins), measured as a verification job
     does: the worker runs in the vLLM environment's interpreter inside bubblewrap, under the engine's system-call
     profile, with that environment's distributions bound; F is the source's (float32), the gate and
     gate_consistency run, and S_res is the model's tensors, not the engine's workspace."""
-    from compression_helpers import SETTINGS, answers_settings, build_tiny_source, gate_job, run, source_reference
+    from compression_helpers import SETTINGS, answers_settings, gate_job, run, source_reference
 
     from infbench.compression.baselines.package import bf16, vllm_twin
 
     root = tmp_path_factory.mktemp("vllm_package")
-    src = build_tiny_source(root / "source", smollm2_source[0], hidden_size=64, heads=2)  # head size 32
+    src = tiny_vllm_source
     bf16(src / "hf", "tiny", root / "bf16")
     vllm_twin(root / "bf16", root / "bf16-vllm")
     answers = answers_settings()
@@ -104,14 +114,12 @@ def test_a_vllm_package_verifies_end_to_end_in_its_sandbox(smollm2_source, tmp_p
     assert record.resident.outside(record.resident.after_load, None) > 32 << 20  # the engine's workspace, kept
 
 
-def test_the_vllm_likelihood_backend_draws_and_scores_what_transformers_does(smollm2_source, tmp_path):
+def test_the_vllm_likelihood_backend_draws_and_scores_what_transformers_does(tiny_vllm_source, tmp_path):
     """likelihood.backend vllm (the paper profiles'): vLLM computes the logits, the pipeline draws each token from
     its context's uniforms and scores with the same code as transformers. ``infbench bench-vllm-likelihood`` runs
     the likelihood stage with each backend: in float32 on a tiny source they draw the same tokens and agree to
     rounding, and the records name vLLM's CPU build."""
-    from compression_helpers import build_tiny_source
-
-    src = build_tiny_source(tmp_path / "source", smollm2_source[0], hidden_size=64, heads=2)  # head size 32
+    src = tiny_vllm_source
     cli = [sys.executable, "-m", "infbench.cli", "bench-vllm-likelihood", "--model", str(src / "hf")]
     cli += ["--contexts", str(src / "search/contexts.parquet"), "--tokens", "8", "--dtype", "float32"]
     cli += ["--batch-size", "3", "--kv-cache-mib", "32", "--out", str(tmp_path / "table.md")]
