@@ -74,6 +74,37 @@ def smollm2_source(tmp_path_factory):
     return out, record
 
 
+def shared_by_workers(tmp_path_factory, name: str, make) -> Path:
+    """A directory that ``make(directory)`` fills once for the whole session (what the tests only read): under
+    pytest-xdist the first worker to need it makes it in the directory their own temporary directories sit in,
+    holding a lock that the others wait on."""
+    if "PYTEST_XDIST_WORKER" not in os.environ:
+        root = tmp_path_factory.mktemp(name)
+        make(root)
+        return root
+    root = tmp_path_factory.getbasetemp().parent / f"{name}-shared"
+    root.mkdir(exist_ok=True)
+    with open(root / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (root / ".done").exists():
+            make(root)
+            (root / ".done").touch()
+    return root
+
+
+@pytest.fixture(scope="session")
+def smollm2_f16_twin(tmp_path_factory, smollm2_source):
+    """The embedded source's F16 GGUF twin (from its GGUF origin, as the source_gguf rule makes it), made once
+    for all workers (about 20 s); tests/test_sources.py makes and checks its own."""
+    from infbench import gguf_twin, sources
+
+    origin = sources.read_record(smollm2_source[0] / "source.json").origin_gguf
+    root = shared_by_workers(
+        tmp_path_factory, "smollm2-f16", lambda d: gguf_twin.twin_from_gguf(origin, d / "f16.gguf")
+    )
+    return root / "f16.gguf"
+
+
 @pytest.fixture(scope="session")
 def tiny_source(tmp_path_factory, smollm2_source):
     """A tiny Llama with SmolLM2's tokenizer, its likelihood sets and reference scores (compression_helpers)."""

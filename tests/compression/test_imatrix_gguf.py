@@ -17,13 +17,8 @@ CHUNKS, CHUNK_TOKENS = 8, 64
 
 
 @pytest.fixture(scope="module")
-def twin(smollm2_source, tmp_path_factory):
-    from infbench import gguf_twin
-
-    src, record = smollm2_source
-    out = tmp_path_factory.mktemp("imatrix") / "f16.gguf"
-    gguf_twin.build_twin(record.origin_gguf, src / "hf", out, None)
-    return out
+def twin(smollm2_f16_twin):
+    return smollm2_f16_twin
 
 
 @pytest.fixture(scope="module")

@@ -55,17 +55,13 @@ def _serving(context_limit: int, keep: int, window_s: float) -> dict:
 
 
 @pytest.fixture(scope="module")
-def real(tmp_path_factory, smollm2_source):
-    from infbench import gguf_twin, sources
+def real(tmp_path_factory, smollm2_source, smollm2_f16_twin):
     from infbench.config.model import VerifySettings
     from infbench.serving.verify import reference
 
     root = tmp_path_factory.mktemp("far_context")
     hf = smollm2_source[0] / "hf"
-    gguf = root / "f16.gguf"
-    gguf_twin.twin_from_gguf(
-        sources.SourceRecord.model_validate_json((smollm2_source[0] / "source.json").read_text()).origin_gguf, gguf
-    )
+    gguf = smollm2_f16_twin
     serving = _serving(1024, 64, 10.0)
     ref = root / "reference.json"
     reference.compute(

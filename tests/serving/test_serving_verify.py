@@ -281,15 +281,11 @@ def test_s0_on_a_tiny_model_passes_every_check(env):
 
 
 @pytest.mark.slow
-def test_s0_and_llamacpp_pass_on_the_real_model(env, tmp_path):
+def test_s0_and_llamacpp_pass_on_the_real_model(env, tmp_path, smollm2_f16_twin):
     """The real SmolLM2-135M (transformers) and its F16 GGUF twin (llama.cpp) as submissions."""
-    from infbench import gguf_twin, sources
     from infbench.serving.verify import reference
 
-    gguf = tmp_path / "f16.gguf"
-    gguf_twin.twin_from_gguf(
-        sources.SourceRecord.model_validate_json((env["hf"].parent / "source.json").read_text()).origin_gguf, gguf
-    )
+    gguf = smollm2_f16_twin
     serving = vh.serving_config(CONTEXT, answers_n=2, eos_probes=1, fidelity_max_suspects=2)
     # every answered request counts, and the window leaves a slow machine time to answer carriers (under
     # load S0 on the real model once answered one request, inside the warm-up, in a 4 s window)
