@@ -242,27 +242,18 @@ def tiny_config(path: Path, **likelihood) -> Path:
 def tiny_run(tmp_path_factory):
     """One local, uninterrupted run of the tiny pipeline up to the tables, shared by the
     rerun, determinism, provenance and SLURM tests (which only read it): (workdir, configfile).
-    Under pytest-xdist the workers share one run: the first to need it makes it in the directory their
-    own temporary directories sit in, holding a lock that the others wait on."""
-    if "PYTEST_XDIST_WORKER" not in os.environ:
-        return _tiny_run_in(tmp_path_factory.mktemp("tiny-run"))
-    shared = tmp_path_factory.getbasetemp().parent / "tiny-run-shared"
-    shared.mkdir(exist_ok=True)
-    with open(shared / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        return _tiny_run_in(shared)
+    Under pytest-xdist the workers share one run (``shared_by_workers``)."""
+    root = shared_by_workers(tmp_path_factory, "tiny-run", _make_tiny_run)
+    return root / "work", root / "config.yaml"
 
 
-def _tiny_run_in(root: Path) -> tuple[Path, Path]:
-    """The tiny run under ``root``, made unless an earlier call finished it there."""
-    workdir, config, done = root / "work", root / "config.yaml", root / ".done"
-    if not done.exists():
-        shutil.rmtree(workdir, ignore_errors=True)
-        workdir.mkdir()
-        tiny_config(config)
-        run_snakemake(workdir, "--cores", "2", TABLE_TARGET, "--configfile", str(config))
-        done.touch()
-    return workdir, config
+def _make_tiny_run(root: Path) -> None:
+    """The tiny run under ``root`` (a worker that failed making it may have left a partial one)."""
+    workdir, config = root / "work", root / "config.yaml"
+    shutil.rmtree(workdir, ignore_errors=True)
+    workdir.mkdir()
+    tiny_config(config)
+    run_snakemake(workdir, "--cores", "2", TABLE_TARGET, "--configfile", str(config))
 
 
 def _without_provenance(value):
