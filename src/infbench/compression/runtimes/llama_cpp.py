@@ -8,11 +8,10 @@ serve: what stays resident after load and after inference is the model.
 
 Work on a prefix already in the cache is not done twice: the rows of a batch that begin alike (the few-shot
 examples of the accuracy gate's prompts) have their shared prefix computed once and shared by every row's
-sequence, and a scored row that begins as the previous scored row did computes from where the two part. The
-logits asked for are always of positions computed by the call itself.
+sequence, and a scored row that begins as the previous scored row did computes from where the two part.
 Attention is forced causal (``attention_type`` and ``llama_set_causal_attn``), whatever the GGUF's metadata says,
 and a model with an encoder is refused: one-pass scoring computes what revealing tokens one at a time would.
-Logits are asked for only at the positions a call needs.
+Logits are asked for only at the positions a call needs, always positions the call itself computes.
 """
 
 from __future__ import annotations
@@ -68,10 +67,9 @@ class LlamaCppRunner:
     def score(self, ids: np.ndarray, n_last: int) -> np.ndarray:
         self._end_batch()
         ids = np.asarray(ids)
-        if self._scoring is None or self._scoring.n_ctx < ids.shape[1]:
+        if self._scoring is None or self._scoring.context.ctx.n_ctx() < ids.shape[1]:
             self._end_scoring()
-            n_ctx = -(-int(ids.shape[1]) // N_BATCH) * N_BATCH
-            self._scoring = _Scoring(self._context(n_ctx, 1), n_ctx)
+            self._scoring = _Scoring(self._context(-(-int(ids.shape[1]) // N_BATCH) * N_BATCH, 1))
         return np.stack([self._scoring.logits([int(t) for t in row], n_last) for row in ids])
 
     def prefill(self, rows: list[np.ndarray], max_new_tokens: int) -> np.ndarray:
@@ -118,8 +116,8 @@ def _common_prefix(rows: list[list[int]]) -> int:
 class _Scoring:
     """A context of one sequence that ``score`` keeps between calls, and the tokens its cache holds."""
 
-    def __init__(self, context: _Context, n_ctx: int):
-        self.context, self.n_ctx, self.cached = context, n_ctx, []
+    def __init__(self, context: _Context):
+        self.context, self.cached = context, []
 
     def logits(self, row: list[int], n_last: int) -> np.ndarray:
         """The logits of the last ``n_last`` positions of ``row``, computed from where ``row`` parts from the
